@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds zerotrain and runs the whole ctest suite. Exits non-zero on any failure.
+# This is the command the README gives and .ci/run calls. Extra arguments go to ctest
+# (for example: ./ctest/run_tests.sh -L unit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./jobs/install_deps.sh
+jobs=$(nproc)
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$jobs"
+# Tests share the two cores with OpenMP: one test at a time, each with every thread.
+ctest --preset release --no-tests=error "$@"

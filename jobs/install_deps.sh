@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zerotrain builds and tests with, when they are missing.
+# Usage: jobs/install_deps.sh [--with-bench]   (--with-bench adds python3-torch and fio)
+# Needs root (or sudo) only when something is missing. Safe to run again.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libopenmpi-dev openmpi-bin
+  libhdf5-dev
+  libboost-json1.81-dev libboost-program-options1.81-dev
+  libopenblas-openmp-dev libopenblas0-openmp
+  liburing-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3
+)
+if [[ "${1:-}" == "--with-bench" ]]; then
+  packages+=(python3-torch fio time)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install_deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,28 @@
+// Factories for the CPU kernel tables, one per SIMD level (see cpu_kernels.inc).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/fast_math.h"
+#include "backend/cpu/gemm.h"
+#include "backend/kernel_ops.h"
+#include "backend/optimizer_ops.h"
+#include "core/dtype.h"
+
+namespace zt::cpu {
+
+std::unique_ptr<KernelOps<float>> make_kernels_f32_avx2();
+std::unique_ptr<KernelOps<float>> make_kernels_f32_avx512();
+std::unique_ptr<KernelOps<double>> make_kernels_f64();
+std::unique_ptr<OptimizerOps> make_optimizer_kernels_avx2();
+std::unique_ptr<OptimizerOps> make_optimizer_kernels_avx512();
+
+}  // namespace zt::cpu

@@ -1,0 +1,124 @@
+// The DeepSpeed configuration (ds_config.json) as typed structs. Parsing is strict: an unknown key
+// is an error naming its path and the closest known key; a DeepSpeed key zerotrain does not
+// implement is an error that says so; "auto" is resolved from the trainer's HF-style flags
+// (AutoValues). Defaults are DeepSpeed's.
+#pragma once
+
+#include <boost/json/value.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace zt {
+
+struct OptimizerConfig {
+  enum class Type { kAdam, kAdamW };
+  Type type = Type::kAdamW;
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  /// DeepSpeed's "Adam" also means decoupled decay unless adam_w_mode is set to false.
+  bool adam_w_mode = true;
+  bool bias_correction = true;
+};
+
+struct SchedulerConfig {
+  enum class Type { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle, kLRRangeTest };
+  Type type = Type::kNone;
+  // WarmupLR / WarmupDecayLR / WarmupCosineLR
+  double warmup_min_lr = 0.0;
+  std::optional<double> warmup_max_lr;  ///< unset: the optimizer's lr (current DeepSpeed)
+  int64_t warmup_num_steps = 1000;
+  bool warmup_type_log = true;  ///< "log" (default) or "linear"
+  int64_t total_num_steps = 0;  ///< WarmupDecayLR, WarmupCosineLR (required)
+  double warmup_min_ratio = 0.0, cos_min_ratio = 0.0001;
+  // OneCycle
+  double cycle_min_lr = 0, cycle_max_lr = 0, decay_lr_rate = 0;
+  int64_t cycle_first_step_size = 2000;
+  std::optional<int64_t> cycle_second_step_size;
+  int64_t cycle_first_stair_count = 0;
+  std::optional<int64_t> cycle_second_stair_count;
+  int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0;
+  // LRRangeTest
+  double lr_range_test_min_lr = 1e-3;
+  int64_t lr_range_test_step_size = 2000;
+  double lr_range_test_step_rate = 1.0;
+  bool lr_range_test_staircase = false;
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0;  ///< 0 means dynamic loss scaling
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool overlap_comm = false;
+  bool reduce_scatter = true;
+  bool allgather_partitions = true;
+  int64_t reduce_bucket_size = 500'000'000;
+  int64_t allgather_bucket_size = 500'000'000;
+};
+
+struct DsConfig {
+  std::string source;  ///< the file it came from, for messages
+  int64_t train_batch_size = 0;
+  int64_t train_micro_batch_size_per_gpu = 0;
+  int64_t gradient_accumulation_steps = 1;
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  double gradient_clipping = 0.0;  ///< 0 disables clipping
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  Fp16Config fp16;
+  bool bf16 = false;
+  ZeroConfig zero;
+  std::optional<DType> communication_data_type;
+
+  /// The dtype parameters and gradients are held in: fp16, bf16 or fp32.
+  DType param_dtype() const { return fp16.enabled ? DType::kF16 : bf16 ? DType::kBF16 : DType::kF32; }
+};
+
+/// A trainer flag that can fill an "auto" value, and whether the user gave it explicitly (an
+/// explicit flag that disagrees with an explicit config value is an error, as in HF Trainer).
+template <typename T>
+struct AutoValue {
+  T value{};
+  bool explicit_flag = false;
+};
+
+/// What "auto" resolves to: HF Trainer's flags plus the world size and the model's hidden size.
+struct AutoValues {
+  int world_size = 1;
+  int64_t hidden_size = 0;  ///< n_embd; used for the bucket-size keys
+  AutoValue<int64_t> micro_batch{8};
+  AutoValue<int64_t> grad_accum{1};
+  AutoValue<double> learning_rate{5e-5};
+  AutoValue<double> adam_beta1{0.9}, adam_beta2{0.999}, adam_epsilon{1e-8};
+  AutoValue<double> weight_decay{0.0};
+  AutoValue<double> max_grad_norm{1.0};
+  AutoValue<int64_t> warmup_steps{0};
+  AutoValue<int64_t> max_steps{0};
+  AutoValue<bool> fp16{false}, bf16{false};
+};
+
+/// Parses and validates a DeepSpeed config. `source` names the file in messages. Throws
+/// UsageError for every problem, naming the key path ("zero_optimization.stage").
+DsConfig parse_ds_config(const boost::json::value& json, const std::string& source,
+                         const AutoValues& autos);
+
+/// Reads the file and parses it.
+DsConfig load_ds_config(const std::string& path, const AutoValues& autos);
+
+}  // namespace zt

@@ -1,0 +1,20 @@
+// Reads JSON the way DeepSpeed's own config reader does: comments and trailing commas are
+// accepted. A malformed file is a UsageError that names the file, the line and the column.
+#pragma once
+
+#include <boost/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace zt {
+
+/// Parses `text` leniently; `source` (a file name) prefixes error messages.
+boost::json::value parse_json_lenient(std::string_view text, const std::string& source);
+
+/// Reads and parses a file; a missing or unreadable file is a UsageError naming it.
+boost::json::value read_json_file(const std::string& path);
+
+/// Reads a whole file into a string; a missing or unreadable file is a UsageError naming it.
+std::string read_text_file(const std::string& path);
+
+}  // namespace zt

@@ -1,0 +1,142 @@
+#include "config/train_args.h"
+
+#include <boost/program_options.hpp>
+#include <algorithm>
+#include <iostream>
+
+#include "config/json_section.h"
+#include "core/error.h"
+
+namespace po = boost::program_options;
+
+namespace zt {
+
+bool parse_bool_flag(const std::string& flag, const std::string& text) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  if (lower == "true" || lower == "1" || lower == "yes") return true;
+  if (lower == "false" || lower == "0" || lower == "no") return false;
+  throw UsageError(cat("--", flag, ": expected true or false, got '", text, "'"));
+}
+
+AutoValues TrainArgs::auto_values(int world_size, int64_t hidden_size) const {
+  AutoValues a;
+  a.world_size = world_size;
+  a.hidden_size = hidden_size;
+  a.micro_batch = {per_device_train_batch_size, given("per_device_train_batch_size")};
+  a.grad_accum = {gradient_accumulation_steps, given("gradient_accumulation_steps")};
+  a.learning_rate = {learning_rate, given("learning_rate")};
+  a.adam_beta1 = {adam_beta1, given("adam_beta1")};
+  a.adam_beta2 = {adam_beta2, given("adam_beta2")};
+  a.adam_epsilon = {adam_epsilon, given("adam_epsilon")};
+  a.weight_decay = {weight_decay, given("weight_decay")};
+  a.max_grad_norm = {max_grad_norm, given("max_grad_norm")};
+  a.warmup_steps = {warmup_steps, given("warmup_steps")};
+  a.max_steps = {max_steps, given("max_steps")};
+  a.fp16 = {fp16, given("fp16")};
+  a.bf16 = {bf16, given("bf16")};
+  return a;
+}
+
+std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
+  TrainArgs a;
+  std::string bf16 = "false", fp16 = "false", overwrite = "false", do_eval = "false";
+  std::string checkpointing = "false", disable_tqdm = "false", eval_on_start = "false";
+  int64_t local_rank = -1;
+  po::options_description opts("zerotrain options (HF Trainer names)");
+  auto flag = [](std::string& target) {  // --flag, --flag=true, --flag=false
+    return po::value<std::string>(&target)->implicit_value("true");
+  };
+  opts.add_options()
+    ("help,h", "print this help")
+    ("deepspeed", po::value(&a.deepspeed), "DeepSpeed config JSON (ds_config.json)")
+    ("config_name", po::value(&a.config_name), "HF GPT-2 config.json giving the model shape")
+    ("model_name_or_path", po::value(&a.model_name_or_path), "directory with config.json (and model.safetensors)")
+    ("train_data", po::value(&a.train_data), "glob of training token shards (llm.c format)")
+    ("eval_data", po::value(&a.eval_data), "glob of evaluation token shards")
+    ("output_dir", po::value(&a.output_dir), "where metrics.jsonl and checkpoints go")
+    ("overwrite_output_dir", flag(overwrite), "allow a non-empty output_dir")
+    ("max_steps", po::value(&a.max_steps), "optimizer steps to train")
+    ("per_device_train_batch_size", po::value(&a.per_device_train_batch_size), "micro batch per rank (default 8)")
+    ("per_device_eval_batch_size", po::value(&a.per_device_eval_batch_size), "eval batch per rank (default 8)")
+    ("gradient_accumulation_steps", po::value(&a.gradient_accumulation_steps), "micro steps per optimizer step (default 1)")
+    ("learning_rate", po::value(&a.learning_rate), "peak learning rate (default 5e-5)")
+    ("warmup_steps", po::value(&a.warmup_steps), "scheduler warmup steps (default 0)")
+    ("weight_decay", po::value(&a.weight_decay), "weight decay (default 0)")
+    ("adam_beta1", po::value(&a.adam_beta1), "Adam beta1 (default 0.9)")
+    ("adam_beta2", po::value(&a.adam_beta2), "Adam beta2 (default 0.999)")
+    ("adam_epsilon", po::value(&a.adam_epsilon), "Adam epsilon (default 1e-8)")
+    ("max_grad_norm", po::value(&a.max_grad_norm), "global-norm clipping threshold (default 1.0, 0 disables)")
+    ("bf16", flag(bf16), "train in bf16 with fp32 master weights")
+    ("fp16", flag(fp16), "train in fp16 with fp32 master weights and loss scaling")
+    ("save_steps", po::value(&a.save_steps), "checkpoint every N steps")
+    ("logging_steps", po::value(&a.logging_steps), "write a metrics.jsonl step line every N steps (default 1)")
+    ("seed", po::value(&a.seed), "seed for initialisation and data order (default 42)")
+    ("resume_from_checkpoint", po::value(&a.resume_from_checkpoint), "checkpoint directory, or auto")
+    ("block_size", po::value(&a.block_size), "sequence length (default n_positions)")
+    ("do_eval", flag(do_eval), "evaluate (at --eval_steps and at the end)")
+    ("eval_steps", po::value(&a.eval_steps), "evaluate every N steps")
+    ("eval_on_start", flag(eval_on_start), "evaluate once before training starts")
+    ("max_eval_samples", po::value(&a.max_eval_samples), "evaluate on the first N windows only")
+    ("gradient_checkpointing", flag(checkpointing), "recompute each block's activations in backward")
+    ("disable_tqdm", flag(disable_tqdm), "no live progress line")
+    ("local_rank", po::value(&local_rank), "accepted for DeepSpeed-launcher compatibility; ranks come from MPI");
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(opts).style(
+                  po::command_line_style::unix_style ^ po::command_line_style::allow_guessing).run(),
+              vm);
+    po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    std::string name = e.get_option_name();
+    while (!name.empty() && name[0] == '-') name.erase(0, 1);
+    std::vector<std::string> known;
+    for (const auto& o : opts.options()) known.push_back(o->long_name());
+    throw UsageError(cat("unknown flag --", name, "; the closest known flag is --", closest_key(name, known)));
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: zerotrain --deepspeed CONFIG --config_name MODEL.json --train_data GLOB "
+                 "[--eval_data GLOB] --output_dir DIR --max_steps N [...]\n\n" << opts << "\n";
+    return std::nullopt;
+  }
+  for (const auto& [name, value] : vm) {
+    if (!value.defaulted()) a.explicit_flags.insert(name);
+  }
+  a.bf16 = parse_bool_flag("bf16", bf16);
+  a.fp16 = parse_bool_flag("fp16", fp16);
+  a.overwrite_output_dir = parse_bool_flag("overwrite_output_dir", overwrite);
+  a.do_eval = parse_bool_flag("do_eval", do_eval);
+  a.gradient_checkpointing = parse_bool_flag("gradient_checkpointing", checkpointing);
+  a.disable_tqdm = parse_bool_flag("disable_tqdm", disable_tqdm);
+  a.eval_on_start = parse_bool_flag("eval_on_start", eval_on_start);
+
+  ZT_USAGE_CHECK(!a.deepspeed.empty(), "--deepspeed CONFIG is required");
+  ZT_USAGE_CHECK(!a.config_name.empty() || !a.model_name_or_path.empty(),
+                 "--config_name MODEL.json or --model_name_or_path DIR is required");
+  ZT_USAGE_CHECK(!a.output_dir.empty(), "--output_dir is required");
+  ZT_USAGE_CHECK(!a.train_data.empty() || a.do_eval, "--train_data GLOB is required to train");
+  ZT_USAGE_CHECK(a.max_steps >= 0, "--max_steps must be >= 0, got ", a.max_steps);
+  ZT_USAGE_CHECK(a.train_data.empty() || a.max_steps > 0, "--max_steps N (N > 0) is required to train");
+  ZT_USAGE_CHECK(a.per_device_train_batch_size >= 1, "--per_device_train_batch_size must be >= 1");
+  ZT_USAGE_CHECK(a.per_device_eval_batch_size >= 1, "--per_device_eval_batch_size must be >= 1");
+  ZT_USAGE_CHECK(a.gradient_accumulation_steps >= 1, "--gradient_accumulation_steps must be >= 1");
+  ZT_USAGE_CHECK(a.learning_rate >= 0, "--learning_rate must be >= 0");
+  ZT_USAGE_CHECK(a.warmup_steps >= 0, "--warmup_steps must be >= 0");
+  ZT_USAGE_CHECK(a.max_grad_norm >= 0, "--max_grad_norm must be >= 0");
+  ZT_USAGE_CHECK(a.logging_steps >= 1, "--logging_steps must be >= 1");
+  ZT_USAGE_CHECK(a.save_steps >= 0, "--save_steps must be >= 0");
+  ZT_USAGE_CHECK(a.eval_steps >= 0, "--eval_steps must be >= 0");
+  ZT_USAGE_CHECK(a.max_eval_samples >= 0, "--max_eval_samples must be >= 0");
+  ZT_USAGE_CHECK(a.block_size >= 0, "--block_size must be >= 0");
+  ZT_USAGE_CHECK(!(a.bf16 && a.fp16), "--bf16 and --fp16 are exclusive");
+  ZT_USAGE_CHECK(!a.do_eval || !a.eval_data.empty(), "--do_eval needs --eval_data GLOB");
+  ZT_USAGE_CHECK(!a.eval_on_start || !a.eval_data.empty(), "--eval_on_start needs --eval_data GLOB");
+  ZT_USAGE_CHECK(a.save_steps == 0 && a.resume_from_checkpoint.empty(),
+                 "--save_steps/--resume_from_checkpoint: checkpoints are not implemented in this build yet");
+  return a;
+}
+
+}  // namespace zt

@@ -1,0 +1,57 @@
+// The trainer's command line. Flags keep HF Trainer's names so that users' launch scripts carry
+// over; `explicit_flags` records which were given, for the "auto" mismatch checks.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config/ds_config.h"
+
+namespace zt {
+
+struct TrainArgs {
+  std::string deepspeed;             ///< path of the ds_config.json
+  std::string config_name;           ///< HF GPT-2 config.json
+  std::string model_name_or_path;    ///< a directory with config.json (+ model.safetensors)
+  std::string train_data, eval_data; ///< globs of token shards
+  std::string output_dir;
+  bool overwrite_output_dir = false;
+  int64_t max_steps = 0;
+  int64_t per_device_train_batch_size = 8;
+  int64_t per_device_eval_batch_size = 8;
+  int64_t gradient_accumulation_steps = 1;
+  double learning_rate = 5e-5;
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;
+  bool bf16 = false, fp16 = false;
+  int64_t save_steps = 0;
+  int64_t logging_steps = 1;
+  uint64_t seed = 42;
+  std::string resume_from_checkpoint;
+  int64_t block_size = 0;  ///< 0: n_positions
+  bool do_eval = false;
+  int64_t eval_steps = 0;  ///< 0: only at the end (with --do_eval)
+  bool eval_on_start = false;  ///< evaluate once before the first step
+  int64_t max_eval_samples = 0;  ///< 0: every window of the eval data
+  bool gradient_checkpointing = false;
+  bool disable_tqdm = false;  ///< no live progress line
+  std::set<std::string> explicit_flags;
+
+  bool given(const std::string& flag) const { return explicit_flags.count(flag) > 0; }
+  /// The values that "auto" in the DeepSpeed config resolves to.
+  AutoValues auto_values(int world_size, int64_t hidden_size) const;
+};
+
+/// Parses argv. Returns std::nullopt after printing --help. Throws UsageError on a bad flag,
+/// naming it (and the closest known flag for a misspelling).
+std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv);
+
+/// Parses "true"/"false"/"1"/"0"/"yes"/"no" (any case), as HF's argument parser does.
+bool parse_bool_flag(const std::string& flag, const std::string& text);
+
+}  // namespace zt

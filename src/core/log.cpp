@@ -1,0 +1,37 @@
+#include "core/log.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace zt {
+
+namespace {
+std::string g_program = "zerotrain";
+int g_rank = 0;
+LogLevel g_level = [] {
+  const char* env = std::getenv("ZT_LOG_LEVEL");
+  if (!env) return LogLevel::kInfo;
+  if (!std::strcmp(env, "debug")) return LogLevel::kDebug;
+  if (!std::strcmp(env, "warn")) return LogLevel::kWarn;
+  if (!std::strcmp(env, "error")) return LogLevel::kError;
+  return LogLevel::kInfo;
+}();
+std::mutex g_mutex;
+}  // namespace
+
+void set_log_program(const std::string& name) { g_program = name; }
+void set_log_rank(int rank) { g_rank = rank; }
+void set_log_level(LogLevel level) { g_level = level; }
+
+void log_line(LogLevel level, const std::string& message) {
+  if (level < g_level) return;
+  if (level <= LogLevel::kInfo && g_rank != 0) return;
+  static const char* kTags[] = {"debug: ", "", "warning: ", "error: "};
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::fprintf(stderr, "%s: %s%s\n", g_program.c_str(), kTags[int(level)], message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace zt

@@ -1,0 +1,79 @@
+#include "core/memory_pool.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace zt {
+
+const char* pool_name(Pool p) {
+  switch (p) {
+    case Pool::kDevice: return "device";
+    case Pool::kHost: return "host";
+    case Pool::kPinned: return "pinned";
+    case Pool::kNvme: return "nvme";
+  }
+  return "?";
+}
+
+void PoolCounter::add(size_t bytes) {
+  size_t now = in_use_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  size_t seen = peak_.load(std::memory_order_relaxed);
+  while (now > seen && !peak_.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
+void PoolCounter::sub(size_t bytes) { in_use_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+static std::array<PoolCounter, kNumPools>& counters() {
+  static std::array<PoolCounter, kNumPools> all;
+  return all;
+}
+
+PoolCounter& pool_counter(Pool p) { return counters()[int(p)]; }
+
+PoolBytes pool_peaks() {
+  PoolBytes out;
+  for (int i = 0; i < kNumPools; ++i) out.bytes[i] = counters()[i].peak();
+  return out;
+}
+
+PoolBytes pool_in_use() {
+  PoolBytes out;
+  for (int i = 0; i < kNumPools; ++i) out.bytes[i] = counters()[i].in_use();
+  return out;
+}
+
+void reset_pool_peaks() {
+  for (auto& c : counters()) c.reset_peak();
+}
+
+void* pool_alloc(Pool pool, size_t bytes) {
+  ZT_CHECK(pool != Pool::kNvme, "the nvme pool holds files, not memory");
+  size_t rounded = (bytes + 63) & ~size_t(63);
+  void* ptr = std::aligned_alloc(64, rounded);
+  if (!ptr) {
+    throw Error(cat("out of memory: could not allocate ", bytes, " bytes in the ", pool_name(pool),
+                    " pool (", pool_counter(pool).in_use(), " bytes already in use)"));
+  }
+  // Touch the pages from the threads that will use them: writing into fresh pages runs at
+  // ~1.5 GB/s here against ~10 GB/s into touched memory (DESIGN.md), so pay that once.
+  auto* p = static_cast<unsigned char*>(ptr);
+  if (rounded >= (size_t(1) << 22) && !omp_in_parallel()) {
+#pragma omp parallel for schedule(static)
+    for (size_t off = 0; off < rounded; off += 4096) p[off] = 0;
+  }
+  pool_counter(pool).add(bytes);
+  return ptr;
+}
+
+void pool_free(Pool pool, void* ptr, size_t bytes) {
+  if (!ptr) return;
+  std::free(ptr);
+  pool_counter(pool).sub(bytes);
+}
+
+}  // namespace zt

@@ -1,0 +1,98 @@
+// Byte accounting for the four places model state can live. Every allocation the engine makes
+// goes through a pool, so `pool_peak_bytes` in metrics.jsonl is a measurement, not an estimate.
+//
+//   device  the accelerator's memory; on the CPU backend, the memory that stands in for it
+//   host    ordinary host memory (offloaded optimizer state, staging)
+//   pinned  page-locked host memory (DMA-able staging; plain host memory on the CPU backend)
+//   nvme    bytes held in files on NVMe (ZeRO-Infinity), accounted but not mapped
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace zt {
+
+enum class Pool { kDevice = 0, kHost = 1, kPinned = 2, kNvme = 3 };
+inline constexpr int kNumPools = 4;
+const char* pool_name(Pool p);
+
+/// Live and peak bytes of one pool, safe to update from several threads.
+class PoolCounter {
+ public:
+  void add(size_t bytes);
+  void sub(size_t bytes);
+  size_t in_use() const { return in_use_.load(std::memory_order_relaxed); }
+  size_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  /// Starts a new peak window at the current live bytes (e.g. per training step).
+  void reset_peak() { peak_.store(in_use(), std::memory_order_relaxed); }
+
+ private:
+  std::atomic<size_t> in_use_{0};
+  std::atomic<size_t> peak_{0};
+};
+
+/// The process-wide counter of a pool.
+PoolCounter& pool_counter(Pool p);
+
+/// A snapshot of all four pools.
+struct PoolBytes {
+  std::array<size_t, kNumPools> bytes{};
+  size_t operator[](Pool p) const { return bytes[int(p)]; }
+};
+PoolBytes pool_peaks();
+PoolBytes pool_in_use();
+void reset_pool_peaks();
+
+/// Allocates `bytes` of 64-byte-aligned host memory charged to `pool` (device/host/pinned on the
+/// CPU backend). Pages are touched in parallel so that first-touch page faults happen here, once,
+/// and not inside the first timed kernel. Throws zt::Error on failure.
+void* pool_alloc(Pool pool, size_t bytes);
+void pool_free(Pool pool, void* ptr, size_t bytes);
+
+/// An owning, typed, 64-byte-aligned array charged to a pool. Movable, not copyable.
+template <typename T>
+class PoolArray {
+ public:
+  PoolArray() = default;
+  PoolArray(Pool pool, size_t count)
+      : pool_(pool), count_(count),
+        data_(count ? static_cast<T*>(pool_alloc(pool, count * sizeof(T))) : nullptr) {}
+  ~PoolArray() { reset(); }
+  PoolArray(PoolArray&& o) noexcept { *this = std::move(o); }
+  PoolArray& operator=(PoolArray&& o) noexcept {
+    if (this != &o) {
+      reset();
+      pool_ = o.pool_;
+      count_ = o.count_;
+      data_ = o.data_;
+      o.data_ = nullptr;
+      o.count_ = 0;
+    }
+    return *this;
+  }
+  PoolArray(const PoolArray&) = delete;
+  PoolArray& operator=(const PoolArray&) = delete;
+
+  void reset() {
+    if (data_) pool_free(pool_, data_, count_ * sizeof(T));
+    data_ = nullptr;
+    count_ = 0;
+  }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+  Pool pool() const { return pool_; }
+
+ private:
+  Pool pool_ = Pool::kHost;
+  size_t count_ = 0;
+  T* data_ = nullptr;
+};
+
+}  // namespace zt

@@ -1,0 +1,142 @@
+#include "data/token_shard.h"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace zt {
+
+std::vector<std::string> expand_glob(const std::string& pattern) {
+  glob_t g{};
+  int rc = glob(pattern.c_str(), GLOB_ERR, nullptr, &g);
+  std::vector<std::string> files;
+  if (rc == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+  }
+  globfree(&g);
+  ZT_USAGE_CHECK(rc != GLOB_NOMATCH && !files.empty(), pattern, ": no file matches");
+  ZT_USAGE_CHECK(rc == 0, pattern, ": cannot read the directory");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+void write_token_shard(const std::string& path, const uint16_t* tokens, size_t count) {
+  ZT_CHECK(count <= size_t(INT32_MAX), "a shard holds at most 2^31-1 tokens, got ", count);
+  int32_t header[kShardHeaderInts] = {};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = int32_t(count);
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ZT_CHECK_ERRNO(fd, tmp);
+  auto write_all = [&](const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      ssize_t n = ::write(fd, p, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        int saved = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw Error(cat(tmp, ": write failed: ", std::strerror(saved)));
+      }
+      p += n;
+      bytes -= size_t(n);
+    }
+  };
+  write_all(header, sizeof(header));
+  write_all(tokens, count * sizeof(uint16_t));
+  ZT_CHECK_ERRNO(::fsync(fd), tmp);
+  ZT_CHECK_ERRNO(::close(fd), tmp);
+  ZT_CHECK_ERRNO(::rename(tmp.c_str(), path.c_str()), tmp, " -> ", path);
+}
+
+TokenShard::TokenShard(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ZT_USAGE_CHECK(fd >= 0, path, ": cannot open token shard: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw UsageError(cat(path, ": cannot stat: ", std::strerror(errno)));
+  }
+  size_t bytes = size_t(st.st_size);
+  if (bytes < kShardHeaderBytes) {
+    ::close(fd);
+    throw UsageError(cat(path, ": not a token shard: ", bytes, " bytes is shorter than the 1024-byte header"));
+  }
+  map_ = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  ZT_USAGE_CHECK(map_ != MAP_FAILED, path, ": mmap failed: ", std::strerror(errno));
+  map_bytes_ = bytes;
+  const auto* header = static_cast<const int32_t*>(map_);
+  auto fail = [&](const std::string& what) {
+    ::munmap(map_, map_bytes_);
+    map_ = nullptr;
+    throw UsageError(cat(path, ": ", what));
+  };
+  if (header[0] != kShardMagic) fail(cat("bad magic ", header[0], " (expected ", kShardMagic, "): not an llm.c token shard"));
+  if (header[1] != kShardVersion) fail(cat("unsupported shard version ", header[1], " (expected ", kShardVersion, ")"));
+  if (header[2] < 0) fail(cat("negative token count ", header[2]));
+  count_ = size_t(header[2]);
+  size_t expected = kShardHeaderBytes + count_ * sizeof(uint16_t);
+  if (bytes != expected) {
+    fail(cat("the header promises ", count_, " tokens (", expected, " bytes) but the file has ", bytes,
+             " bytes: truncated or corrupt"));
+  }
+  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kShardHeaderBytes);
+}
+
+TokenShard::TokenShard(TokenShard&& o) noexcept
+    : path_(std::move(o.path_)), map_(o.map_), map_bytes_(o.map_bytes_), tokens_(o.tokens_), count_(o.count_) {
+  o.map_ = nullptr;
+  o.tokens_ = nullptr;
+}
+
+TokenShard::~TokenShard() {
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+TokenDataset::TokenDataset(const std::string& pattern, int vocab_size) : pattern_(pattern) {
+  for (const auto& file : expand_glob(pattern)) {
+    TokenShard shard(file);
+    // Check every token once, here, so a bad id can never reach an embedding lookup.
+    const uint16_t* t = shard.tokens();
+    const size_t n = shard.size();
+    size_t first_bad = SIZE_MAX;
+#pragma omp parallel for reduction(min : first_bad) schedule(static)
+    for (size_t i = 0; i < n; ++i) {
+      if (t[i] >= vocab_size && i < first_bad) first_bad = i;
+    }
+    if (first_bad != SIZE_MAX) {
+      throw UsageError(cat(file, ": token ", t[first_bad], " at position ", first_bad, " is >= vocab_size ",
+                           vocab_size));
+    }
+    starts_.push_back(total_);
+    total_ += n;
+    shards_.push_back(std::move(shard));
+  }
+}
+
+void TokenDataset::read(size_t offset, size_t count, int32_t* out) const {
+  ZT_CHECK(offset + count <= total_, "read past the end of ", pattern_);
+  size_t s = size_t(std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin()) - 1;
+  while (count > 0) {
+    size_t local = offset - starts_[s];
+    size_t take = std::min(count, shards_[s].size() - local);
+    const uint16_t* src = shards_[s].tokens() + local;
+    for (size_t i = 0; i < take; ++i) out[i] = src[i];
+    out += take;
+    offset += take;
+    count -= take;
+    ++s;
+  }
+}
+
+}  // namespace zt

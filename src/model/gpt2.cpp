@@ -1,0 +1,206 @@
+#include "model/gpt2.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace zt {
+
+template <typename T>
+Gpt2Model<T>::Gpt2Model(const Gpt2Layout& layout, Backend& backend, KernelOps<T>& ops, int max_batch,
+                        int max_seq_len, bool activation_checkpointing)
+    : layout_(layout), ops_(ops), max_batch_(max_batch), max_seq_len_(max_seq_len),
+      checkpointing_(activation_checkpointing) {
+  const auto& cfg = layout.config();
+  ZT_USAGE_CHECK(max_seq_len <= cfg.n_positions, "block_size ", max_seq_len, " exceeds n_positions ",
+                 cfg.n_positions);
+  const size_t BT = size_t(max_batch) * max_seq_len, C = cfg.n_embd, V = cfg.vocab_size;
+  const size_t att = size_t(max_batch) * cfg.n_head * max_seq_len * max_seq_len;
+  // ln1, qkv, atty, res2, ln2: 7C per row; fch, fch_gelu: 8C; four mean/rstd rows; att probs.
+  per_block_elems_ = BT * (C + 3 * C + C + C + C + 4 * C + 4 * C) + 4 * BT + att;
+  const int stored_blocks = checkpointing_ ? 1 : cfg.n_layer;
+  block_inputs_ = DeviceArray<T>(backend, size_t(cfg.n_layer + 1) * BT * C);
+  acts_ = DeviceArray<T>(backend, size_t(stored_blocks) * per_block_elems_);
+  lnf_ = DeviceArray<T>(backend, BT * C);
+  lnf_mean_ = DeviceArray<T>(backend, BT);
+  lnf_rstd_ = DeviceArray<T>(backend, BT);
+  logits_ = DeviceArray<T>(backend, BT * V);
+  losses_ = DeviceArray<T>(backend, BT);
+  dres_ = DeviceArray<T>(backend, BT * C);
+  dln_ = DeviceArray<T>(backend, BT * C);
+  dqkv_ = DeviceArray<T>(backend, BT * 3 * C);
+  datty_ = DeviceArray<T>(backend, BT * C);
+  dfch_ = DeviceArray<T>(backend, BT * 4 * C);
+  dfch_gelu_ = DeviceArray<T>(backend, BT * 4 * C);
+}
+
+template <typename T>
+size_t Gpt2Model<T>::activation_bytes() const {
+  size_t total = 0;
+  for (const auto* a : {&block_inputs_, &acts_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &dres_, &dln_,
+                        &dqkv_, &datty_, &dfch_, &dfch_gelu_}) {
+    total += a->bytes();
+  }
+  return total;
+}
+
+template <typename T>
+double Gpt2Model<T>::flops_per_token_forward(int seq_len) const {
+  const auto& cfg = layout_.config();
+  const double C = cfg.n_embd, L = cfg.n_layer, V = cfg.vocab_size;
+  // Matmuls: qkv 3C^2, proj C^2, fc 4C^2, fc_proj 4C^2 per block, lm_head V C; 2 FLOPs per MAC.
+  // Attention: QK^T and att @ V over on average T/2 keys (causal), 2 FLOPs per MAC each.
+  return 2.0 * (L * 12.0 * C * C + V * C) + L * 2.0 * 2.0 * C * (seq_len / 2.0);
+}
+
+template <typename T>
+typename Gpt2Model<T>::BlockActs Gpt2Model<T>::block_acts(int layer) {
+  const auto& cfg = layout_.config();
+  const size_t BT = size_t(batch_) * seq_, C = cfg.n_embd;
+  // Slices are laid out for the current (B, T), inside a slot sized for the maximum.
+  T* p = acts_.data() + size_t(checkpointing_ ? 0 : layer) * per_block_elems_;
+  BlockActs a{};
+  auto take = [&](size_t n) {
+    T* out = p;
+    p += n;
+    return out;
+  };
+  a.ln1 = take(BT * C);
+  a.ln1_mean = take(BT);
+  a.ln1_rstd = take(BT);
+  a.qkv = take(BT * 3 * C);
+  a.att = take(size_t(batch_) * cfg.n_head * seq_ * seq_);
+  a.atty = take(BT * C);
+  a.res2 = take(BT * C);
+  a.ln2 = take(BT * C);
+  a.ln2_mean = take(BT);
+  a.ln2_rstd = take(BT);
+  a.fch = take(BT * 4 * C);
+  a.fch_gelu = take(BT * 4 * C);
+  return a;
+}
+
+template <typename T>
+void Gpt2Model<T>::block_forward(const T* w, const T* x, T* out, const BlockActs& a, int B, int T_) {
+  const auto& cfg = layout_.config();
+  const BlockOffsets& o = layout_.block();
+  const int BT = B * T_, C = cfg.n_embd;
+  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w + o.ln1_w, w + o.ln1_b, BT, C, cfg.layer_norm_epsilon);
+  ops_.matmul_forward(a.qkv, a.ln1, w + o.attn_w, w + o.attn_b, BT, C, 3 * C);
+  ops_.attention_forward(a.atty, a.att, a.qkv, B, T_, C, cfg.n_head);
+  ops_.matmul_forward(a.res2, a.atty, w + o.attn_proj_w, w + o.attn_proj_b, BT, C, C);
+  ops_.accumulate(a.res2, x, size_t(BT) * C);  // residual: res2 = x + proj(attn)
+  ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w + o.ln2_w, w + o.ln2_b, BT, C,
+                         cfg.layer_norm_epsilon);
+  ops_.matmul_forward(a.fch, a.ln2, w + o.fc_w, w + o.fc_b, BT, C, 4 * C);
+  ops_.gelu_forward(a.fch_gelu, a.fch, size_t(BT) * 4 * C);
+  ops_.matmul_forward(out, a.fch_gelu, w + o.fc_proj_w, w + o.fc_proj_b, BT, 4 * C, C);
+  ops_.accumulate(out, a.res2, size_t(BT) * C);  // residual: out = res2 + mlp
+}
+
+// dres holds d(block output) on entry and d(block input) on return.
+template <typename T>
+void Gpt2Model<T>::block_backward(const T* w, T* g, const T* x, const BlockActs& a, T* dres, int B, int T_) {
+  const auto& cfg = layout_.config();
+  const BlockOffsets& o = layout_.block();
+  const int BT = B * T_, C = cfg.n_embd;
+  ops_.matmul_backward(dfch_gelu_.data(), g + o.fc_proj_w, g + o.fc_proj_b, dres, a.fch_gelu, w + o.fc_proj_w, BT,
+                       4 * C, C);
+  ops_.gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), size_t(BT) * 4 * C);
+  ops_.matmul_backward(dln_.data(), g + o.fc_w, g + o.fc_b, dfch_.data(), a.ln2, w + o.fc_w, BT, C, 4 * C);
+  // The residual passes dres through; layernorm adds its part (dx +=), giving d(res2).
+  ops_.layernorm_backward(dres, g + o.ln2_w, g + o.ln2_b, dln_.data(), a.res2, w + o.ln2_w, a.ln2_mean,
+                          a.ln2_rstd, BT, C);
+  ops_.matmul_backward(datty_.data(), g + o.attn_proj_w, g + o.attn_proj_b, dres, a.atty, w + o.attn_proj_w, BT,
+                       C, C);
+  ops_.attention_backward(dqkv_.data(), datty_.data(), a.qkv, a.att, B, T_, C, cfg.n_head);
+  ops_.matmul_backward(dln_.data(), g + o.attn_w, g + o.attn_b, dqkv_.data(), a.ln1, w + o.attn_w, BT, C, 3 * C);
+  ops_.layernorm_backward(dres, g + o.ln1_w, g + o.ln1_b, dln_.data(), x, w + o.ln1_w, a.ln1_mean, a.ln1_rstd,
+                          BT, C);
+}
+
+template <typename T>
+double Gpt2Model<T>::forward(ParamSource<T>& params, const int32_t* inputs, const int32_t* targets, int B,
+                             int T_) {
+  const auto& cfg = layout_.config();
+  ZT_CHECK(B >= 1 && B <= max_batch_ && T_ >= 1 && T_ <= max_seq_len_, "batch ", B, "x", T_,
+           " exceeds the allocated ", max_batch_, "x", max_seq_len_);
+  batch_ = B;
+  seq_ = T_;
+  const size_t BT = size_t(B) * T_, C = cfg.n_embd;
+  inputs_.assign(inputs, inputs + BT);
+  targets_.assign(targets, targets + BT);
+
+  const T* emb = params.acquire_weights(layout_.embedding_unit());
+  ops_.embedding_forward(block_inputs_.data(), inputs, emb, emb + layout_.wpe_offset(), B, T_, cfg.n_embd);
+  params.release_weights(layout_.embedding_unit());
+
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const T* w = params.acquire_weights(layout_.block_unit(l));
+    block_forward(w, block_inputs_.data() + l * BT * C, block_inputs_.data() + (l + 1) * BT * C, block_acts(l), B,
+                  T_);
+    params.release_weights(layout_.block_unit(l));
+  }
+
+  const T* wf = params.acquire_weights(layout_.final_norm_unit());
+  ops_.layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), block_inputs_.data() + cfg.n_layer * BT * C,
+                         wf, wf + layout_.lnf_bias_offset(), int(BT), cfg.n_embd, cfg.layer_norm_epsilon);
+  params.release_weights(layout_.final_norm_unit());
+
+  emb = params.acquire_weights(layout_.embedding_unit());
+  ops_.matmul_nt_forward(logits_.data(), lnf_.data(), emb, int(BT), cfg.n_embd, cfg.vocab_size);
+  params.release_weights(layout_.embedding_unit());
+  double total = ops_.softmax_xent_forward(logits_.data(), losses_.data(), targets, int(BT), cfg.vocab_size);
+  loss_count_ = 0;
+  for (size_t i = 0; i < BT; ++i) loss_count_ += targets[i] >= 0 ? 1 : 0;
+  return loss_count_ > 0 ? total / loss_count_ : 0.0;
+}
+
+template <typename T>
+void Gpt2Model<T>::backward(ParamSource<T>& params, double dloss_scale) {
+  ZT_CHECK(batch_ > 0, "backward without forward");
+  const auto& cfg = layout_.config();
+  const int B = batch_, T_ = seq_, BT = B * T_, C = cfg.n_embd;
+  const size_t BTC = size_t(BT) * C;
+  const int emb_unit = layout_.embedding_unit(), final_unit = layout_.final_norm_unit();
+
+  // lm_head (tied): the embedding unit's gradients start here and finish at the embedding.
+  ops_.softmax_xent_backward(logits_.data(), targets_.data(), BT, cfg.vocab_size,
+                             loss_count_ > 0 ? dloss_scale / loss_count_ : 0.0);
+  T* g_emb = params.grad_accumulator(emb_unit);
+  const T* emb = params.acquire_weights(emb_unit);
+  ops_.matmul_nt_backward(dln_.data(), g_emb, logits_.data(), lnf_.data(), emb, BT, C, cfg.vocab_size);
+  params.release_weights(emb_unit);
+
+  const T* wf = params.acquire_weights(final_unit);
+  T* gf = params.grad_accumulator(final_unit);
+  std::memset(dres_.data(), 0, BTC * sizeof(T));
+  ops_.layernorm_backward(dres_.data(), gf, gf + layout_.lnf_bias_offset(), dln_.data(),
+                          block_inputs_.data() + cfg.n_layer * BTC, wf, lnf_mean_.data(), lnf_rstd_.data(), BT, C);
+  params.release_weights(final_unit);
+  params.grads_done(final_unit);
+
+  for (int l = cfg.n_layer - 1; l >= 0; --l) {
+    const int unit = layout_.block_unit(l);
+    const T* w = params.acquire_weights(unit);
+    T* g = params.grad_accumulator(unit);
+    const T* x = block_inputs_.data() + l * BTC;
+    BlockActs a = block_acts(l);
+    if (checkpointing_) {
+      // Recompute this block's activations from its saved input; the output is not needed
+      // (the next block's input is already saved), so it goes to scratch.
+      block_forward(w, x, dqkv_.data(), a, B, T_);
+    }
+    block_backward(w, g, x, a, dres_.data(), B, T_);
+    params.release_weights(unit);
+    params.grads_done(unit);
+  }
+
+  ops_.embedding_backward(g_emb, g_emb + layout_.wpe_offset(), dres_.data(), inputs_.data(), B, T_, C);
+  params.grads_done(emb_unit);
+}
+
+template class Gpt2Model<float>;
+template class Gpt2Model<double>;
+
+}  // namespace zt

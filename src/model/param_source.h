@@ -1,0 +1,25 @@
+// The hooks between the model and whoever owns the parameters (the ZeRO engine, or a test).
+// The model never touches parameter storage directly: before a unit runs it asks for its weights,
+// and after a unit's backward it hands over the gradients. This is where stage 3 gathers and
+// releases, where 16-bit parameters become fp32 working copies, and where stage 2 starts a
+// reduce-scatter while the rest of backward runs.
+#pragma once
+
+namespace zt {
+
+template <typename T>
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  /// The unit's weights, laid out as in the flat buffer from unit_offset(unit); valid until
+  /// release_weights(unit). Called before every use (forward, recompute, backward).
+  virtual const T* acquire_weights(int unit) = 0;
+  virtual void release_weights(int unit) = 0;
+  /// Where the model adds (+=) this micro-step's gradients of the unit. Called before the unit's
+  /// backward starts; stays valid until grads_done(unit).
+  virtual T* grad_accumulator(int unit) = 0;
+  /// The unit's backward is complete for this micro-step.
+  virtual void grads_done(int unit) = 0;
+};
+
+}  // namespace zt

@@ -1,0 +1,28 @@
+// OUTPUT/metrics.jsonl: one JSON object per line, each with an "event" (start, step, eval, end),
+// written by rank 0 and flushed line by line so a crashed run keeps everything before the crash.
+#pragma once
+
+#include <boost/json.hpp>
+#include <cstdio>
+#include <string>
+
+namespace zt {
+
+class MetricsWriter {
+ public:
+  /// Opens (truncating) `path`; a null writer (empty path) discards everything.
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  /// Writes `fields` with "event": event.
+  void write(const std::string& event, boost::json::object fields);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace zt

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Bad input never crashes and never overwrites: each case gets one clear line naming the file,
+# key or flag, and exit code 2.
+source "$(dirname "$0")/lib.sh"
+
+DATA=$WORK/data
+"$PREPARE" "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" --output_dir "$DATA" --val_fraction 0.1 2>/dev/null
+MODEL=$ZT_SOURCE_DIR/configs/models/gpt2-demo.json
+DS=$ZT_SOURCE_DIR/configs/zero0.json
+# train [--deepspeed FILE] [--block_size N] ...: the defaults below unless given.
+train() {
+  local ds=$DS block=32
+  local args=()
+  while (($#)); do
+    case $1 in
+      --deepspeed) ds=$2; shift 2 ;;
+      --block_size) block=$2; shift 2 ;;
+      *) args+=("$1"); shift ;;
+    esac
+  done
+  "$ZEROTRAIN" --deepspeed "$ds" --config_name "$MODEL" --max_steps 2 --per_device_train_batch_size 2 \
+    --block_size "$block" --disable_tqdm "${args[@]}"
+}
+
+expect_usage_error "missing shards" "$WORK/nothing_\*.bin: no file matches" \
+  train --train_data "$WORK/nothing_*.bin" --output_dir "$WORK/o1"
+head -c 100 "$DATA/train_000000.bin" >"$WORK/short.bin"
+expect_usage_error "short shard" "short.bin: not a token shard" train --train_data "$WORK/short.bin" --output_dir "$WORK/o2"
+head -c 5000 "$DATA/train_000000.bin" >"$WORK/trunc.bin"
+expect_usage_error "truncated shard" "trunc.bin: the header promises .* truncated or corrupt" \
+  train --train_data "$WORK/trunc.bin" --output_dir "$WORK/o3"
+printf 'garbage%.0s' {1..300} >"$WORK/corrupt.bin"
+expect_usage_error "corrupt shard" "corrupt.bin: bad magic" train --train_data "$WORK/corrupt.bin" --output_dir "$WORK/o4"
+sed 's/"vocab_size": 256/"vocab_size": 100/' "$MODEL" >"$WORK/small_vocab.json"
+expect_usage_error "token id >= vocab" "train_000000.bin: token [0-9]+ at position [0-9]+ is >= vocab_size 100" \
+  "$ZEROTRAIN" --deepspeed "$DS" --config_name "$WORK/small_vocab.json" --train_data "$DATA/train_*.bin" \
+  --output_dir "$WORK/o5" --max_steps 1
+printf '{\n  "train_micro_batch_size_per_gpu": 2,\n  "steps_per_print" 5\n}\n' >"$WORK/bad.json"
+expect_usage_error "malformed JSON" "bad.json:3:21: malformed JSON" \
+  train --deepspeed "$WORK/bad.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o6"
+printf '{"zero_optimization": {"stage": 0, "contigous_gradients": true}}' >"$WORK/typo.json"
+expect_usage_error "misspelled key" "typo.json: zero_optimization.contigous_gradients: unknown key; the closest known key is 'zero_optimization.contiguous_gradients'" \
+  train --deepspeed "$WORK/typo.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o7"
+printf '{"gradient_clipping": -1}' >"$WORK/neg.json"
+expect_usage_error "bad value" "neg.json: gradient_clipping: must be >= 0" \
+  train --deepspeed "$WORK/neg.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o8"
+expect_usage_error "unknown flag" "unknown flag --learning_rat; the closest known flag is --learning_rate" \
+  train --learning_rat 1 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9"
+expect_usage_error "missing config" "nope.json: cannot open file" \
+  train --deepspeed "$WORK/nope.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o10"
+expect_usage_error "block_size > n_positions" "block_size 4096 exceeds n_positions" \
+  train --block_size 4096 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o11"
+
+# An existing, non-empty output_dir is left untouched.
+mkdir -p "$WORK/existing"
+echo precious >"$WORK/existing/metrics.jsonl"
+expect_usage_error "existing output_dir" "existing: --output_dir exists and is not empty; pass --overwrite_output_dir" \
+  train --train_data "$DATA/train_*.bin" --output_dir "$WORK/existing"
+if [[ "$(cat "$WORK/existing/metrics.jsonl")" == precious ]]; then pass "output_dir untouched"; else fail "output_dir was overwritten"; fi
+# Nothing was created for the failed runs.
+for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11; do
+  [[ -e "$WORK/$d" ]] && fail "output_dir $d was created by a failed run"
+done
+pass "no output_dir created by a failed run"
+
+expect_usage_error "prepare_data refuses to overwrite" "train_000000.bin: already exists; pass --overwrite" \
+  "$PREPARE" "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" --output_dir "$DATA"
+expect_usage_error "prepare_data missing input" "missing.txt: cannot open file" \
+  "$PREPARE" "$WORK/missing.txt" --output_dir "$WORK/d2"
+finish

@@ -1,0 +1,136 @@
+// Token shards (llm.c format), their validation, and the deterministic distributed sampler.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+
+#include "core/error.h"
+#include "data/byte_tokenizer.h"
+#include "data/sampler.h"
+#include "data/token_shard.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("zt_data_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  std::string path(const std::string& name) { return (dir / name).string(); }
+  std::string error_of(const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+  fs::path dir;
+};
+
+TEST_F(DataTest, RoundTripAcrossShards) {
+  std::vector<uint16_t> a = {1, 2, 3, 4, 5}, b = {6, 7, 8};
+  write_token_shard(path("train_000000.bin"), a.data(), a.size());
+  write_token_shard(path("train_000001.bin"), b.data(), b.size());
+  EXPECT_EQ(fs::file_size(path("train_000000.bin")), 1024u + 10u);
+  TokenDataset data(path("train_*.bin"), 256);
+  EXPECT_EQ(data.size(), 8u);
+  EXPECT_EQ(data.num_shards(), 2u);
+  std::vector<int32_t> out(5);
+  data.read(3, 5, out.data());  // crosses the shard boundary
+  EXPECT_EQ(out, (std::vector<int32_t>{4, 5, 6, 7, 8}));
+}
+
+TEST_F(DataTest, BadShardsAreClearErrors) {
+  std::vector<uint16_t> tokens = {1, 2, 300};
+  write_token_shard(path("big.bin"), tokens.data(), tokens.size());
+  std::string e = error_of([&] { TokenDataset(path("big.bin"), 256); });
+  EXPECT_NE(e.find("big.bin: token 300 at position 2 is >= vocab_size 256"), std::string::npos) << e;
+
+  fs::resize_file(path("big.bin"), 1024 + 4);  // truncated
+  e = error_of([&] { TokenShard s(path("big.bin")); });
+  EXPECT_NE(e.find("truncated or corrupt"), std::string::npos) << e;
+
+  std::ofstream(path("short.bin")) << "tiny";
+  e = error_of([&] { TokenShard s(path("short.bin")); });
+  EXPECT_NE(e.find("short.bin: not a token shard"), std::string::npos) << e;
+
+  std::vector<char> junk(2048, 7);
+  std::ofstream(path("junk.bin"), std::ios::binary).write(junk.data(), junk.size());
+  e = error_of([&] { TokenShard s(path("junk.bin")); });
+  EXPECT_NE(e.find("bad magic"), std::string::npos) << e;
+
+  e = error_of([&] { TokenDataset(path("none_*.bin"), 256); });
+  EXPECT_NE(e.find("no file matches"), std::string::npos) << e;
+}
+
+TEST(Feistel, IsAPermutation) {
+  for (uint64_t n : {1ull, 2ull, 7ull, 1000ull, 4097ull}) {
+    FeistelPermutation p(n, 42);
+    std::set<uint64_t> seen;
+    for (uint64_t i = 0; i < n; ++i) seen.insert(p(i));
+    EXPECT_EQ(seen.size(), n);
+    EXPECT_EQ(*seen.rbegin(), n - 1);
+  }
+  FeistelPermutation a(1000, 1), b(1000, 2);
+  int same = 0;
+  for (uint64_t i = 0; i < 1000; ++i) same += a(i) == b(i);
+  EXPECT_LT(same, 20);  // different seeds, different orders
+}
+
+TEST_F(DataTest, SamplerIsAFunctionOfSeedAndSampleOnly) {
+  std::vector<uint16_t> tokens(1000);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  for (auto& t : tokens) t %= 256;
+  write_token_shard(path("d.bin"), tokens.data(), tokens.size());
+  TokenDataset data(path("d.bin"), 256);
+  DistributedSampler s1(data, 10, 7), s2(data, 10, 7), other(data, 10, 8);
+  EXPECT_EQ(s1.num_windows(), 99u);
+  // One epoch visits every window once.
+  std::set<uint64_t> epoch;
+  for (uint64_t g = 0; g < 99; ++g) epoch.insert(s1.window_of(g));
+  EXPECT_EQ(epoch.size(), 99u);
+  // A global batch of 8 split as 1 rank x 8, or 2 ranks x 4, or 4 micro-steps x 2: same samples.
+  std::vector<int32_t> whole_in(80), whole_tg(80), part_in(80), part_tg(80);
+  s1.fill(16, 8, whole_in.data(), whole_tg.data());
+  for (int r = 0; r < 4; ++r) s2.fill(16 + r * 2, 2, part_in.data() + r * 20, part_tg.data() + r * 20);
+  EXPECT_EQ(whole_in, part_in);
+  EXPECT_EQ(whole_tg, part_tg);
+  // Targets are the inputs shifted by one, from the window [jT, jT + T].
+  uint64_t w = s1.window_of(16);
+  EXPECT_EQ(whole_in[0], int32_t((w * 10) % 256));
+  EXPECT_EQ(whole_tg[0], int32_t((w * 10 + 1) % 256));
+  EXPECT_NE(s1.window_of(0) * 1000 + s1.window_of(1), other.window_of(0) * 1000 + other.window_of(1));
+}
+
+TEST_F(DataTest, EvalWindowsFollowTheFixedDefinition) {
+  std::vector<uint16_t> tokens(101);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  write_token_shard(path("v.bin"), tokens.data(), tokens.size());
+  TokenDataset data(path("v.bin"), 256);
+  EvalWindows all(data, 10, 0), few(data, 10, 3);
+  EXPECT_EQ(all.count(), 10);
+  EXPECT_EQ(few.count(), 3);
+  std::vector<int32_t> in(20), tg(20);
+  all.fill(4, 2, in.data(), tg.data());
+  EXPECT_EQ(in[0], 40);
+  EXPECT_EQ(tg[9], 50);
+  EXPECT_EQ(in[10], 50);
+  std::string e = error_of([&] { EvalWindows(data, 200, 0); });
+  EXPECT_NE(e.find("fewer than one eval window"), std::string::npos) << e;
+}
+
+TEST(ByteTokenizer, MapsBytes) {
+  auto t = byte_tokenize(std::string("A\xff\n", 3));
+  EXPECT_EQ(t, (std::vector<uint16_t>{65, 255, 10}));
+}
+
+}  // namespace
+}  // namespace zt

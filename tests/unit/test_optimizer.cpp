@@ -1,0 +1,276 @@
+// Adam/AdamW, every LR schedule and the loss scaler against values computed independently
+// here, from the formulas in DeepSpeed's documentation and source.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "optim/adam.h"
+#include "optim/loss_scaler.h"
+#include "optim/lr_scheduler.h"
+
+namespace zt {
+namespace {
+
+// Reference Adam in double: PyTorch's documented algorithm (L2 in the gradient for Adam,
+// decoupled decay for AdamW), bias-corrected.
+struct RefAdam {
+  double lr, b1, b2, eps, wd;
+  bool adamw;
+  std::vector<double> m, v;
+  int t = 0;
+  void step(std::vector<double>& w, const std::vector<double>& g) {
+    ++t;
+    for (size_t i = 0; i < w.size(); ++i) {
+      double gi = g[i] + (adamw ? 0.0 : wd * w[i]);
+      if (adamw) w[i] *= 1 - lr * wd;
+      m[i] = b1 * m[i] + (1 - b1) * gi;
+      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+      double mhat = m[i] / (1 - std::pow(b1, t)), vhat = v[i] / (1 - std::pow(b2, t));
+      w[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+    }
+  }
+};
+
+class AdamTest : public ::testing::TestWithParam<std::tuple<bool, DType>> {};
+
+TEST_P(AdamTest, MatchesReference) {
+  const auto [adamw, grad_dtype] = GetParam();
+  auto backend = make_cpu_backend();
+  OptimizerConfig cfg;
+  cfg.lr = 1e-2;
+  cfg.beta1 = 0.8;
+  cfg.beta2 = 0.95;
+  cfg.eps = 1e-6;
+  cfg.weight_decay = 0.1;
+  cfg.adam_w_mode = adamw;
+  Adam adam(cfg);
+  const size_t n = 1000;
+  std::vector<float> master(n), m(n, 0), v(n, 0);
+  std::vector<double> ref_w(n);
+  for (size_t i = 0; i < n; ++i) ref_w[i] = master[i] = std::sin(0.37 * double(i));
+  RefAdam ref{cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, adamw, std::vector<double>(n, 0), std::vector<double>(n, 0)};
+  std::vector<float> grad32(n);
+  std::vector<uint16_t> grad16(n);
+  std::vector<uint16_t> param16(n);
+  for (int step = 0; step < 5; ++step) {
+    std::vector<double> g(n);
+    const double loss_scale = 8.0;  // the kernel unscales: grad_scale = 1 / loss_scale
+    for (size_t i = 0; i < n; ++i) {
+      float scaled = float(std::cos(0.11 * double(i) + step) * loss_scale);
+      if (grad_dtype == DType::kBF16) {
+        grad16[i] = to_bf16(scaled).bits;
+        g[i] = to_float(bf16{grad16[i]}) / loss_scale;
+      } else if (grad_dtype == DType::kF16) {
+        grad16[i] = to_fp16(scaled).bits;
+        g[i] = to_float(fp16{grad16[i]}) / loss_scale;
+      } else {
+        grad32[i] = scaled;
+        g[i] = scaled / loss_scale;
+      }
+    }
+    ref.step(ref_w, g);
+    AdamStepArgs args = adam.begin_step(cfg.lr, cfg.beta1, cfg.beta2, 1.0 / loss_scale);
+    const void* grad = grad_dtype == DType::kF32 ? static_cast<const void*>(grad32.data()) : grad16.data();
+    void* param = grad_dtype == DType::kF32 ? static_cast<void*>(master.data()) : param16.data();
+    backend->optimizer_ops().adam_step(args, master.data(), m.data(), v.data(), grad, grad_dtype, param, grad_dtype, n);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(master[i], ref_w[i], 2e-5) << "element " << i;
+    if (grad_dtype == DType::kBF16) ASSERT_EQ(param16[i], to_bf16(master[i]).bits) << "bf16 param " << i;
+    if (grad_dtype == DType::kF16) ASSERT_EQ(param16[i], to_fp16(master[i]).bits) << "fp16 param " << i;
+  }
+  EXPECT_EQ(adam.step_count(), 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, AdamTest,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(DType::kF32, DType::kBF16, DType::kF16)));
+
+TEST(Adam, NoBiasCorrection) {
+  OptimizerConfig cfg;
+  cfg.bias_correction = false;
+  Adam adam(cfg);
+  AdamStepArgs a = adam.begin_step(1e-3, 0.9, 0.999, 1.0);
+  EXPECT_EQ(a.bias_correction1, 1.0f);
+  EXPECT_EQ(a.bias_correction2, 1.0f);
+  OptimizerConfig with;
+  Adam adam2(with);
+  adam2.begin_step(1e-3, 0.9, 0.999, 1.0);
+  AdamStepArgs b = adam2.begin_step(1e-3, 0.9, 0.999, 1.0);
+  EXPECT_FLOAT_EQ(b.bias_correction1, float(1 - 0.9 * 0.9));
+  EXPECT_FLOAT_EQ(b.bias_correction2, float(1 - 0.999 * 0.999));
+}
+
+TEST(Clipping, Coefficient) {
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0);
+  EXPECT_NEAR(clip_coefficient(4.0, 1.0), 1.0 / (4.0 + 1e-6), 1e-15);
+  EXPECT_EQ(clip_coefficient(100.0, 0.0), 1.0);  // 0 disables
+}
+
+// ---- schedules: lr used by optimizer step k (1-based) is value_at(k - 2) ----
+
+SchedulerConfig warmup(SchedulerConfig::Type type, bool log) {
+  SchedulerConfig c;
+  c.type = type;
+  c.warmup_min_lr = 1e-4;
+  c.warmup_max_lr = 1e-2;
+  c.warmup_num_steps = 10;
+  c.warmup_type_log = log;
+  c.total_num_steps = 30;
+  return c;
+}
+
+TEST(Schedulers, WarmupLRLogAndLinear) {
+  for (bool log : {true, false}) {
+    LrScheduler s(warmup(SchedulerConfig::Type::kWarmupLR, log), 5e-3);
+    EXPECT_DOUBLE_EQ(s.values_at(-1).lr, 1e-4);  // the first step runs at warmup_min_lr
+    for (int it = 0; it < 40; ++it) {
+      double gamma = it < 10 ? (log ? std::log(it + 1.0) / std::log(10.0) : it / 10.0) : 1.0;
+      EXPECT_NEAR(s.values_at(it).lr, 1e-4 + (1e-2 - 1e-4) * gamma, 1e-15) << it;
+    }
+  }
+}
+
+TEST(Schedulers, WarmupLRDefaultsMaxToOptimizerLr) {
+  SchedulerConfig c = warmup(SchedulerConfig::Type::kWarmupLR, false);
+  c.warmup_max_lr.reset();
+  LrScheduler s(c, 5e-3);
+  EXPECT_DOUBLE_EQ(s.values_at(100).lr, 5e-3);
+}
+
+TEST(Schedulers, WarmupDecayLR) {
+  LrScheduler s(warmup(SchedulerConfig::Type::kWarmupDecayLR, false), 0);
+  for (int it = 10; it < 40; ++it) {
+    double gamma = std::max(0.0, (30.0 - it) / 20.0);
+    EXPECT_NEAR(s.values_at(it).lr, 1e-4 + (1e-2 - 1e-4) * gamma, 1e-15) << it;
+  }
+  EXPECT_DOUBLE_EQ(s.values_at(30).lr, 1e-4);
+}
+
+TEST(Schedulers, WarmupCosineLR) {
+  SchedulerConfig c;
+  c.type = SchedulerConfig::Type::kWarmupCosineLR;
+  c.total_num_steps = 50;
+  c.warmup_num_steps = 5;
+  c.warmup_min_ratio = 0.1;
+  c.cos_min_ratio = 0.01;
+  c.warmup_type_log = false;
+  LrScheduler s(c, 2.0);
+  EXPECT_DOUBLE_EQ(s.values_at(-1).lr, 0.0);
+  for (int it = 0; it < 60; ++it) {
+    double ratio;
+    if (it < 5) {
+      ratio = 0.1 + (it / 5.0) * 0.9;
+    } else {
+      double x = double(it - 5 + 1) / 45.0;
+      ratio = std::max(0.0, 0.01 + 0.99 * (1 + std::cos(M_PI * x)) / 2);
+    }
+    EXPECT_NEAR(s.values_at(it).lr, 2.0 * ratio, 1e-13) << it;
+  }
+}
+
+TEST(Schedulers, OneCycleLrAndMomentum) {
+  SchedulerConfig c;
+  c.type = SchedulerConfig::Type::kOneCycle;
+  c.cycle_min_lr = 1e-4;
+  c.cycle_max_lr = 1e-3;
+  c.cycle_first_step_size = 4;
+  c.cycle_second_step_size = 6;
+  c.decay_step_size = 2;
+  c.decay_lr_rate = 0.5;
+  c.decay_mom_rate = 0.1;
+  LrScheduler s(c, 0);
+  ScheduledValues init = s.values_at(-1);
+  EXPECT_DOUBLE_EQ(init.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(*init.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(*init.beta2, 0.99);
+  for (int it = 0; it < 10; ++it) {
+    double bi = it + 1, x = bi / 10.0 - std::floor(bi / 10.0);
+    double scale = x <= 0.4 ? x / 0.4 : (x - 1) / (0.4 - 1);
+    ScheduledValues v = s.values_at(it);
+    EXPECT_NEAR(v.lr, 1e-4 + 9e-4 * scale, 1e-15) << it;
+    EXPECT_NEAR(*v.beta1, 0.9 - 0.1 * scale, 1e-15) << it;
+  }
+  for (int it = 10; it < 16; ++it) {
+    double interval = (it - 10 + 1) / 2.0;
+    ScheduledValues v = s.values_at(it);
+    EXPECT_NEAR(v.lr, 1e-4 / (1 + 0.5 * interval), 1e-15) << it;
+    EXPECT_NEAR(*v.beta1, 0.9 * (1 + 0.1 * interval), 1e-15) << it;
+  }
+}
+
+TEST(Schedulers, LRRangeTest) {
+  SchedulerConfig c;
+  c.type = SchedulerConfig::Type::kLRRangeTest;
+  c.lr_range_test_min_lr = 1e-5;
+  c.lr_range_test_step_size = 4;
+  c.lr_range_test_step_rate = 2.0;
+  LrScheduler cont(c, 0);
+  c.lr_range_test_staircase = true;
+  LrScheduler stair(c, 0);
+  EXPECT_DOUBLE_EQ(cont.values_at(-1).lr, 1e-5);
+  for (int it = 0; it < 12; ++it) {
+    EXPECT_NEAR(cont.values_at(it).lr, 1e-5 * (1 + 2.0 * (it + 1) / 4.0), 1e-18);
+    EXPECT_NEAR(stair.values_at(it).lr, 1e-5 * (1 + 2.0 * std::floor((it + 1) / 4.0)), 1e-18);
+  }
+}
+
+TEST(Schedulers, StepAdvances) {
+  LrScheduler s(warmup(SchedulerConfig::Type::kWarmupLR, false), 0);
+  EXPECT_DOUBLE_EQ(s.current().lr, s.values_at(-1).lr);
+  s.step();
+  s.step();
+  EXPECT_EQ(s.last_batch_iteration(), 1);
+  EXPECT_DOUBLE_EQ(s.current().lr, s.values_at(1).lr);
+}
+
+// ---- loss scaler: a direct re-statement of DeepSpeed's DynamicLossScaler ----
+
+TEST(LossScaler, DynamicWithHysteresis) {
+  Fp16Config c;
+  c.enabled = true;
+  c.loss_scale = 0;
+  c.initial_scale_power = 4;  // 16
+  c.loss_scale_window = 3;
+  c.hysteresis = 2;
+  c.min_loss_scale = 2;
+  LossScaler s(c);
+  EXPECT_TRUE(s.dynamic());
+  EXPECT_EQ(s.scale(), 16);
+  s.update(true);  // hysteresis absorbs the first overflow
+  EXPECT_EQ(s.scale(), 16);
+  s.update(true);  // the second halves
+  EXPECT_EQ(s.scale(), 8);
+  s.update(false);  // iter 2, last overflow 1: (2-1) % 3 != 0
+  s.update(false);
+  EXPECT_EQ(s.scale(), 8);
+  s.update(false);  // iter 4: (4-1) % 3 == 0 -> double, hysteresis reset
+  EXPECT_EQ(s.scale(), 16);
+  s.update(true);
+  EXPECT_EQ(s.scale(), 16);  // reset hysteresis absorbs again
+  s.update(true);
+  s.update(true);
+  s.update(true);
+  EXPECT_EQ(s.scale(), 2);  // 16 -> 8 -> 4 -> 2, floored at min_loss_scale
+  EXPECT_THROW(s.update(true), Error);  // already at the minimum, as DeepSpeed raises
+}
+
+TEST(LossScaler, StaticAndDisabled) {
+  Fp16Config c;
+  c.enabled = true;
+  c.loss_scale = 128;
+  LossScaler fixed(c);
+  EXPECT_FALSE(fixed.dynamic());
+  fixed.update(true);
+  fixed.update(false);
+  EXPECT_EQ(fixed.scale(), 128);
+  Fp16Config off;
+  LossScaler none(off);
+  EXPECT_EQ(none.scale(), 1);
+}
+
+}  // namespace
+}  // namespace zt
