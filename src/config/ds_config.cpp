@@ -121,7 +121,23 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
 
 SchedulerConfig parse_scheduler(JsonSection s, const AutoValues& autos) {
   SchedulerConfig c;
-  if (!s.present()) return c;
+  if (!s.present()) {
+    // No DeepSpeed scheduler: HF Trainer's own, from --lr_scheduler_type.
+    static const std::vector<std::string> kNames = {"linear", "cosine", "constant", "constant_with_warmup"};
+    const std::string& name = autos.lr_scheduler_type.value;
+    auto it = std::find(kNames.begin(), kNames.end(), name);
+    if (it == kNames.end()) {
+      throw UsageError(cat("--lr_scheduler_type: '", name, "' is not implemented; the closest known is '",
+                           closest_key(name, kNames), "'"));
+    }
+    c.trainer_type = SchedulerConfig::TrainerType(it - kNames.begin());
+    c.warmup_num_steps = autos.warmup_steps.value;
+    c.total_num_steps = autos.max_steps.value;
+    return c;
+  }
+  if (autos.lr_scheduler_type.explicit_flag) {
+    s.fail("type", "the config has a scheduler, so --lr_scheduler_type would be ignored; drop one of them");
+  }
   std::string type;
   if (!s.read("type", type)) s.fail("type", "the scheduler needs a type");
   static const std::vector<std::string> kTypes = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
@@ -192,7 +208,7 @@ SchedulerConfig parse_scheduler(JsonSection s, const AutoValues& autos) {
       p.read("lr_range_test_step_rate", c.lr_range_test_step_rate, 0.0);
       p.read("lr_range_test_staircase", c.lr_range_test_staircase);
       break;
-    case T::kNone: break;
+    case T::kTrainer: break;
   }
   p.finish();
   s.finish();

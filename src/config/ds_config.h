@@ -26,8 +26,14 @@ struct OptimizerConfig {
 };
 
 struct SchedulerConfig {
-  enum class Type { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle, kLRRangeTest };
-  Type type = Type::kNone;
+  /// kTrainer: the config has no scheduler section, so the trainer's --lr_scheduler_type applies,
+  /// as HF Trainer creates its own scheduler then.
+  enum class Type { kTrainer, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle, kLRRangeTest };
+  Type type = Type::kTrainer;
+  // kTrainer: HF's schedules (transformers.get_scheduler) over --warmup_steps and --max_steps.
+  enum class TrainerType { kLinear, kCosine, kConstant, kConstantWithWarmup };
+  /// Constant unless set: the parser sets it from --lr_scheduler_type (HF's default "linear").
+  TrainerType trainer_type = TrainerType::kConstant;
   // WarmupLR / WarmupDecayLR / WarmupCosineLR
   double warmup_min_lr = 0.0;
   std::optional<double> warmup_max_lr;  ///< unset: the optimizer's lr (current DeepSpeed)
@@ -111,6 +117,7 @@ struct AutoValues {
   AutoValue<int64_t> warmup_steps{0};
   AutoValue<int64_t> max_steps{0};
   AutoValue<bool> fp16{false}, bf16{false};
+  AutoValue<std::string> lr_scheduler_type{"linear"};
 };
 
 /// Parses and validates a DeepSpeed config. `source` names the file in messages. Throws

@@ -35,6 +35,7 @@ AutoValues TrainArgs::auto_values(int world_size, int64_t hidden_size) const {
   a.max_steps = {max_steps, given("max_steps")};
   a.fp16 = {fp16, given("fp16")};
   a.bf16 = {bf16, given("bf16")};
+  a.lr_scheduler_type = {lr_scheduler_type, given("lr_scheduler_type")};
   return a;
 }
 
@@ -62,6 +63,8 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     ("gradient_accumulation_steps", po::value(&a.gradient_accumulation_steps), "micro steps per optimizer step (default 1)")
     ("learning_rate", po::value(&a.learning_rate), "peak learning rate (default 5e-5)")
     ("warmup_steps", po::value(&a.warmup_steps), "scheduler warmup steps (default 0)")
+    ("lr_scheduler_type", po::value(&a.lr_scheduler_type),
+     "without a scheduler in the config: linear (default), cosine, constant, constant_with_warmup")
     ("weight_decay", po::value(&a.weight_decay), "weight decay (default 0)")
     ("adam_beta1", po::value(&a.adam_beta1), "Adam beta1 (default 0.9)")
     ("adam_beta2", po::value(&a.adam_beta2), "Adam beta2 (default 0.999)")

@@ -25,6 +25,7 @@ struct TrainArgs {
   int64_t gradient_accumulation_steps = 1;
   double learning_rate = 5e-5;
   int64_t warmup_steps = 0;
+  std::string lr_scheduler_type = "linear";  ///< used when the DeepSpeed config has no scheduler
   double weight_decay = 0.0;
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;

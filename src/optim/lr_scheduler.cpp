@@ -13,12 +13,30 @@ double LrScheduler::warmup_gamma(int64_t it) const {
   return double(it) / double(warmup_steps_);
 }
 
+// transformers.get_scheduler's lambdas (num_cycles 0.5 for cosine), at scheduler step `step`.
+double LrScheduler::trainer_factor(int64_t step) const {
+  using H = SchedulerConfig::TrainerType;
+  const double s = double(step), warmup = double(c_.warmup_num_steps), total = double(c_.total_num_steps);
+  if (c_.trainer_type == H::kConstant) return 1.0;
+  if (step < c_.warmup_num_steps) return s / std::max(1.0, warmup);
+  switch (c_.trainer_type) {
+    case H::kLinear: return std::max(0.0, (total - s) / std::max(1.0, total - warmup));
+    case H::kCosine: {
+      double progress = (s - warmup) / std::max(1.0, total - warmup);
+      return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * progress)));
+    }
+    default: return 1.0;
+  }
+}
+
 ScheduledValues LrScheduler::values_at(int64_t it) const {
   using T = SchedulerConfig::Type;
   ScheduledValues v;
   switch (c_.type) {
-    case T::kNone:
-      v.lr = base_lr_;
+    case T::kTrainer:
+      // HF's LambdaLR is stepped after every optimizer step from step 0, so the optimizer step
+      // that follows last_batch_iteration = it runs at factor(it + 1).
+      v.lr = base_lr_ * trainer_factor(it + 1);
       break;
     case T::kWarmupLR:
     case T::kWarmupDecayLR: {

@@ -36,6 +36,7 @@ class LrScheduler {
 
  private:
   double warmup_gamma(int64_t it) const;
+  double trainer_factor(int64_t step) const;
   SchedulerConfig c_;
   double base_lr_;
   int64_t warmup_steps_;  // max(2, warmup_num_steps), as DeepSpeed

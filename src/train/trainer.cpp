@@ -172,6 +172,7 @@ int run_trainer(const TrainArgs& args) {
                                {"skipped", outcome.skipped},
                                {"step_ms", step_ms},
                                {"tokens_per_s", tokens_per_s},
+                               {"data_position", position.next_sample},
                                {"gflops", gflops},
                                {"pool_peak_bytes", pool_json(pool_peaks())}};
       if (ds.wall_clock_breakdown) {

@@ -211,3 +211,25 @@ TEST(TrainArgs, FlagsAndErrors) {
 
 }  // namespace
 }  // namespace zt
+
+namespace zt {
+namespace {
+
+TEST(DsConfig, TrainerSchedulerWhenTheConfigHasNone) {
+  AutoValues a;
+  a.lr_scheduler_type = {"cosine", true};
+  a.warmup_steps = {5, true};
+  a.max_steps = {50, true};
+  DsConfig c = parse("{}", a);
+  EXPECT_EQ(c.scheduler.type, SchedulerConfig::Type::kTrainer);
+  EXPECT_EQ(c.scheduler.trainer_type, SchedulerConfig::TrainerType::kCosine);
+  EXPECT_EQ(c.scheduler.total_num_steps, 50);
+  a.lr_scheduler_type = {"polynomial", true};
+  EXPECT_NE(error_of("{}", a).find("--lr_scheduler_type: 'polynomial' is not implemented"), std::string::npos);
+  a.lr_scheduler_type = {"linear", true};
+  EXPECT_NE(error_of(R"({"scheduler": {"type": "WarmupLR"}})", a).find("--lr_scheduler_type would be ignored"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace zt

@@ -77,11 +77,15 @@ TEST(DtypeBulk, VectorPathsMatchScalar) {
   std::vector<float> back(n);
   convert(b.data(), back.data(), n);
   for (size_t i = 0; i < n; ++i) {
-    if (!std::isnan(src[i])) ASSERT_EQ(back[i], to_float(b[i])) << i;
+    if (!std::isnan(src[i])) {
+      ASSERT_EQ(back[i], to_float(b[i])) << i;
+    }
   }
   convert(h.data(), back.data(), n);
   for (size_t i = 0; i < n; ++i) {
-    if (!std::isnan(src[i])) ASSERT_EQ(back[i], to_float(h[i])) << i;
+    if (!std::isnan(src[i])) {
+      ASSERT_EQ(back[i], to_float(h[i])) << i;
+    }
   }
 }
 

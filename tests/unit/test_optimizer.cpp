@@ -79,8 +79,12 @@ TEST_P(AdamTest, MatchesReference) {
   }
   for (size_t i = 0; i < n; ++i) {
     ASSERT_NEAR(master[i], ref_w[i], 2e-5) << "element " << i;
-    if (grad_dtype == DType::kBF16) ASSERT_EQ(param16[i], to_bf16(master[i]).bits) << "bf16 param " << i;
-    if (grad_dtype == DType::kF16) ASSERT_EQ(param16[i], to_fp16(master[i]).bits) << "fp16 param " << i;
+    if (grad_dtype == DType::kBF16) {
+      ASSERT_EQ(param16[i], to_bf16(master[i]).bits) << "bf16 param " << i;
+    }
+    if (grad_dtype == DType::kF16) {
+      ASSERT_EQ(param16[i], to_fp16(master[i]).bits) << "fp16 param " << i;
+    }
   }
   EXPECT_EQ(adam.step_count(), 5);
 }
@@ -270,6 +274,35 @@ TEST(LossScaler, StaticAndDisabled) {
   Fp16Config off;
   LossScaler none(off);
   EXPECT_EQ(none.scale(), 1);
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// Without a scheduler in the config, HF Trainer's schedule applies: the k-th optimizer step
+// (k = 1, 2, ...) runs at lr * lambda(k - 1), lambda from transformers.get_scheduler.
+TEST(Schedulers, TrainerSchedulesFollowHf) {
+  SchedulerConfig c;
+  c.warmup_num_steps = 4;
+  c.total_num_steps = 20;
+  for (auto type : {SchedulerConfig::TrainerType::kLinear, SchedulerConfig::TrainerType::kCosine,
+                    SchedulerConfig::TrainerType::kConstant, SchedulerConfig::TrainerType::kConstantWithWarmup}) {
+    c.trainer_type = type;
+    LrScheduler s(c, 0.5);
+    for (int k = 1; k <= 22; ++k) {
+      double step = k - 1, lambda;
+      if (type == SchedulerConfig::TrainerType::kConstant) lambda = 1;
+      else if (step < 4) lambda = step / 4;
+      else if (type == SchedulerConfig::TrainerType::kLinear) lambda = std::max(0.0, (20 - step) / 16);
+      else if (type == SchedulerConfig::TrainerType::kCosine) lambda = std::max(0.0, 0.5 * (1 + std::cos(M_PI * (step - 4) / 16)));
+      else lambda = 1;
+      EXPECT_NEAR(s.current().lr, 0.5 * lambda, 1e-15) << "type " << int(type) << " step " << k;
+      s.step();
+    }
+  }
 }
 
 }  // namespace
