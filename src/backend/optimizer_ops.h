@@ -33,8 +33,8 @@ class OptimizerOps {
   /// Sum of squares of n gradient values, in double; NaN or inf in the data gives a non-finite result.
   virtual double sum_squares(const void* data, DType dtype, size_t n) = 0;
 
-  /// acc[i] = round(acc[i] + x[i]) in acc's dtype (x is fp32): gradient accumulation into 16-bit.
-  virtual void accumulate_into(void* acc, DType acc_dtype, const float* x, size_t n) = 0;
+  /// acc[i] = round(acc[i] + x[i]) in acc's dtype: gradient accumulation (16-bit or fp32, either side).
+  virtual void accumulate_into(void* acc, DType acc_dtype, const void* x, DType x_dtype, size_t n) = 0;
 
   /// Sets n elements to zero.
   virtual void zero(void* data, DType dtype, size_t n) = 0;

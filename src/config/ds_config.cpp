@@ -235,10 +235,6 @@ Fp16Config parse_fp16(JsonSection s, const AutoValues& autos) {
 ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   ZeroConfig z;
   s.read("stage", z.stage, 0, 3);
-  if (z.stage != 0) {
-    s.fail("stage", cat("ZeRO stage ", z.stage,
-                        " is not implemented yet: this build trains with stage 0 on one rank"));
-  }
   s.read("contiguous_gradients", z.contiguous_gradients);
   s.read("overlap_comm", z.overlap_comm);
   s.read("reduce_scatter", z.reduce_scatter);
@@ -246,6 +242,16 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   int64_t hidden_sq = autos.hidden_size * autos.hidden_size;
   read_bucket(s, "reduce_bucket_size", z.reduce_bucket_size, hidden_sq);
   read_bucket(s, "allgather_bucket_size", z.allgather_bucket_size, hidden_sq);
+  // Stage 3 limits; "auto" as HF Trainer fills them: 0.9 h^2 for prefetch, 10 h for persistence.
+  s.read("stage3_max_live_parameters", z.stage3_max_live_parameters, 1);
+  s.read("stage3_max_reuse_distance", z.stage3_max_reuse_distance, 0);
+  read_bucket(s, "stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, int64_t(0.9 * double(hidden_sq)));
+  if (s.is_auto("stage3_param_persistence_threshold")) {
+    s.mark_read("stage3_param_persistence_threshold");
+    z.stage3_param_persistence_threshold = 10 * autos.hidden_size;
+  } else {
+    s.read("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0);
+  }
   // The offload blocks are accepted only when they say "none".
   for (const char* key : {"offload_optimizer", "offload_param"}) {
     JsonSection off = s.child(key);
@@ -270,12 +276,12 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
     off.read("pipeline_write", flag);
     off.finish();
   }
-  s.not_implemented({"stage3_max_live_parameters", "stage3_max_reuse_distance",
-                     "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
-                     "stage3_model_persistence_threshold", "stage3_gather_16bit_weights_on_model_save",
-                     "stage3_gather_fp16_weights_on_model_save", "sub_group_size",
-                     "round_robin_gradients", "elastic_checkpoint", "load_from_fp32_weights"},
-                    "it arrives with the ZeRO stage 1-3 engine");
+  s.not_implemented({"stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
+                     "elastic_checkpoint", "load_from_fp32_weights"},
+                    "it arrives with checkpoints");
+  s.not_implemented({"sub_group_size"}, "it arrives with NVMe offload");
+  s.not_implemented({"stage3_model_persistence_threshold", "round_robin_gradients"},
+                    "no equivalent in zerotrain's flat-buffer engine");
   s.not_implemented({"cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory"},
                     "deprecated in DeepSpeed; use offload_optimizer / offload_param");
   s.not_implemented({"zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
@@ -392,9 +398,11 @@ DsConfig parse_ds_config(const boost::json::value& json, const std::string& sour
       top.fail("communication_data_type", e.what());
     }
   }
-  top.not_implemented({"prescale_gradients", "gradient_predivide_factor", "sparse_gradients",
-                       "fp32_allreduce", "disable_allgather", "seq_parallel_communication_data_type"},
-                      "arrives with multi-rank ZeRO");
+  top.not_implemented({"prescale_gradients", "gradient_predivide_factor"},
+                      "zerotrain sums gradients and divides by the world size after reducing (DeepSpeed's default)");
+  top.not_implemented({"sparse_gradients", "fp32_allreduce", "disable_allgather",
+                       "seq_parallel_communication_data_type"},
+                      "use communication_data_type / allgather_partitions");
   top.not_implemented({"checkpoint"}, "arrives with HDF5 checkpoints");
   top.not_implemented({"aio"}, "arrives with NVMe offload");
   top.not_implemented({"amp"}, "use fp16 or bf16");

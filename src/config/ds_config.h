@@ -75,6 +75,10 @@ struct ZeroConfig {
   bool allgather_partitions = true;
   int64_t reduce_bucket_size = 500'000'000;
   int64_t allgather_bucket_size = 500'000'000;
+  int64_t stage3_max_live_parameters = 1'000'000'000;
+  int64_t stage3_max_reuse_distance = 1'000'000'000;
+  int64_t stage3_prefetch_bucket_size = 50'000'000;
+  int64_t stage3_param_persistence_threshold = 100'000;
 };
 
 struct DsConfig {

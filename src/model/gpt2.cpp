@@ -198,6 +198,7 @@ void Gpt2Model<T>::backward(ParamSource<T>& params, double dloss_scale) {
 
   ops_.embedding_backward(g_emb, g_emb + layout_.wpe_offset(), dres_.data(), inputs_.data(), B, T_, C);
   params.grads_done(emb_unit);
+  params.backward_done();
 }
 
 template class Gpt2Model<float>;

@@ -28,6 +28,8 @@ class Gpt2Model {
   /// gradients (accumulated through the ParamSource).
   void backward(ParamSource<T>& params, double dloss_scale);
 
+  /// Positions with a target (>= 0) in the last forward: the mean loss's denominator.
+  int64_t last_prediction_count() const { return int64_t(loss_count_); }
   /// Bytes of activation and scratch memory this model holds.
   size_t activation_bytes() const;
   /// Forward FLOPs per token (matmuls + attention), for the GFLOP/s figure: 6x this per

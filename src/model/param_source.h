@@ -20,6 +20,8 @@ class ParamSource {
   virtual T* grad_accumulator(int unit) = 0;
   /// The unit's backward is complete for this micro-step.
   virtual void grads_done(int unit) = 0;
+  /// The whole backward of this micro-step is complete (every grads_done has been called).
+  virtual void backward_done() {}
 };
 
 }  // namespace zt

@@ -6,7 +6,9 @@
 
 namespace zt {
 
-/// Creates `dir` if needed; throws UsageError if it holds files and `overwrite` is false.
+/// Throws UsageError if `dir` exists and is not a directory, or holds files and `overwrite` is false.
+void check_output_dir_usable(const std::string& dir, bool overwrite);
+/// Checks, then creates `dir` if needed.
 void prepare_output_dir(const std::string& dir, bool overwrite);
 
 }  // namespace zt

@@ -1,11 +1,13 @@
-// The training loop. Read it top to bottom: set-up, then per step the batch, forward, backward,
-// the optimizer step, then logging; evaluation at --eval_steps and at the end.
+// The training loop. Read it top to bottom: set-up (validated on every rank and agreed before
+// anything is written), then per step this rank's slice of the global batch, forward, backward,
+// the ZeRO engine's step, then logging; evaluation at --eval_steps and at the end.
 #include "train/trainer.h"
 
 #include <omp.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -29,24 +31,78 @@ namespace zt {
 
 namespace {
 
-boost::json::object pool_json(const PoolBytes& bytes) {
+// Everything derived from the flags and files, before any state is created.
+struct Setup {
+  ModelConfig model;
+  DsConfig ds;
+  int seq_len = 0;
+  std::optional<TokenDataset> train_data, eval_data;
+};
+
+Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
+  ZT_USAGE_CHECK(args.model_name_or_path.empty(),
+                 "--model_name_or_path: loading pretrained weights is not implemented in this build yet; "
+                 "use --config_name MODEL.json");
+  Setup s;
+  s.model = load_model_config(args.config_name);
+  s.seq_len = args.block_size > 0 ? int(args.block_size) : s.model.n_positions;
+  ZT_USAGE_CHECK(s.seq_len <= s.model.n_positions, "--block_size ", s.seq_len, " exceeds n_positions ",
+                 s.model.n_positions, " of ", args.config_name);
+  s.ds = load_ds_config(args.deepspeed, args.auto_values(world_size, s.model.n_embd));
+  if (args.max_steps > 0) s.train_data.emplace(args.train_data, s.model.vocab_size);
+  if (!args.eval_data.empty()) s.eval_data.emplace(args.eval_data, s.model.vocab_size);
+  if (check_output_dir) check_output_dir_usable(args.output_dir, args.overwrite_output_dir);
+  return s;
+}
+
+// All ranks learn whether any rank failed; the lowest failing rank prints its message.
+bool agree_on_failure(Communicator& comm, const std::string& error) {
+  const double mine = error.empty() ? double(comm.size()) : double(comm.rank());
+  const double first = -comm.all_reduce_max(-mine);  // min over ranks
+  if (first >= comm.size()) return false;
+  if (int(first) == comm.rank()) {
+    log_line(LogLevel::kError, comm.size() > 1 ? cat("rank ", comm.rank(), ": ", error) : error);
+  }
+  return true;
+}
+
+boost::json::object pool_json(const std::vector<double>& bytes) {
   boost::json::object o;
-  for (int p = 0; p < kNumPools; ++p) o[pool_name(Pool(p))] = bytes.bytes[p];
+  for (int p = 0; p < kNumPools; ++p) o[pool_name(Pool(p))] = uint64_t(bytes[size_t(p)]);
   return o;
 }
 
-// The mean loss over every prediction of the eval windows (DESIGN.md's fixed definition).
-double evaluate(Gpt2Model<float>& model, ZeroEngine& engine, const EvalWindows& windows, int batch, int seq_len) {
+std::vector<double> pool_peaks_max_over_ranks(Communicator& comm) {
+  const PoolBytes peaks = pool_peaks();
+  std::vector<double> v(peaks.bytes.begin(), peaks.bytes.end());
+  comm.all_reduce_doubles(v, true);
+  return v;
+}
+
+// The mean loss over every prediction of the eval windows (DESIGN.md's fixed definition). Ranks
+// take turns by batch; every rank runs the same number of forwards (stage 3 gathers are
+// collective), padding with empty ones.
+double evaluate(Gpt2Model<float>& model, ZeroEngine& engine, Communicator& comm, const EvalWindows& windows,
+                int batch, int seq_len) {
   std::vector<int32_t> inputs(size_t(batch) * seq_len), targets(size_t(batch) * seq_len);
-  double total = 0;
-  int64_t predictions = 0;
-  for (int64_t first = 0; first < windows.count(); first += batch) {
-    int n = int(std::min<int64_t>(batch, windows.count() - first));
-    windows.fill(first, n, inputs.data(), targets.data());
-    total += model.forward(engine, inputs.data(), targets.data(), n, seq_len) * double(n) * seq_len;
-    predictions += int64_t(n) * seq_len;
+  const int64_t per_round = int64_t(batch) * comm.size();
+  std::vector<double> sums{0.0, 0.0};  // loss sum, predictions
+  for (int64_t round = 0; round * per_round < windows.count(); ++round) {
+    const int64_t first = round * per_round + int64_t(comm.rank()) * batch;
+    const int n = int(std::clamp<int64_t>(windows.count() - first, 0, batch));
+    if (n > 0) {
+      windows.fill(first, n, inputs.data(), targets.data());
+    } else {
+      std::fill(inputs.begin(), inputs.end(), 0);
+      std::fill(targets.begin(), targets.end(), -1);  // no predictions: contributes nothing
+    }
+    const int rows = std::max(n, 1);
+    const double mean = model.forward(engine, inputs.data(), targets.data(), rows, seq_len);
+    sums[0] += mean * double(model.last_prediction_count());
+    sums[1] += double(model.last_prediction_count());
   }
-  return predictions > 0 ? total / double(predictions) : 0.0;
+  comm.all_reduce_doubles(sums, false);
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
 std::string human_count(double x) {
@@ -58,67 +114,84 @@ std::string human_count(double x) {
   return buf;
 }
 
+// Test hook: ZT_FAULT_RANK=r ZT_FAULT_STEP=k makes rank r throw in the middle of step k, to
+// check that a failure on one rank ends every rank.
+void maybe_inject_fault(int rank, int64_t step) {
+  const char* r = std::getenv("ZT_FAULT_RANK");
+  const char* s = std::getenv("ZT_FAULT_STEP");
+  if (r && s && std::atoi(r) == rank && std::atoll(s) == step) {
+    throw Error(cat("injected fault at step ", step, " (ZT_FAULT_RANK/ZT_FAULT_STEP)"));
+  }
+}
+
 }  // namespace
 
-int run_trainer(const TrainArgs& args) {
-  // ---- configuration: everything is validated before anything is written ----
-  ZT_USAGE_CHECK(args.model_name_or_path.empty(),
-                 "--model_name_or_path: loading pretrained weights is not implemented in this build yet; "
-                 "use --config_name MODEL.json");
-  const ModelConfig model_config = load_model_config(args.config_name);
-  const int world_size = 1;
-  const int seq_len = args.block_size > 0 ? int(args.block_size) : model_config.n_positions;
-  ZT_USAGE_CHECK(seq_len <= model_config.n_positions, "--block_size ", seq_len, " exceeds n_positions ",
-                 model_config.n_positions, " of ", args.config_name);
-  const DsConfig ds = load_ds_config(args.deepspeed, args.auto_values(world_size, model_config.n_embd));
+int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& comm) {
+  const int rank = comm.rank(), world_size = comm.size();
+
+  // ---- configuration: every rank validates; they agree before anything is written ----
+  Setup setup;
+  std::string error;
+  try {
+    setup = load_setup(args, world_size, rank == 0);
+    if (rank == 0) prepare_output_dir(args.output_dir, args.overwrite_output_dir);
+  } catch (const UsageError& e) {
+    error = e.what();
+  }
+  if (agree_on_failure(comm, error)) return 2;
+  const ModelConfig& model_config = setup.model;
+  const DsConfig& ds = setup.ds;
+  const int seq_len = setup.seq_len;
   const int micro_batch = int(ds.train_micro_batch_size_per_gpu);
   const int64_t accumulation = ds.gradient_accumulation_steps;
-
-  std::optional<TokenDataset> train_data, eval_data;
-  if (args.max_steps > 0) train_data.emplace(args.train_data, model_config.vocab_size);
-  if (!args.eval_data.empty()) eval_data.emplace(args.eval_data, model_config.vocab_size);
   std::optional<DistributedSampler> sampler;
-  if (train_data) sampler.emplace(*train_data, seq_len, args.seed);
+  if (setup.train_data) sampler.emplace(*setup.train_data, seq_len, args.seed);
   std::optional<EvalWindows> eval_windows;
-  if (eval_data) eval_windows.emplace(*eval_data, seq_len, args.max_eval_samples);
-
-  prepare_output_dir(args.output_dir, args.overwrite_output_dir);
-  MetricsWriter metrics(args.output_dir + "/metrics.jsonl");
+  if (setup.eval_data) eval_windows.emplace(*setup.eval_data, seq_len, args.max_eval_samples);
+  MetricsWriter metrics(rank == 0 ? args.output_dir + "/metrics.jsonl" : std::string());
 
   // ---- model and engine ----
   std::unique_ptr<Backend> backend = make_cpu_backend();
   const Gpt2Layout layout(model_config);
-  ZeroEngine engine(layout, *backend, ds);
+  ZeroEngine engine(layout, *backend, comm, ds);
   engine.init_params(args.seed);
   const int eval_batch = int(args.per_device_eval_batch_size);
   Gpt2Model<float> model(layout, *backend, backend->ops(), std::max(micro_batch, eval_batch), seq_len,
                          args.gradient_checkpointing);
 
-  const ModelStateBytes states = engine.model_state_bytes();
   log_info("model: GPT-2 ", model_config.n_layer, "L ", model_config.n_embd, "C ", model_config.n_head, "H, ",
            human_count(double(layout.num_params())), " parameters, vocab ", model_config.vocab_size, ", block ",
            seq_len);
-  log_info("backend: ", backend->describe());
-  log_info("training: ", dtype_name(ds.param_dtype()), ", ZeRO stage ", ds.zero.stage, ", world size ", world_size,
-           ", batch ", ds.train_batch_size, " = ", micro_batch, " x ", accumulation, " x ", world_size,
+  log_info("backend: ", backend->describe(), "; ", world_size, " rank(s) on ", place.num_nodes, " node(s)");
+  log_info("training: ", dtype_name(ds.param_dtype()), ", ZeRO stage ", ds.zero.stage, ", batch ",
+           ds.train_batch_size, " = ", micro_batch, " x ", accumulation, " x ", world_size,
            args.gradient_checkpointing ? ", gradient checkpointing" : "");
-  metrics.write("start",
-                {{"world_size", world_size},
-                 {"stage", ds.zero.stage},
-                 {"dtype", dtype_name(ds.param_dtype())},
-                 {"num_params", layout.num_params()},
-                 {"model_state_bytes",
-                  {{"params", states.params}, {"grads", states.grads}, {"master", states.master},
-                   {"exp_avg", states.exp_avg}, {"exp_avg_sq", states.exp_avg_sq}}},
-                 {"buffer_bytes", {{"buckets", 0}, {"gather", 0}, {"prefetch", 0}, {"working", engine.buffer_bytes()}}},
-                 {"activation_bytes", model.activation_bytes()},
-                 {"train_batch_size", ds.train_batch_size},
-                 {"block_size", seq_len},
-                 {"max_steps", args.max_steps}});
+  {
+    // Per-rank bytes, reported as the max over ranks (ranks differ only by padding).
+    const ModelStateBytes st = engine.model_state_bytes();
+    const BufferBytes buf = engine.buffer_bytes();
+    std::vector<double> v{double(st.params), double(st.grads),  double(st.master),       double(st.exp_avg),
+                          double(st.exp_avg_sq), double(buf.buckets), double(buf.working), double(model.activation_bytes())};
+    comm.all_reduce_doubles(v, true);
+    auto u = [&](size_t i) { return uint64_t(v[i]); };
+    metrics.write("start", {{"world_size", world_size},
+                            {"num_nodes", place.num_nodes},
+                            {"stage", ds.zero.stage},
+                            {"dtype", dtype_name(ds.param_dtype())},
+                            {"num_params", layout.num_params()},
+                            {"model_state_bytes",
+                             {{"params", u(0)}, {"grads", u(1)}, {"master", u(2)}, {"exp_avg", u(3)},
+                              {"exp_avg_sq", u(4)}}},
+                            {"buffer_bytes", {{"buckets", u(5)}, {"working", u(6)}, {"gather", 0}}},
+                            {"activation_bytes", u(7)},
+                            {"train_batch_size", ds.train_batch_size},
+                            {"block_size", seq_len},
+                            {"max_steps", args.max_steps}});
+  }
 
   auto run_eval = [&](int64_t step) {
     Stopwatch clock;
-    double eval_loss = evaluate(model, engine, *eval_windows, eval_batch, seq_len);
+    const double eval_loss = evaluate(model, engine, comm, *eval_windows, eval_batch, seq_len);
     metrics.write("eval", {{"step", step}, {"eval_loss", eval_loss}, {"windows", eval_windows->count()},
                            {"seconds", clock.seconds()}});
     return eval_loss;
@@ -127,9 +200,10 @@ int run_trainer(const TrainArgs& args) {
   // ---- the training loop ----
   const int64_t tokens_per_step = ds.train_batch_size * seq_len;
   const double flops_per_step = 3.0 * model.flops_per_token_forward(seq_len) * double(tokens_per_step);
+  const uint64_t rank_samples = uint64_t(micro_batch * accumulation);
   std::vector<int32_t> inputs(size_t(micro_batch) * seq_len), targets(size_t(micro_batch) * seq_len);
   DataPosition position;
-  ProgressLine progress(args.max_steps, !args.disable_tqdm);
+  ProgressLine progress(args.max_steps, !args.disable_tqdm && rank == 0);
   TimerSet timers;
   double last_loss = 0, last_eval = NAN;
   Stopwatch run_clock;
@@ -142,14 +216,16 @@ int run_trainer(const TrainArgs& args) {
     Stopwatch step_clock;
     reset_pool_peaks();
     timers.clear();
-    // This rank's slice of the global batch; micro-step m takes the m-th micro-batch of it.
-    const uint64_t rank_first = position.next_sample;  // rank 0 of 1
+    comm.reset_stats();
+    // This rank's contiguous slice of the global batch; micro-step m takes its m-th micro-batch.
+    const uint64_t rank_first = position.next_sample + uint64_t(rank) * rank_samples;
     double loss_sum = 0;
     for (int64_t micro = 0; micro < accumulation; ++micro) {
       sampler->fill(rank_first + uint64_t(micro * micro_batch), micro_batch, inputs.data(), targets.data());
       timers.start("forward");
       loss_sum += model.forward(engine, inputs.data(), targets.data(), micro_batch, seq_len);
       timers.stop("forward");
+      maybe_inject_fault(rank, step);
       timers.start("backward");
       model.backward(engine, engine.backward_scale());
       timers.stop("backward");
@@ -158,12 +234,13 @@ int run_trainer(const TrainArgs& args) {
     const StepOutcome outcome = engine.step();
     timers.stop("step");
     position.next_sample += uint64_t(ds.train_batch_size);
-    last_loss = loss_sum / double(accumulation);
+    last_loss = comm.all_reduce_sum(loss_sum / double(accumulation)) / double(world_size);
 
     const double step_ms = step_clock.ms();
     const double tokens_per_s = double(tokens_per_step) / (step_ms / 1e3);
     const double gflops = flops_per_step / (step_ms * 1e6);
     if (step % args.logging_steps == 0 || step == args.max_steps) {
+      const CommStats cs = comm.stats();
       boost::json::object line{{"step", step},
                                {"loss", last_loss},
                                {"lr", outcome.lr},
@@ -172,9 +249,13 @@ int run_trainer(const TrainArgs& args) {
                                {"skipped", outcome.skipped},
                                {"step_ms", step_ms},
                                {"tokens_per_s", tokens_per_s},
-                               {"data_position", position.next_sample},
                                {"gflops", gflops},
-                               {"pool_peak_bytes", pool_json(pool_peaks())}};
+                               {"data_position", position.next_sample},
+                               {"pool_peak_bytes", pool_json(pool_peaks_max_over_ranks(comm))},
+                               {"comm_bytes",
+                                {{"all_reduce", cs.all_reduce}, {"reduce_scatter", cs.reduce_scatter},
+                                 {"all_gather", cs.all_gather}, {"broadcast", cs.broadcast}}}};
+      if (engine.stage() == 3) line["live_parameters_peak"] = engine.peak_live_parameters();
       if (ds.wall_clock_breakdown) {
         for (const auto& [name, ms] : timers.totals()) line[name + "_ms"] = ms;
       }
@@ -206,15 +287,14 @@ int run_trainer(const TrainArgs& args) {
     last_eval = run_eval(args.max_steps);
     log_info("eval_loss ", last_eval, " over ", eval_windows->count(), " windows of ", seq_len, " tokens");
   }
-  const PoolBytes peaks_total = pool_peaks();
+  const std::vector<double> peaks = pool_peaks_max_over_ranks(comm);
   metrics.write("end", {{"steps", args.max_steps},
                         {"loss", last_loss},
                         {"seconds", run_clock.seconds()},
-                        {"pool_in_use_bytes", pool_json(pool_in_use())},
-                        {"last_step_pool_peak_bytes", pool_json(peaks_total)}});
+                        {"last_step_pool_peak_bytes", pool_json(peaks)}});
   log_info("done in ", format_duration(run_clock.seconds()), ": final loss ", last_loss,
            std::isnan(last_eval) ? std::string() : cat(", eval_loss ", last_eval));
-  log_info("metrics: ", metrics.path());
+  log_info("metrics: ", args.output_dir, "/metrics.jsonl");
   log_info("outputs: ", args.output_dir);
   return 0;
 }

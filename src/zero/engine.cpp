@@ -1,5 +1,6 @@
 #include "zero/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -7,42 +8,85 @@
 
 namespace zt {
 
-ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, const DsConfig& config)
-    : layout_(layout), backend_(backend), opt_ops_(backend.optimizer_ops()), config_(config),
-      param_dtype_(config.param_dtype()), n_(layout.flat_size()), adam_(config.optimizer),
+ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator& comm, const DsConfig& config)
+    : layout_(layout), backend_(backend), comm_(comm), opt_ops_(backend.optimizer_ops()), config_(config),
+      stage_(config.zero.stage), world_(comm.size()), rank_(comm.rank()), dtype_(config.param_dtype()),
+      comm_dtype_(config.communication_data_type.value_or(config.param_dtype())),
+      partition_(layout.flat_size(), comm.size()), adam_(config.optimizer),
       scheduler_(config.scheduler, config.optimizer.lr), scaler_(config.fp16) {
-  ZT_CHECK(config.zero.stage == 0, "this build implements ZeRO stage 0 only");
-  const size_t elem = dtype_size(param_dtype_);
-  params_ = DeviceArray<unsigned char>(backend, n_ * elem);
-  grads_ = DeviceArray<unsigned char>(backend, n_ * elem);
-  if (param_dtype_ != DType::kF32) master_ = DeviceArray<float>(backend, n_);
-  exp_avg_ = DeviceArray<float>(backend, n_);
-  exp_avg_sq_ = DeviceArray<float>(backend, n_);
-  opt_ops_.zero(grads_.data(), param_dtype_, n_);
-  opt_ops_.zero(exp_avg_.data(), DType::kF32, n_);
-  opt_ops_.zero(exp_avg_sq_.data(), DType::kF32, n_);
-  if (param_dtype_ != DType::kF32) {
-    // One slot for the embedding unit, two for the rest (the current block and the next).
-    size_t other = 0;
-    for (int u = 1; u < layout.num_units(); ++u) other = std::max(other, layout.unit_size(u));
+  const size_t padded = partition_.padded_size, part = partition_.partition_size;
+  opt_begin_ = stage_ == 0 ? 0 : partition_.begin(rank_);
+  opt_count_ = stage_ == 0 ? padded : part;
+  params_base_ = stage_ == 3 ? partition_.begin(rank_) : 0;
+  grads_base_ = stage_ >= 2 ? partition_.begin(rank_) : 0;
+  params_ = DeviceArray<unsigned char>(backend, (stage_ == 3 ? part : padded) * elem());
+  grads_ = DeviceArray<unsigned char>(backend, (stage_ >= 2 ? part : padded) * elem());
+  if (dtype_ != DType::kF32) master_ = DeviceArray<float>(backend, opt_count_);
+  exp_avg_ = DeviceArray<float>(backend, opt_count_);
+  exp_avg_sq_ = DeviceArray<float>(backend, opt_count_);
+  opt_ops_.zero(grads_.data(), dtype_, grads_.size() / elem());
+  opt_ops_.zero(exp_avg_.data(), DType::kF32, opt_count_);
+  opt_ops_.zero(exp_avg_sq_.data(), DType::kF32, opt_count_);
+
+  size_t other = 0;  // the largest unit but the embeddings
+  for (int u = 1; u < layout.num_units(); ++u) other = std::max(other, layout.unit_size(u));
+  if (dtype_ != DType::kF32 && stage_ < 3) {
+    // One slot for the embedding unit (the tied lm_head uses it at both ends), two for the rest.
     weight_slots_.resize(3);
     weight_slots_[0].data = DeviceArray<float>(backend, layout.unit_size(0));
     weight_slots_[1].data = DeviceArray<float>(backend, other);
     weight_slots_[2].data = DeviceArray<float>(backend, other);
+  }
+  if (dtype_ != DType::kF32 || stage_ >= 2) {
     grad_slots_.resize(2);
     grad_slots_[0].data = DeviceArray<float>(backend, layout.unit_size(0));
     grad_slots_[1].data = DeviceArray<float>(backend, other);
   }
+  const size_t bucket = size_t(config.zero.reduce_bucket_size);
+  if (stage_ >= 2) {
+    bucketer_ = std::make_unique<GradBucketer>(backend, comm, partition_, comm_dtype_, bucket,
+                                               config.zero.overlap_comm, config.zero.reduce_scatter, grads_.data(),
+                                               dtype_);
+  } else if (world_ > 1) {
+    // Stage 0/1 reduce at the step in chunks: a send chunk in the communication dtype (when it
+    // differs from the gradients') and, for stage 1, a receive chunk.
+    const size_t chunk = std::min(bucket, padded);
+    const size_t send = comm_dtype_ != dtype_ ? chunk : 0, recv = stage_ == 1 ? std::min(chunk, part) : 0;
+    staging_ = DeviceArray<unsigned char>(backend, (send + recv) * dtype_size(comm_dtype_));
+  }
+  if (stage_ == 3) {
+    gatherer_ = std::make_unique<ParamGatherer>(layout, backend, comm, partition_, dtype_, params_.data(), config.zero);
+  }
+}
+
+float* ZeroEngine::master_at(size_t flat) {
+  // In fp32 the parameters are the master weights; params_ always covers the optimizer's range.
+  if (dtype_ == DType::kF32) return reinterpret_cast<float*>(param_at(flat));
+  return master_.data() + (flat - opt_begin_);
 }
 
 void ZeroEngine::init_params(uint64_t seed) {
-  float* master = param_dtype_ == DType::kF32 ? reinterpret_cast<float*>(params_.data()) : master_.data();
-  init_gpt2_params(layout_, seed, master, 0, n_);
-  if (param_dtype_ != DType::kF32) convert(master, DType::kF32, params_.data(), param_dtype_, n_);
-}
-
-const float* ZeroEngine::master_weights() const {
-  return param_dtype_ == DType::kF32 ? reinterpret_cast<const float*>(params_.data()) : master_.data();
+  // Values for [begin, end) of the padded flat buffer; padding past the model is zero.
+  auto fill = [&](float* out, size_t begin, size_t end) {
+    const size_t model_end = std::min(end, layout_.flat_size());
+    if (model_end > begin) init_gpt2_params(layout_, seed, out, begin, model_end);
+    if (end > std::max(begin, model_end)) {
+      std::memset(out + (std::max(begin, model_end) - begin), 0, (end - std::max(begin, model_end)) * sizeof(float));
+    }
+  };
+  const size_t held = params_.size() / elem();
+  if (dtype_ == DType::kF32) {
+    fill(reinterpret_cast<float*>(params_.data()), params_base_, params_base_ + held);
+    return;
+  }
+  fill(master_.data(), opt_begin_, opt_begin_ + opt_count_);
+  // 16-bit parameters, in chunks so that no full fp32 copy of the model is ever made.
+  std::vector<float> chunk(std::min<size_t>(held, size_t(1) << 20));
+  for (size_t off = 0; off < held; off += chunk.size()) {
+    const size_t n = std::min(chunk.size(), held - off);
+    fill(chunk.data(), params_base_ + off, params_base_ + off + n);
+    convert(chunk.data(), DType::kF32, params_.data() + off * elem(), dtype_, n);
+  }
 }
 
 double ZeroEngine::backward_scale() const {
@@ -59,7 +103,7 @@ float* ZeroEngine::working_slot(std::vector<Slot>& slots, int unit, bool& fresh)
   for (size_t i = 1; i < slots.size(); ++i) {
     if (slots[i].unit == unit) return slots[i].data.data();
   }
-  // Replace the slot not used most recently: slot order is rotated so slots[1] is the newest.
+  // Reuse the slot used least recently: slots[1] is always the newest.
   std::rotate(slots.begin() + 1, slots.end() - 1, slots.end());
   slots[1].unit = unit;
   fresh = true;
@@ -67,67 +111,148 @@ float* ZeroEngine::working_slot(std::vector<Slot>& slots, int unit, bool& fresh)
 }
 
 const float* ZeroEngine::acquire_weights(int unit) {
+  if (gatherer_) return gatherer_->acquire(unit);
   const size_t offset = layout_.unit_offset(unit);
-  if (param_dtype_ == DType::kF32) return reinterpret_cast<const float*>(params_.data()) + offset;
+  if (dtype_ == DType::kF32) return reinterpret_cast<const float*>(param_at(offset));
   bool fresh = false;
   float* slot = working_slot(weight_slots_, unit, fresh);
-  if (fresh) convert(param_ptr(offset), param_dtype_, slot, DType::kF32, layout_.unit_size(unit));
+  if (fresh) convert(param_at(offset), dtype_, slot, DType::kF32, layout_.unit_size(unit));
   return slot;
 }
 
-void ZeroEngine::release_weights(int /*unit*/) {
-  // Stage 0 keeps every parameter resident: the working slot stays valid until it is reused.
+void ZeroEngine::release_weights(int unit) {
+  // Stages 0-2 keep every parameter resident; the working slot stays valid until reused.
+  if (gatherer_) gatherer_->release(unit);
 }
 
 float* ZeroEngine::grad_accumulator(int unit) {
-  const size_t offset = layout_.unit_offset(unit);
-  if (param_dtype_ == DType::kF32) return reinterpret_cast<float*>(grads_.data()) + offset;
+  if (grad_slots_.empty()) return reinterpret_cast<float*>(grad_at(layout_.unit_offset(unit)));
   bool fresh = false;
   float* slot = working_slot(grad_slots_, unit, fresh);
-  // The embedding slot is asked for once per backward (at the lm_head); always start from zero.
   std::memset(slot, 0, layout_.unit_size(unit) * sizeof(float));
   return slot;
 }
 
 void ZeroEngine::grads_done(int unit) {
-  if (param_dtype_ == DType::kF32) return;
-  const size_t offset = layout_.unit_offset(unit);
+  if (grad_slots_.empty()) return;  // fp32 stage 0/1: accumulated in place
+  const size_t offset = layout_.unit_offset(unit), n = layout_.unit_size(unit);
   bool fresh = false;
   float* slot = working_slot(grad_slots_, unit, fresh);
   ZT_CHECK(!fresh, "grads_done(", unit, ") without grad_accumulator");
-  opt_ops_.accumulate_into(grad_ptr(offset), param_dtype_, slot, layout_.unit_size(unit));
+  if (bucketer_) {
+    bucketer_->add(offset, slot, n);
+  } else {
+    opt_ops_.accumulate_into(grad_at(offset), dtype_, slot, DType::kF32, n);
+  }
+}
+
+void ZeroEngine::backward_done() {
+  if (bucketer_) bucketer_->finish();
+}
+
+// Stage 0: all-reduce the whole gradient. Stage 1: reduce-scatter it, so this rank's range of
+// the full gradient buffer holds the sum over ranks. In chunks of reduce_bucket_size elements,
+// through the communication dtype.
+void ZeroEngine::reduce_full_gradients() {
+  const size_t padded = partition_.padded_size;
+  const size_t chunk = std::min(size_t(config_.zero.reduce_bucket_size), padded);
+  const size_t celem = dtype_size(comm_dtype_);
+  const bool same_dtype = comm_dtype_ == dtype_;
+  unsigned char* send_stage = staging_.data();
+  unsigned char* recv_stage = staging_.data() + (same_dtype ? 0 : chunk * celem);
+  std::vector<std::shared_ptr<Work>> pending;
+  for (size_t lo = 0; lo < padded; lo += chunk) {
+    const size_t hi = std::min(padded, lo + chunk), n = hi - lo;
+    void* send = grad_at(lo);
+    if (!same_dtype) {
+      convert(grad_at(lo), dtype_, send_stage, comm_dtype_, n);
+      send = send_stage;
+    }
+    if (stage_ == 0) {
+      auto work = comm_.all_reduce(send, n, comm_dtype_);
+      if (same_dtype) {  // in place: queue every chunk, wait at the end
+        pending.push_back(work);
+        continue;
+      }
+      work->wait();
+      convert(send_stage, comm_dtype_, grad_at(lo), dtype_, n);
+      continue;
+    }
+    comm_.reduce_scatter(send, recv_stage, partition_.split(lo, hi), comm_dtype_)->wait();
+    const size_t a = std::max(lo, partition_.begin(rank_)), b = std::min(hi, partition_.end(rank_));
+    if (b > a) convert(recv_stage, comm_dtype_, grad_at(a), dtype_, b - a);
+  }
+  for (auto& w : pending) w->wait();
+}
+
+// Stages 1 and 2: every rank updated its own range; all-gather the updated 16-bit parameters
+// (allgather_bucket_size elements at a time), or broadcast each range from its owner when
+// allgather_partitions is false.
+void ZeroEngine::share_parameters() {
+  if (!config_.zero.allgather_partitions) {
+    for (int r = 0; r < world_; ++r) {
+      comm_.broadcast(param_at(partition_.begin(r)), partition_.partition_size, dtype_, r)->wait();
+    }
+    return;
+  }
+  const size_t padded = partition_.padded_size;
+  const size_t chunk = std::min(size_t(config_.zero.allgather_bucket_size), padded);
+  std::vector<std::shared_ptr<Work>> pending;
+  for (size_t lo = 0; lo < padded; lo += chunk) {
+    const size_t hi = std::min(padded, lo + chunk);
+    const size_t mine = std::min(hi, std::max(lo, partition_.begin(rank_)));
+    pending.push_back(comm_.all_gather(param_at(mine), param_at(lo), partition_.split(lo, hi), dtype_));
+  }
+  for (auto& w : pending) w->wait();
 }
 
 StepOutcome ZeroEngine::step() {
   StepOutcome out;
   out.loss_scale = scaler_.scale();
-  const double sum_sq = opt_ops_.sum_squares(grads_.data(), param_dtype_, n_);
+  if (stage_ <= 1 && world_ > 1) reduce_full_gradients();
+  const double local = opt_ops_.sum_squares(grad_at(opt_begin_), dtype_, opt_count_);
+  // Stage 0: every rank holds the whole reduced gradient. Otherwise each holds a partition, and
+  // the sum over ranks makes the norm, and any inf/NaN, the same everywhere.
+  const double sum_sq = stage_ == 0 ? local : comm_.all_reduce_sum(local);
   const bool overflow = !std::isfinite(sum_sq);
-  out.grad_norm = std::sqrt(sum_sq) / out.loss_scale;
-  ScheduledValues sched = scheduler_.current();
+  out.grad_norm = std::sqrt(sum_sq) / out.loss_scale / double(world_);
+  const ScheduledValues sched = scheduler_.current();
   out.lr = sched.lr;
   if (overflow && config_.fp16.enabled) {
     // DeepSpeed's fp16 optimizer: skip the update, lower the scale, keep the schedule where it is.
     out.skipped = true;
     scaler_.update(true);
-    opt_ops_.zero(grads_.data(), param_dtype_, n_);
+    opt_ops_.zero(grads_.data(), dtype_, grads_.size() / elem());
     return out;
   }
-  ZT_CHECK(!overflow, "the gradient norm is not finite (", sum_sq, ") in ", dtype_name(param_dtype_),
+  ZT_CHECK(!overflow, "the gradient norm is not finite (", sum_sq, ") in ", dtype_name(dtype_),
            " training: the loss diverged; lower the learning rate or enable gradient clipping");
   const double clip = clip_coefficient(out.grad_norm, config_.gradient_clipping);
   const double beta1 = sched.beta1.value_or(config_.optimizer.beta1);
   const double beta2 = sched.beta2.value_or(config_.optimizer.beta2);
-  AdamStepArgs args = adam_.begin_step(sched.lr, beta1, beta2, clip / out.loss_scale);
-  float* master = param_dtype_ == DType::kF32 ? reinterpret_cast<float*>(params_.data()) : master_.data();
-  opt_ops_.adam_step(args, master, exp_avg_.data(), exp_avg_sq_.data(), grads_.data(), param_dtype_,
-                     params_.data(), param_dtype_, n_);
-  opt_ops_.zero(grads_.data(), param_dtype_, n_);
-  // The weights changed: cached fp32 working copies are stale.
-  for (auto& s : weight_slots_) s.unit = -1;
+  // Gradients are sums over ranks of loss-scaled values: divide by both here, in the same pass.
+  AdamStepArgs args = adam_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * double(world_)));
+  opt_ops_.adam_step(args, master_at(opt_begin_), exp_avg_.data(), exp_avg_sq_.data(), grad_at(opt_begin_), dtype_,
+                     param_at(opt_begin_), dtype_, opt_count_);
+  opt_ops_.zero(grads_.data(), dtype_, grads_.size() / elem());
+  if ((stage_ == 1 || stage_ == 2) && world_ > 1) share_parameters();
+  if (gatherer_) gatherer_->invalidate();
+  for (auto& s : weight_slots_) s.unit = -1;  // the weights changed: working copies are stale
   scaler_.update(false);
   scheduler_.step();
   return out;
+}
+
+std::vector<float> ZeroEngine::gather_master_weights() {
+  std::vector<float> full(partition_.padded_size);
+  if (stage_ == 0) {
+    std::memcpy(full.data(), master_at(0), full.size() * sizeof(float));
+  } else {
+    std::vector<size_t> counts(size_t(world_), partition_.partition_size);
+    comm_.all_gather(master_at(opt_begin_), full.data(), counts, DType::kF32)->wait();
+  }
+  full.resize(layout_.flat_size());
+  return full;
 }
 
 ModelStateBytes ZeroEngine::model_state_bytes() const {
@@ -140,11 +265,13 @@ ModelStateBytes ZeroEngine::model_state_bytes() const {
   return b;
 }
 
-size_t ZeroEngine::buffer_bytes() const {
-  size_t total = 0;
-  for (const auto& s : weight_slots_) total += s.data.bytes();
-  for (const auto& s : grad_slots_) total += s.data.bytes();
-  return total;
+BufferBytes ZeroEngine::buffer_bytes() const {
+  BufferBytes b;
+  b.buckets = staging_.bytes() + (bucketer_ ? bucketer_->buffer_bytes() : 0);
+  b.gather = gatherer_ ? gatherer_->peak_buffer_bytes() : 0;
+  for (const auto& s : weight_slots_) b.working += s.data.bytes();
+  for (const auto& s : grad_slots_) b.working += s.data.bytes();
+  return b;
 }
 
 }  // namespace zt

@@ -1,28 +1,39 @@
-// The ZeRO engine: owns the model states (16-bit or fp32 parameters and gradients, fp32 master
-// weights and Adam moments) in flat buffers, serves the model's ParamSource hooks, and runs the
-// optimizer step with loss scaling, clipping and the LR schedule.
+// The ZeRO engine: owns the model states in flat buffers partitioned across ranks, serves the
+// model's ParamSource hooks, reduces gradients and runs the optimizer step (loss scaling,
+// clipping, LR schedule). Per stage, what each rank holds (Ψ parameters, N ranks):
 //
-// This build runs stage 0 on one rank; the flat layout, the hooks and the accounting are the
-// ones the partitioned stages use.
+//   stage   params (16-bit)   grads (16-bit)   fp32 master + Adam moments
+//     0        Ψ                 Ψ                 Ψ        all-reduce at the step
+//     1        Ψ                 Ψ                 Ψ/N      reduce-scatter at the step, all-gather params
+//     2        Ψ                 Ψ/N               Ψ/N      reduce-scatter per bucket during backward
+//     3        Ψ/N               Ψ/N               Ψ/N      + all-gather each unit before use
 //
-// Mixed precision: parameters and gradients live in the training dtype (bf16/fp16) and the
-// model computes in fp32, so acquire_weights() converts a unit into an fp32 working slot and
-// grads_done() rounds the unit's fp32 gradients into the 16-bit accumulator. In fp32 the hooks
-// hand out pointers into the flat buffers and nothing is copied.
+// Mixed precision: the model computes in fp32. acquire_weights() hands out fp32 working copies of
+// 16-bit units, gradients of a unit come back in an fp32 slot and are rounded into the 16-bit
+// accumulator (stages 0, 1) or into a gradient bucket (stages 2, 3). In fp32 training at stage
+// 0/1 the hooks point into the flat buffers and nothing is copied, and the fp32 parameters are
+// the master weights (no separate master copy at any stage).
+//
+// Gradients are held as sums over ranks; the step divides by N (DeepSpeed's post-scaling).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/device_array.h"
+#include "comm/communicator.h"
 #include "config/ds_config.h"
 #include "model/gpt2_layout.h"
 #include "model/param_source.h"
 #include "optim/adam.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
+#include "zero/grad_bucketer.h"
+#include "zero/param_gatherer.h"
+#include "zero/partition.h"
 
 namespace zt {
 
@@ -32,39 +43,51 @@ struct ModelStateBytes {
   size_t total() const { return params + grads + master + exp_avg + exp_avg_sq; }
 };
 
+/// Temporary buffers by kind (metrics.jsonl's `buffer_bytes`).
+struct BufferBytes {
+  size_t buckets = 0;  ///< gradient buckets (stage 2/3) and reduction staging (stage 0/1)
+  size_t gather = 0;   ///< stage 3 gathered units, prefetched ones included (peak)
+  size_t working = 0;  ///< fp32 working copies of 16-bit units and unit gradient slots
+};
+
 /// What one optimizer step did.
 struct StepOutcome {
-  double grad_norm = 0;   ///< global L2 norm of the unscaled gradient, before clipping
+  double grad_norm = 0;   ///< global L2 norm of the unscaled, averaged gradient, before clipping
   double lr = 0;
   double loss_scale = 1;  ///< the scale the step's gradients were computed with
-  bool skipped = false;   ///< fp16 overflow: no update was applied
+  bool skipped = false;   ///< fp16 overflow (seen alike on every rank): no update applied
 };
 
 class ZeroEngine final : public ParamSource<float> {
  public:
-  ZeroEngine(const Gpt2Layout& layout, Backend& backend, const DsConfig& config);
+  ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator& comm, const DsConfig& config);
 
-  /// GPT-2 initialisation from `seed` (see init_gpt2_params).
+  /// GPT-2 initialisation from `seed`. Each rank initialises only what it holds: at stage 3 the
+  /// full model never exists on any rank.
   void init_params(uint64_t seed);
 
   /// The factor backward must multiply d(loss) by: loss_scale / gradient_accumulation_steps.
   double backward_scale() const;
-  /// Unscale, check overflow, clip, step Adam, zero the gradients, advance the schedule.
+  /// Reduce (stages 0/1), unscale, check overflow, clip, step Adam on this rank's partition,
+  /// zero the gradients, share the updated parameters, advance the schedule.
   StepOutcome step();
 
   ModelStateBytes model_state_bytes() const;
-  /// Working-copy and gradient-staging buffers (metrics.jsonl's `buffer_bytes`).
-  size_t buffer_bytes() const;
-  DType param_dtype() const { return param_dtype_; }
-  const Gpt2Layout& layout() const { return layout_; }
-  /// The fp32 master weights (the parameters themselves in fp32 training).
-  const float* master_weights() const;
+  BufferBytes buffer_bytes() const;
+  /// Stage 3: the most parameters held gathered at once so far (0 at other stages).
+  size_t peak_live_parameters() const { return gatherer_ ? gatherer_->peak_live_elements() : 0; }
+  int stage() const { return stage_; }
+  DType param_dtype() const { return dtype_; }
+  const PartitionMap& partition() const { return partition_; }
+  /// The full fp32 master weights (flat layout, unpadded), gathered from every rank. Collective.
+  std::vector<float> gather_master_weights();
 
   // ParamSource<float>
   const float* acquire_weights(int unit) override;
   void release_weights(int unit) override;
   float* grad_accumulator(int unit) override;
   void grads_done(int unit) override;
+  void backward_done() override;
 
  private:
   struct Slot {
@@ -72,21 +95,31 @@ class ZeroEngine final : public ParamSource<float> {
     DeviceArray<float> data;
   };
   float* working_slot(std::vector<Slot>& slots, int unit, bool& fresh);
-  void* param_ptr(size_t element) { return params_.data() + element * dtype_size(param_dtype_); }
-  void* grad_ptr(size_t element) { return grads_.data() + element * dtype_size(param_dtype_); }
+  size_t elem() const { return dtype_size(dtype_); }
+  /// [opt_begin_, opt_begin_ + opt_count_): the flat range this rank's optimizer updates.
+  unsigned char* param_at(size_t flat) { return params_.data() + (flat - params_base_) * elem(); }
+  unsigned char* grad_at(size_t flat) { return grads_.data() + (flat - grads_base_) * elem(); }
+  float* master_at(size_t flat);
+  void reduce_full_gradients();
+  void share_parameters();
 
   const Gpt2Layout& layout_;
   Backend& backend_;
+  Communicator& comm_;
   OptimizerOps& opt_ops_;
   DsConfig config_;
-  DType param_dtype_;
-  size_t n_;  // flat elements
+  const int stage_, world_, rank_;
+  const DType dtype_, comm_dtype_;
+  const PartitionMap partition_;
+  size_t opt_begin_ = 0, opt_count_ = 0;      // the range the optimizer owns
+  size_t params_base_ = 0, grads_base_ = 0;   // flat offset of params_[0] and grads_[0]
 
   DeviceArray<unsigned char> params_, grads_;
-  DeviceArray<float> master_, exp_avg_, exp_avg_sq_;  // master_ empty in fp32 (params_ is the master)
-  // 16-bit training only: fp32 working copies of units' weights and of units' gradients. The
-  // embedding unit has its own slot because the tied lm_head uses it at both ends of the model.
+  DeviceArray<float> master_, exp_avg_, exp_avg_sq_;  // master_ empty in fp32 training
+  DeviceArray<unsigned char> staging_;               // stage 0/1 reduction chunks
   std::vector<Slot> weight_slots_, grad_slots_;
+  std::unique_ptr<GradBucketer> bucketer_;  // stages 2, 3
+  std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
 
   Adam adam_;
   LrScheduler scheduler_;

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "core/timer.h"
+#include "comm/self_comm.h"
 #include "model/gpt2.h"
 #include "zero/engine.h"
 
@@ -82,7 +83,8 @@ int main(int argc, char** argv) {
 
   auto backend = make_cpu_backend();
   const Gpt2Layout layout(mc);
-  ZeroEngine engine(layout, *backend, ds);
+  SelfComm comm;
+  ZeroEngine engine(layout, *backend, comm, ds);
   engine.init_params(1);
   Gpt2Model<float> model(layout, *backend, backend->ops(), o.batch, o.block, o.checkpointing);
   const int BT = o.batch * o.block;

@@ -72,7 +72,7 @@ TEST(DsConfig, UnimplementedDeepSpeedKeysSaySo) {
   EXPECT_NE(e.find("unknown optimizer 'AdamX'"), std::string::npos) << e;
   e = error_of(R"({"scheduler": {"type": "WarmupCosine"}})");
   EXPECT_NE(e.find("closest known is 'WarmupCosineLR'"), std::string::npos) << e;
-  e = error_of(R"({"zero_optimization": {"stage": 0, "stage3_max_live_parameters": 1e9}})");
+  e = error_of(R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e9}})");
   EXPECT_NE(e.find("not implemented by zerotrain"), std::string::npos) << e;
   e = error_of(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})");
   EXPECT_NE(e.find("offload_optimizer.device"), std::string::npos) << e;

@@ -1,0 +1,78 @@
+// One Communicator interface for the collectives the ZeRO engine uses, as c10d's Backend.hpp:
+// every call is asynchronous and returns a Work handle; buffers must stay valid until wait().
+// MpiComm moves host buffers; NcclComm (GPU issue) moves device buffers. Nothing above comm/
+// calls MPI to move data.
+//
+// Collectives are issued in the same order on every rank (the ZeRO engine's schedule is
+// deterministic), and each rank's calls complete in issue order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace zt {
+
+/// A pending collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Blocks until the collective has completed on this rank; rethrows its failure.
+  virtual void wait() = 0;
+  /// True once wait() would not block.
+  virtual bool done() = 0;
+};
+
+/// Payload bytes handed to each kind of collective since the last reset (this rank's view).
+struct CommStats {
+  uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0;
+  uint64_t calls = 0;
+  uint64_t total() const { return all_reduce + reduce_scatter + all_gather + broadcast; }
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "mpi" or "nccl", for messages ("the nccl backend has no ...").
+  virtual std::string name() const = 0;
+
+  /// In-place sum over ranks of `count` elements.
+  virtual std::shared_ptr<Work> all_reduce(void* buffer, size_t count, DType dtype) = 0;
+  /// Sums `send` (sum of recv_counts elements, the same on every rank) over ranks; rank r receives
+  /// its recv_counts[r] elements (which may be 0) into `recv`. `recv` must not overlap `send`.
+  virtual std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                               DType dtype) = 0;
+  /// Rank r contributes counts[r] elements from `send`; everyone receives the concatenation in
+  /// rank order in `recv`. `send` may point into `recv` at rank r's own place (in place).
+  virtual std::shared_ptr<Work> all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
+                                           DType dtype) = 0;
+  virtual std::shared_ptr<Work> broadcast(void* buffer, size_t count, DType dtype, int root) = 0;
+  virtual std::shared_ptr<Work> barrier() = 0;
+
+  /// Blocking, element-wise sum or max over ranks of a few doubles (norms, flags, metrics).
+  virtual void all_reduce_doubles(std::vector<double>& values, bool max) = 0;
+  double all_reduce_sum(double value) {
+    std::vector<double> v{value};
+    all_reduce_doubles(v, false);
+    return v[0];
+  }
+  double all_reduce_max(double value) {
+    std::vector<double> v{value};
+    all_reduce_doubles(v, true);
+    return v[0];
+  }
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ protected:
+  CommStats stats_;
+};
+
+}  // namespace zt

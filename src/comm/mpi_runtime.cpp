@@ -1,0 +1,78 @@
+#include "comm/mpi_runtime.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "core/log.h"
+
+namespace zt {
+
+void throw_mpi_error(const char* file, int line, const char* call, int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw_error(file, line, cat(call, " failed: ", text));
+}
+
+bool MpiRuntime::initialized() {
+  int init = 0, finalized = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&finalized);
+  return init && !finalized;
+}
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int provided = 0;
+  ZT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  // Errors come back as codes so that ZT_MPI_CHECK can turn them into exceptions with MPI's text.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    MPI_Finalize();
+    throw Error(cat("MPI_Init_thread: this MPI provides thread level ", provided,
+                    ", zerotrain needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE, ")"));
+  }
+  ZT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &place_.rank));
+  ZT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &place_.world_size));
+  MPI_Comm node_comm;
+  ZT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, place_.rank, MPI_INFO_NULL, &node_comm));
+  ZT_MPI_CHECK(MPI_Comm_rank(node_comm, &place_.local_rank));
+  ZT_MPI_CHECK(MPI_Comm_size(node_comm, &place_.local_size));
+  // Node index: number the nodes by their lowest world rank, so node 0 holds rank 0.
+  int leader = place_.rank;
+  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node_comm));
+  std::vector<int> leaders(size_t(place_.world_size));
+  ZT_MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  place_.node = 0;
+  place_.num_nodes = 0;
+  for (int r = 0; r < place_.world_size; ++r) {
+    if (leaders[r] == r) {
+      if (r < leader) ++place_.node;
+      ++place_.num_nodes;
+    }
+  }
+  MPI_Comm_free(&node_comm);
+  char host[256] = "?";
+  gethostname(host, sizeof(host) - 1);
+  place_.host = host;
+  set_log_rank(place_.rank);
+}
+
+MpiRuntime::~MpiRuntime() {
+  if (initialized()) MPI_Finalize();
+}
+
+void MpiRuntime::abort_job(int exit_code, const std::string& message) {
+  int rank = 0, size = 1;
+  if (initialized()) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  log_line(LogLevel::kError, size > 1 ? cat("rank ", rank, ": ", message) : message);
+  if (initialized() && size > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  if (initialized()) MPI_Finalize();
+  std::exit(exit_code);
+}
+
+}  // namespace zt

@@ -1,0 +1,147 @@
+#include "zero/param_gatherer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace zt {
+
+ParamGatherer::ParamGatherer(const Gpt2Layout& layout, Backend& backend, Communicator& comm,
+                             const PartitionMap& partition, DType dtype, const void* params_partition,
+                             const ZeroConfig& config)
+    : layout_(layout), backend_(backend), comm_(comm), partition_(partition), dtype_(dtype),
+      params_partition_(static_cast<const unsigned char*>(params_partition)),
+      max_live_(size_t(config.stage3_max_live_parameters)),
+      prefetch_limit_(size_t(config.stage3_prefetch_bucket_size)),
+      max_reuse_(size_t(config.stage3_max_reuse_distance)),
+      persistence_(size_t(config.stage3_param_persistence_threshold)) {
+  const size_t largest = layout.max_unit_size();
+  if (largest > max_live_) {
+    throw UsageError(cat("zero_optimization.stage3_max_live_parameters (", max_live_,
+                         ") is smaller than the largest unit of the model (", largest,
+                         " parameters), which must be gathered whole"));
+  }
+}
+
+bool ParamGatherer::persistent(int unit) const { return layout_.unit_size(unit) <= persistence_; }
+
+void ParamGatherer::gather(int unit) {
+  const size_t lo = layout_.unit_offset(unit), n = layout_.unit_size(unit), elem = dtype_size(dtype_);
+  make_room(n, unit);
+  Gathered& g = live_[unit];
+  g.raw = DeviceArray<unsigned char>(backend_, n * elem);
+  buffer_bytes_ += g.raw.bytes();
+  if (dtype_ != DType::kF32) {
+    g.fp32 = DeviceArray<float>(backend_, n);
+    buffer_bytes_ += g.fp32.bytes();
+  }
+  peak_buffer_bytes_ = std::max(peak_buffer_bytes_, buffer_bytes_);
+  live_elements_ += n;
+  peak_live_elements_ = std::max(peak_live_elements_, live_elements_);
+  // Every rank contributes the part of [lo, lo + n) it owns, straight from its partition.
+  const int rank = comm_.rank();
+  const size_t mine_lo = std::max(lo, partition_.begin(rank));
+  const unsigned char* send = params_partition_ + (std::min(mine_lo, partition_.end(rank)) - partition_.begin(rank)) * elem;
+  g.pending = comm_.all_gather(send, g.raw.data(), partition_.split(lo, lo + n), dtype_);
+}
+
+void ParamGatherer::drop(int unit) {
+  auto it = live_.find(unit);
+  if (it == live_.end()) return;
+  if (it->second.pending) it->second.pending->wait();
+  buffer_bytes_ -= it->second.raw.bytes() + it->second.fp32.bytes();
+  live_elements_ -= layout_.unit_size(unit);
+  live_.erase(it);
+}
+
+// Frees gathered units that are not in use, farthest next use first, until `elements` more fit
+// under stage3_max_live_parameters.
+void ParamGatherer::make_room(size_t elements, int keep_unit) {
+  while (live_elements_ + elements > max_live_) {
+    int victim = -1;
+    size_t farthest = 0;
+    for (const auto& [unit, g] : live_) {
+      if (g.in_use || unit == keep_unit) continue;
+      size_t d = distance_to_next_use(unit);
+      if (victim < 0 || d > farthest) {
+        victim = unit;
+        farthest = d;
+      }
+    }
+    ZT_CHECK(victim >= 0, "stage 3: ", live_elements_, " gathered parameters are all in use; cannot fit ", elements,
+             " more under stage3_max_live_parameters ", max_live_);
+    drop(victim);
+  }
+}
+
+// Elements gathered between now and the next use of `unit`, following the trace cyclically
+// (the next micro-step repeats it). Unknown before the trace is complete: "far".
+size_t ParamGatherer::distance_to_next_use(int unit) const {
+  if (!trace_complete_ || trace_.empty()) return SIZE_MAX;
+  size_t distance = 0;
+  for (size_t i = 0; i < trace_.size(); ++i) {
+    int u = trace_[(position_ + i) % trace_.size()];
+    if (u == unit) return distance;
+    distance += layout_.unit_size(u);
+  }
+  return SIZE_MAX;
+}
+
+const float* ParamGatherer::acquire(int unit) {
+  if (!trace_complete_) {
+    trace_.push_back(unit);
+  } else if (!trace_.empty()) {
+    // Follow the trace; an unexpected unit (an eval pass, say) re-synchronises on its next occurrence.
+    size_t n = trace_.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (trace_[(position_ + i) % n] == unit) {
+        position_ = (position_ + i + 1) % n;
+        break;
+      }
+    }
+  }
+  if (!live_.count(unit)) gather(unit);
+  Gathered& g = live_[unit];
+  g.in_use = true;
+  if (g.pending) {
+    g.pending->wait();
+    g.pending.reset();
+  }
+  prefetch();
+  if (dtype_ == DType::kF32) return reinterpret_cast<const float*>(g.raw.data());
+  if (!g.converted) {
+    convert(g.raw.data(), dtype_, g.fp32.data(), DType::kF32, layout_.unit_size(unit));
+    g.converted = true;
+  }
+  return g.fp32.data();
+}
+
+void ParamGatherer::prefetch() {
+  if (!trace_complete_ || trace_.empty()) return;
+  size_t ahead = 0;
+  for (size_t i = 0; i < trace_.size(); ++i) {
+    int u = trace_[(position_ + i) % trace_.size()];
+    if (live_.count(u)) continue;
+    size_t n = layout_.unit_size(u);
+    if (ahead + n > prefetch_limit_ || live_elements_ + n > max_live_) break;
+    gather(u);
+    ahead += n;
+  }
+}
+
+void ParamGatherer::release(int unit) {
+  auto it = live_.find(unit);
+  if (it == live_.end()) return;
+  it->second.in_use = false;
+  if (persistent(unit)) return;
+  if (distance_to_next_use(unit) <= max_reuse_) return;
+  drop(unit);
+}
+
+void ParamGatherer::invalidate() {
+  while (!live_.empty()) drop(live_.begin()->first);
+  if (!trace_.empty()) trace_complete_ = true;
+  position_ = 0;
+}
+
+}  // namespace zt

@@ -1,0 +1,71 @@
+// Stage 3 parameters: each rank holds only its partition; a unit's full weights are all-gathered
+// before use and released after, within DeepSpeed's limits:
+//   stage3_prefetch_bucket_size         elements gathered ahead of use, following the recorded
+//                                       order of units of a micro-step (the trace)
+//   stage3_max_live_parameters          elements gathered at once (prefetch included), never exceeded
+//   stage3_max_reuse_distance           a released unit stays gathered if the trace uses it again
+//                                       within this many elements
+//   stage3_param_persistence_threshold  units at most this big stay gathered until the next step
+// The trace is recorded during the first micro-step; until then nothing is prefetched and every
+// unit is released after use. After an optimizer step every gathered copy is stale and dropped.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/device_array.h"
+#include "comm/communicator.h"
+#include "config/ds_config.h"
+#include "model/gpt2_layout.h"
+#include "zero/partition.h"
+
+namespace zt {
+
+class ParamGatherer {
+ public:
+  /// `partition` is this rank's parameter partition in `dtype`; it must outlive the gatherer.
+  ParamGatherer(const Gpt2Layout& layout, Backend& backend, Communicator& comm, const PartitionMap& partition,
+                DType dtype, const void* params_partition, const ZeroConfig& config);
+
+  /// The unit's full weights in fp32, valid until release(unit).
+  const float* acquire(int unit);
+  void release(int unit);
+  /// Drops every gathered copy (the partitions changed).
+  void invalidate();
+
+  size_t live_elements() const { return live_elements_; }
+  size_t peak_live_elements() const { return peak_live_elements_; }
+  /// Bytes of gather buffers allocated (16-bit staging and fp32 working copies), at their peak.
+  size_t peak_buffer_bytes() const { return peak_buffer_bytes_; }
+
+ private:
+  struct Gathered {
+    DeviceArray<unsigned char> raw;  // the unit in `dtype`
+    DeviceArray<float> fp32;         // converted working copy (16-bit training only)
+    std::shared_ptr<Work> pending;
+    bool converted = false, in_use = false;
+  };
+  void gather(int unit);
+  void drop(int unit);
+  void make_room(size_t elements, int keep_unit);
+  size_t distance_to_next_use(int unit) const;
+  void prefetch();
+  bool persistent(int unit) const;
+
+  const Gpt2Layout& layout_;
+  Backend& backend_;
+  Communicator& comm_;
+  PartitionMap partition_;
+  DType dtype_;
+  const unsigned char* params_partition_;
+  size_t max_live_, prefetch_limit_, max_reuse_, persistence_;
+  std::map<int, Gathered> live_;
+  size_t live_elements_ = 0, peak_live_elements_ = 0, buffer_bytes_ = 0, peak_buffer_bytes_ = 0;
+  std::vector<int> trace_;
+  bool trace_complete_ = false;
+  size_t position_ = 0;  // index in trace_ of the next expected acquire
+};
+
+}  // namespace zt
