@@ -122,7 +122,7 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   ZT_USAGE_CHECK(!a.output_dir.empty(), "--output_dir is required");
   ZT_USAGE_CHECK(!a.train_data.empty() || a.do_eval, "--train_data GLOB is required to train");
   ZT_USAGE_CHECK(a.max_steps >= 0, "--max_steps must be >= 0, got ", a.max_steps);
-  ZT_USAGE_CHECK(a.train_data.empty() || a.max_steps > 0, "--max_steps N (N > 0) is required to train");
+  ZT_USAGE_CHECK(a.max_steps > 0 || a.do_eval, "--max_steps N (N > 0) is required to train (or --do_eval alone to evaluate)");
   ZT_USAGE_CHECK(a.per_device_train_batch_size >= 1, "--per_device_train_batch_size must be >= 1");
   ZT_USAGE_CHECK(a.per_device_eval_batch_size >= 1, "--per_device_eval_batch_size must be >= 1");
   ZT_USAGE_CHECK(a.gradient_accumulation_steps >= 1, "--gradient_accumulation_steps must be >= 1");

@@ -18,7 +18,9 @@ std::string format_duration(double seconds) {
 }
 
 ProgressLine::ProgressLine(int64_t total_steps, bool enabled)
-    : total_(total_steps), enabled_(enabled && isatty(STDERR_FILENO)) {}
+    : total_(total_steps),
+      out_(isatty(STDERR_FILENO) ? stderr : isatty(STDOUT_FILENO) ? stdout : nullptr),
+      enabled_(enabled && out_ != nullptr) {}
 
 ProgressLine::~ProgressLine() { clear(); }
 
@@ -30,16 +32,16 @@ void ProgressLine::update(int64_t step, const std::string& summary) {
   bar.resize(width, '.');
   double elapsed = clock_.seconds();
   double eta = step > 0 ? elapsed / double(step) * double(total_ - step) : 0.0;
-  std::fprintf(stderr, "\r\033[K[%s] %lld/%lld %s | %s<%s", bar.c_str(), (long long)step, (long long)total_,
+  std::fprintf(out_, "\r\033[K[%s] %lld/%lld %s | %s<%s", bar.c_str(), (long long)step, (long long)total_,
                summary.c_str(), format_duration(elapsed).c_str(), format_duration(eta).c_str());
-  std::fflush(stderr);
+  std::fflush(out_);
   drawn_ = true;
 }
 
 void ProgressLine::clear() {
   if (!enabled_ || !drawn_) return;
-  std::fprintf(stderr, "\r\033[K");
-  std::fflush(stderr);
+  std::fprintf(out_, "\r\033[K");
+  std::fflush(out_);
   drawn_ = false;
 }
 

@@ -1,8 +1,10 @@
 // The live progress line on a terminal (one line, rewritten in place), like tqdm in HF Trainer.
-// Off when stderr is not a terminal or with --disable_tqdm; log lines then carry the progress.
+// Drawn on stderr when it is a terminal, else on stdout when that is (under mpirun only stdout
+// gets a pty); off otherwise or with --disable_tqdm, and log lines then carry the progress.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "core/timer.h"
@@ -21,6 +23,7 @@ class ProgressLine {
 
  private:
   int64_t total_;
+  std::FILE* out_;
   bool enabled_;
   bool drawn_ = false;
   Stopwatch clock_;
