@@ -41,6 +41,9 @@ class Communicator {
   virtual int size() const = 0;
   /// "mpi" or "nccl", for messages ("the nccl backend has no ...").
   virtual std::string name() const = 0;
+  /// The largest collective, in elements, worth issuing in one call; callers cut bigger ones
+  /// into pieces of this size. Unlimited unless the transport says otherwise.
+  virtual size_t max_collective_elements() const { return SIZE_MAX; }
 
   /// In-place sum over ranks of `count` elements.
   virtual std::shared_ptr<Work> all_reduce(void* buffer, size_t count, DType dtype) = 0;

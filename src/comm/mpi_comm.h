@@ -29,6 +29,10 @@ class MpiComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
+  /// 4 Mi elements. Open MPI 4.1's shared-memory reduce-scatter took 566 ms for 200 MB in 50 M
+  /// element pieces and 115-125 ms in 4 M pieces on the 2-core test machine (all-reduce: 331 vs
+  /// 115 ms), so buckets are reduced in pieces of at most this size.
+  size_t max_collective_elements() const override { return size_t(4) << 20; }
 
   std::shared_ptr<Work> all_reduce(void* buffer, size_t count, DType dtype) override;
   std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, const std::vector<size_t>& recv_counts,

@@ -50,7 +50,7 @@ ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator&
   } else if (world_ > 1) {
     // Stage 0/1 reduce at the step in chunks: a send chunk in the communication dtype (when it
     // differs from the gradients') and, for stage 1, a receive chunk.
-    const size_t chunk = std::min(bucket, padded);
+    const size_t chunk = std::min({bucket, padded, comm.max_collective_elements()});
     const size_t send = comm_dtype_ != dtype_ ? chunk : 0, recv = stage_ == 1 ? std::min(chunk, part) : 0;
     staging_ = DeviceArray<unsigned char>(backend, (send + recv) * dtype_size(comm_dtype_));
   }
@@ -155,7 +155,7 @@ void ZeroEngine::backward_done() {
 // through the communication dtype.
 void ZeroEngine::reduce_full_gradients() {
   const size_t padded = partition_.padded_size;
-  const size_t chunk = std::min(size_t(config_.zero.reduce_bucket_size), padded);
+  const size_t chunk = std::min({size_t(config_.zero.reduce_bucket_size), padded, comm_.max_collective_elements()});
   const size_t celem = dtype_size(comm_dtype_);
   const bool same_dtype = comm_dtype_ == dtype_;
   unsigned char* send_stage = staging_.data();
@@ -196,7 +196,7 @@ void ZeroEngine::share_parameters() {
     return;
   }
   const size_t padded = partition_.padded_size;
-  const size_t chunk = std::min(size_t(config_.zero.allgather_bucket_size), padded);
+  const size_t chunk = std::min({size_t(config_.zero.allgather_bucket_size), padded, comm_.max_collective_elements()});
   std::vector<std::shared_ptr<Work>> pending;
   for (size_t lo = 0; lo < padded; lo += chunk) {
     const size_t hi = std::min(padded, lo + chunk);
@@ -268,7 +268,7 @@ ModelStateBytes ZeroEngine::model_state_bytes() const {
 BufferBytes ZeroEngine::buffer_bytes() const {
   BufferBytes b;
   b.buckets = staging_.bytes() + (bucketer_ ? bucketer_->buffer_bytes() : 0);
-  b.gather = gatherer_ ? gatherer_->peak_buffer_bytes() : 0;
+  b.gather = gatherer_ ? gatherer_->buffer_bytes() : 0;
   for (const auto& s : weight_slots_) b.working += s.data.bytes();
   for (const auto& s : grad_slots_) b.working += s.data.bytes();
   return b;

@@ -46,7 +46,7 @@ struct ModelStateBytes {
 /// Temporary buffers by kind (metrics.jsonl's `buffer_bytes`).
 struct BufferBytes {
   size_t buckets = 0;  ///< gradient buckets (stage 2/3) and reduction staging (stage 0/1)
-  size_t gather = 0;   ///< stage 3 gathered units, prefetched ones included (peak)
+  size_t gather = 0;   ///< stage 3 gather buffers allocated so far (gathered, prefetched or kept for reuse)
   size_t working = 0;  ///< fp32 working copies of 16-bit units and unit gradient slots
 };
 

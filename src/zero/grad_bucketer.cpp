@@ -10,7 +10,7 @@ GradBucketer::GradBucketer(Backend& backend, Communicator& comm, const Partition
                            size_t bucket_elements, bool overlap, bool use_reduce_scatter, void* grad_partition,
                            DType partition_dtype)
     : backend_(backend), comm_(comm), ops_(backend.optimizer_ops()), partition_(partition), comm_dtype_(comm_dtype),
-      capacity_(std::min(bucket_elements, partition.padded_size)), overlap_(overlap),
+      capacity_(std::min({bucket_elements, partition.padded_size, comm.max_collective_elements()})), overlap_(overlap),
       use_reduce_scatter_(use_reduce_scatter), grad_partition_(grad_partition), partition_dtype_(partition_dtype) {
   ZT_CHECK(capacity_ > 0, "empty gradient bucket");
   const size_t elem = dtype_size(comm_dtype);

@@ -25,17 +25,35 @@ ParamGatherer::ParamGatherer(const Gpt2Layout& layout, Backend& backend, Communi
 
 bool ParamGatherer::persistent(int unit) const { return layout_.unit_size(unit) <= persistence_; }
 
+template <typename T>
+DeviceArray<T> ParamGatherer::take_buffer(size_t count) {
+  auto& pool = [&]() -> auto& {
+    if constexpr (std::is_same_v<T, float>) return free_fp32_;
+    else return free_raw_;
+  }();
+  auto it = pool.find(count);
+  if (it == pool.end()) {
+    allocated_bytes_ += count * sizeof(T);
+    return DeviceArray<T>(backend_, count);
+  }
+  DeviceArray<T> buffer = std::move(it->second);
+  pool.erase(it);
+  return buffer;
+}
+
+template <typename T>
+void ParamGatherer::give_back(DeviceArray<T>&& buffer) {
+  if (buffer.size() == 0) return;
+  if constexpr (std::is_same_v<T, float>) free_fp32_.emplace(buffer.size(), std::move(buffer));
+  else free_raw_.emplace(buffer.size(), std::move(buffer));
+}
+
 void ParamGatherer::gather(int unit) {
   const size_t lo = layout_.unit_offset(unit), n = layout_.unit_size(unit), elem = dtype_size(dtype_);
   make_room(n, unit);
   Gathered& g = live_[unit];
-  g.raw = DeviceArray<unsigned char>(backend_, n * elem);
-  buffer_bytes_ += g.raw.bytes();
-  if (dtype_ != DType::kF32) {
-    g.fp32 = DeviceArray<float>(backend_, n);
-    buffer_bytes_ += g.fp32.bytes();
-  }
-  peak_buffer_bytes_ = std::max(peak_buffer_bytes_, buffer_bytes_);
+  g.raw = take_buffer<unsigned char>(n * elem);
+  if (dtype_ != DType::kF32) g.fp32 = take_buffer<float>(n);
   live_elements_ += n;
   peak_live_elements_ = std::max(peak_live_elements_, live_elements_);
   // Every rank contributes the part of [lo, lo + n) it owns, straight from its partition.
@@ -49,8 +67,9 @@ void ParamGatherer::drop(int unit) {
   auto it = live_.find(unit);
   if (it == live_.end()) return;
   if (it->second.pending) it->second.pending->wait();
-  buffer_bytes_ -= it->second.raw.bytes() + it->second.fp32.bytes();
   live_elements_ -= layout_.unit_size(unit);
+  give_back(std::move(it->second.raw));
+  give_back(std::move(it->second.fp32));
   live_.erase(it);
 }
 
@@ -74,15 +93,14 @@ void ParamGatherer::make_room(size_t elements, int keep_unit) {
   }
 }
 
-// Elements gathered between now and the next use of `unit`, following the trace cyclically
-// (the next micro-step repeats it). Unknown before the trace is complete: "far".
+// Elements gathered between now and the next use of `unit` before the optimizer step (the
+// trace covers one step; after it every copy is stale anyway). "Never" before the trace is known.
 size_t ParamGatherer::distance_to_next_use(int unit) const {
-  if (!trace_complete_ || trace_.empty()) return SIZE_MAX;
+  if (!trace_complete_) return SIZE_MAX;
   size_t distance = 0;
-  for (size_t i = 0; i < trace_.size(); ++i) {
-    int u = trace_[(position_ + i) % trace_.size()];
-    if (u == unit) return distance;
-    distance += layout_.unit_size(u);
+  for (size_t i = position_; i < trace_.size(); ++i) {
+    if (trace_[i] == unit) return distance;
+    distance += layout_.unit_size(trace_[i]);
   }
   return SIZE_MAX;
 }
@@ -91,11 +109,13 @@ const float* ParamGatherer::acquire(int unit) {
   if (!trace_complete_) {
     trace_.push_back(unit);
   } else if (!trace_.empty()) {
-    // Follow the trace; an unexpected unit (an eval pass, say) re-synchronises on its next occurrence.
-    size_t n = trace_.size();
+    // Follow the trace; an unexpected unit (an eval pass, say) re-synchronises on its next
+    // occurrence, searching from the start of the step when none is left.
+    const size_t n = trace_.size();
     for (size_t i = 0; i < n; ++i) {
-      if (trace_[(position_ + i) % n] == unit) {
-        position_ = (position_ + i + 1) % n;
+      const size_t at = (position_ + i) % n;
+      if (trace_[at] == unit) {
+        position_ = at + 1;
         break;
       }
     }
@@ -119,8 +139,8 @@ const float* ParamGatherer::acquire(int unit) {
 void ParamGatherer::prefetch() {
   if (!trace_complete_ || trace_.empty()) return;
   size_t ahead = 0;
-  for (size_t i = 0; i < trace_.size(); ++i) {
-    int u = trace_[(position_ + i) % trace_.size()];
+  for (size_t i = position_; i < trace_.size(); ++i) {  // never past the step: those would be stale
+    int u = trace_[i];
     if (live_.count(u)) continue;
     size_t n = layout_.unit_size(u);
     if (ahead + n > prefetch_limit_ || live_elements_ + n > max_live_) break;

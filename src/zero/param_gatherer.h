@@ -37,8 +37,9 @@ class ParamGatherer {
 
   size_t live_elements() const { return live_elements_; }
   size_t peak_live_elements() const { return peak_live_elements_; }
-  /// Bytes of gather buffers allocated (16-bit staging and fp32 working copies), at their peak.
-  size_t peak_buffer_bytes() const { return peak_buffer_bytes_; }
+  /// Bytes of gather buffers allocated (in use or kept for reuse): 16-bit staging and fp32
+  /// working copies.
+  size_t buffer_bytes() const { return allocated_bytes_; }
 
  private:
   struct Gathered {
@@ -49,6 +50,12 @@ class ParamGatherer {
   };
   void gather(int unit);
   void drop(int unit);
+  /// A buffer of exactly `bytes` from the free list, or a new one: gather buffers are reused,
+  /// since writing into freshly allocated pages runs at a fraction of the speed (DESIGN.md).
+  template <typename T>
+  DeviceArray<T> take_buffer(size_t count);
+  template <typename T>
+  void give_back(DeviceArray<T>&& buffer);
   void make_room(size_t elements, int keep_unit);
   size_t distance_to_next_use(int unit) const;
   void prefetch();
@@ -62,7 +69,10 @@ class ParamGatherer {
   const unsigned char* params_partition_;
   size_t max_live_, prefetch_limit_, max_reuse_, persistence_;
   std::map<int, Gathered> live_;
-  size_t live_elements_ = 0, peak_live_elements_ = 0, buffer_bytes_ = 0, peak_buffer_bytes_ = 0;
+  std::multimap<size_t, DeviceArray<unsigned char>> free_raw_;  // by bytes
+  std::multimap<size_t, DeviceArray<float>> free_fp32_;         // by elements
+
+  size_t live_elements_ = 0, peak_live_elements_ = 0, allocated_bytes_ = 0;
   std::vector<int> trace_;
   bool trace_complete_ = false;
   size_t position_ = 0;  // index in trace_ of the next expected acquire
