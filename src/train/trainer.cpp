@@ -288,10 +288,16 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     log_info("eval_loss ", last_eval, " over ", eval_windows->count(), " windows of ", seq_len, " tokens");
   }
   const std::vector<double> peaks = pool_peaks_max_over_ranks(comm);
+  const BufferBytes buffers = engine.buffer_bytes();
+  std::vector<double> buf{double(buffers.buckets), double(buffers.gather), double(buffers.working)};
+  comm.all_reduce_doubles(buf, true);
   metrics.write("end", {{"steps", args.max_steps},
                         {"loss", last_loss},
                         {"seconds", run_clock.seconds()},
-                        {"last_step_pool_peak_bytes", pool_json(peaks)}});
+                        {"last_step_pool_peak_bytes", pool_json(peaks)},
+                        {"buffer_bytes",
+                         {{"buckets", uint64_t(buf[0])}, {"gather", uint64_t(buf[1])}, {"working", uint64_t(buf[2])}}},
+                        {"live_parameters_peak", engine.peak_live_parameters()}});
   log_info("done in ", format_duration(run_clock.seconds()), ": final loss ", last_loss,
            std::isnan(last_eval) ? std::string() : cat(", eval_loss ", last_eval));
   log_info("metrics: ", args.output_dir, "/metrics.jsonl");

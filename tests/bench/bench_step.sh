@@ -14,11 +14,11 @@ build=${BUILD:-build/release}
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$threads" --target bench_gpt2_step >/dev/null
 
-ours=$(OMP_NUM_THREADS=$threads "$build/tests/bench/bench_gpt2_step" --steps "$steps" | tee /dev/stderr | grep '^RESULT')
-torch_same=$(/usr/bin/python3 tests/bench/torch_gpt2_step.py --threads "$threads" --steps "$steps" | tee /dev/stderr | grep '^RESULT')
+ours=$(OMP_NUM_THREADS=$threads "$build/tests/bench/bench_gpt2_step" --steps "$steps" | tee >(cat >&2) | grep '^RESULT')
+torch_same=$(/usr/bin/python3 tests/bench/torch_gpt2_step.py --threads "$threads" --steps "$steps" | tee >(cat >&2) | grep '^RESULT')
 torch_one=$torch_same
 if [[ $threads -ne 1 ]]; then
-  torch_one=$(/usr/bin/python3 tests/bench/torch_gpt2_step.py --threads 1 --steps "$steps" | tee /dev/stderr | grep '^RESULT')
+  torch_one=$(/usr/bin/python3 tests/bench/torch_gpt2_step.py --threads 1 --steps "$steps" | tee >(cat >&2) | grep '^RESULT')
 fi
 /usr/bin/python3 - "$ours" "$torch_same" "$torch_one" "$threads" <<'PY'
 import re, sys

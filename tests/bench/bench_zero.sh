@@ -18,9 +18,9 @@ cmake --build --preset release -j "$(nproc)" --target bench_zero_stages >/dev/nu
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 ours=$(mpirun -np "$ranks" --oversubscribe -x OMP_NUM_THREADS="$threads" build/release/tests/bench/bench_zero_stages \
-  --steps "$steps" --rounds "$rounds" | tee /dev/stderr)
+  --steps "$steps" --rounds "$rounds" | tee >(cat >&2))
 torch=$(/usr/bin/python3 tests/bench/torch_ddp_zero_step.py --world "$ranks" --threads "$threads" --steps "$steps" |
-  tee /dev/stderr | grep '^RESULT')
+  tee >(cat >&2) | grep '^RESULT')
 /usr/bin/python3 - "$(grep '^RESULT' <<<"$ours")" "$torch" "$(tail -1 <<<"$ours")" <<'PY'
 import re, sys
 def num(text, key): return float(re.search(key + r"=([0-9.]+)", text).group(1))

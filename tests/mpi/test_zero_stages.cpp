@@ -92,6 +92,7 @@ struct Case {
   int stage;
   DType dtype;
   int64_t accumulation;
+  bool fp32_communication = false;  ///< communication_data_type: fp32 with 16-bit gradients
 };
 
 class ZeroStages : public ::testing::TestWithParam<Case> {};
@@ -101,7 +102,9 @@ TEST_P(ZeroStages, MatchOneRankOfTheSameGlobalBatch) {
   MpiComm world(MPI_COMM_WORLD), self(MPI_COMM_SELF);
   // The reference: one rank, stage 0, the whole global batch (computed on every rank alike).
   const std::vector<double> reference = train(self, make_config(0, c.dtype, 1, c.accumulation));
-  const std::vector<double> losses = train(world, make_config(c.stage, c.dtype, world.size(), c.accumulation));
+  DsConfig cfg = make_config(c.stage, c.dtype, world.size(), c.accumulation);
+  if (c.fp32_communication) cfg.communication_data_type = DType::kF32;
+  const std::vector<double> losses = train(world, cfg);
   ASSERT_EQ(losses.size(), reference.size());
   EXPECT_LT(reference.back(), reference.front() - 0.3) << "the reference does not learn";
   for (size_t i = 0; i < losses.size(); ++i) {
@@ -115,7 +118,7 @@ TEST_P(ZeroStages, MatchOneRankOfTheSameGlobalBatch) {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return "stage" + std::to_string(info.param.stage) + "_" + dtype_name(info.param.dtype) + "_accum" +
-         std::to_string(info.param.accumulation);
+         std::to_string(info.param.accumulation) + (info.param.fp32_communication ? "_fp32comm" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -124,8 +127,44 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{0, DType::kF32, 4}, Case{1, DType::kF32, 4}, Case{2, DType::kF32, 4}, Case{3, DType::kF32, 4},
                       Case{0, DType::kBF16, 1}, Case{1, DType::kBF16, 1}, Case{2, DType::kBF16, 1},
                       Case{3, DType::kBF16, 1}, Case{1, DType::kBF16, 4}, Case{2, DType::kBF16, 4},
-                      Case{3, DType::kBF16, 4}),
+                      Case{3, DType::kBF16, 4}, Case{0, DType::kBF16, 1, true}, Case{1, DType::kBF16, 4, true},
+                      Case{2, DType::kBF16, 4, true}, Case{3, DType::kBF16, 1, true}),
     case_name);
+
+// An fp16 overflow on any rank's gradients is seen by every rank: all skip the same step and
+// lower the scale alike.
+TEST(ZeroFp16, OverflowSkipsTheSameStepOnEveryRank) {
+  MpiComm world(MPI_COMM_WORLD);
+  for (int stage = 0; stage <= 3; ++stage) {
+    auto backend = make_cpu_backend();
+    const Gpt2Layout layout(tiny_model());
+    DsConfig cfg = make_config(stage, DType::kF32, world.size(), 1);
+    cfg.fp16.enabled = true;
+    cfg.fp16.initial_scale_power = 24;  // 2^24 x these gradients overflow fp16; a few halvings do not
+    cfg.fp16.hysteresis = 1;
+    ZeroEngine engine(layout, *backend, world, cfg);
+    engine.init_params(5);
+    const int micro = int(cfg.train_micro_batch_size_per_gpu);
+    Gpt2Model<float> model(layout, *backend, backend->ops(), micro, kSeq, false);
+    std::vector<int32_t> in(size_t(micro) * kSeq), tg(size_t(micro) * kSeq);
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = token(0, world.rank(), int(i));
+      tg[i] = token(1, world.rank(), int(i));
+    }
+    int skipped = 0;
+    for (int step = 0; step < 12; ++step) {
+      model.forward(engine, in.data(), tg.data(), micro, kSeq);
+      model.backward(engine, engine.backward_scale());
+      const StepOutcome o = engine.step();
+      skipped += o.skipped;
+      // Every rank made the same decision with the same scale.
+      EXPECT_EQ(world.all_reduce_max(o.skipped), world.all_reduce_sum(o.skipped) / world.size()) << "stage " << stage;
+      EXPECT_EQ(world.all_reduce_max(o.loss_scale), o.loss_scale) << "stage " << stage;
+    }
+    EXPECT_GE(skipped, 1) << "stage " << stage;
+    EXPECT_LT(skipped, 12) << "stage " << stage << ": the scale never came down";
+  }
+}
 
 TEST(ZeroMemory, ModelStateBytesFollowTheTable) {
   MpiComm world(MPI_COMM_WORLD);
