@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libopenmpi-dev openmpi-bin
-  libhdf5-dev
+  libhdf5-dev zlib1g-dev
   libboost-json1.81-dev libboost-program-options1.81-dev
   libopenblas-openmp-dev libopenblas0-openmp
   liburing-dev

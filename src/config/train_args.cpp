@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <iostream>
+#include <set>
 
 #include "config/json_section.h"
 #include "core/error.h"
@@ -87,9 +88,17 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
 
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(opts).style(
-                  po::command_line_style::unix_style ^ po::command_line_style::allow_guessing).run(),
-              vm);
+    po::parsed_options parsed = po::command_line_parser(argc, argv).options(opts).style(
+        po::command_line_style::unix_style ^ po::command_line_style::allow_guessing).run();
+    // A flag given twice takes its last value, as HF's argument parser (argparse) does; launch
+    // scripts append overrides to a base command line.
+    std::vector<po::option> last_wins;
+    std::set<std::string> seen;
+    for (auto it = parsed.options.rbegin(); it != parsed.options.rend(); ++it) {
+      if (seen.insert(it->string_key).second) last_wins.insert(last_wins.begin(), *it);
+    }
+    parsed.options = std::move(last_wins);
+    po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {
     std::string name = e.get_option_name();
@@ -137,8 +146,6 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   ZT_USAGE_CHECK(!(a.bf16 && a.fp16), "--bf16 and --fp16 are exclusive");
   ZT_USAGE_CHECK(!a.do_eval || !a.eval_data.empty(), "--do_eval needs --eval_data GLOB");
   ZT_USAGE_CHECK(!a.eval_on_start || !a.eval_data.empty(), "--eval_on_start needs --eval_data GLOB");
-  ZT_USAGE_CHECK(a.save_steps == 0 && a.resume_from_checkpoint.empty(),
-                 "--save_steps/--resume_from_checkpoint: checkpoints are not implemented in this build yet");
   return a;
 }
 

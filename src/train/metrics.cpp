@@ -7,9 +7,9 @@
 
 namespace zt {
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
   if (path.empty()) return;
-  file_ = std::fopen(path.c_str(), "w");
+  file_ = std::fopen(path.c_str(), append ? "a" : "w");
   ZT_USAGE_CHECK(file_ != nullptr, path, ": cannot create metrics file: ", std::strerror(errno));
 }
 

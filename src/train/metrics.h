@@ -10,8 +10,9 @@ namespace zt {
 
 class MetricsWriter {
  public:
-  /// Opens (truncating) `path`; a null writer (empty path) discards everything.
-  explicit MetricsWriter(const std::string& path);
+  /// Opens `path` (truncating, or appending when a resumed run continues the file); a null
+  /// writer (empty path) discards everything.
+  explicit MetricsWriter(const std::string& path, bool append = false);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "checkpoint/checkpoint.h"
 #include "config/ds_config.h"
 #include "config/model_config.h"
 #include "core/log.h"
@@ -37,6 +38,7 @@ struct Setup {
   DsConfig ds;
   int seq_len = 0;
   std::optional<TokenDataset> train_data, eval_data;
+  std::optional<CheckpointReader> resume;  ///< validated before any state exists
 };
 
 Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
@@ -51,7 +53,10 @@ Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
   s.ds = load_ds_config(args.deepspeed, args.auto_values(world_size, s.model.n_embd));
   if (args.max_steps > 0) s.train_data.emplace(args.train_data, s.model.vocab_size);
   if (!args.eval_data.empty()) s.eval_data.emplace(args.eval_data, s.model.vocab_size);
-  if (check_output_dir) check_output_dir_usable(args.output_dir, args.overwrite_output_dir);
+  const bool resuming = !args.resume_from_checkpoint.empty();
+  // Resuming writes into an output_dir that holds the run so far; that is the point of it.
+  if (check_output_dir) check_output_dir_usable(args.output_dir, args.overwrite_output_dir || resuming);
+  if (resuming) s.resume.emplace(args.resume_from_checkpoint, args.output_dir, s.model);
   return s;
 }
 
@@ -134,7 +139,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   std::string error;
   try {
     setup = load_setup(args, world_size, rank == 0);
-    if (rank == 0) prepare_output_dir(args.output_dir, args.overwrite_output_dir);
+    if (rank == 0) prepare_output_dir(args.output_dir, args.overwrite_output_dir || !args.resume_from_checkpoint.empty());
   } catch (const UsageError& e) {
     error = e.what();
   }
@@ -145,16 +150,36 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   const int micro_batch = int(ds.train_micro_batch_size_per_gpu);
   const int64_t accumulation = ds.gradient_accumulation_steps;
   std::optional<DistributedSampler> sampler;
-  if (setup.train_data) sampler.emplace(*setup.train_data, seq_len, args.seed);
+  const uint64_t sampler_seed = setup.resume ? setup.resume->position().seed : args.seed;
+  if (setup.train_data) sampler.emplace(*setup.train_data, seq_len, sampler_seed);
   std::optional<EvalWindows> eval_windows;
   if (setup.eval_data) eval_windows.emplace(*setup.eval_data, seq_len, args.max_eval_samples);
-  MetricsWriter metrics(rank == 0 ? args.output_dir + "/metrics.jsonl" : std::string());
+  MetricsWriter metrics(rank == 0 ? args.output_dir + "/metrics.jsonl" : std::string(), setup.resume.has_value());
 
   // ---- model and engine ----
   std::unique_ptr<Backend> backend = make_cpu_backend();
   const Gpt2Layout layout(model_config);
   ZeroEngine engine(layout, *backend, comm, ds);
-  engine.init_params(args.seed);
+  DataPosition position;
+  int64_t first_step = 1;
+  uint64_t data_seed = args.seed;
+  if (setup.resume) {
+    // Weights, moments, optimizer step, schedule, loss scaler and data position, from any
+    // world size and stage.
+    CheckpointReader& ckpt = *setup.resume;
+    engine.load([&](StateField f, size_t lo, size_t hi, float* out) { ckpt.read(f, lo, hi, out); },
+                ckpt.engine_state());
+    position.next_sample = ckpt.position().data_position;
+    first_step = ckpt.position().step + 1;
+    data_seed = ckpt.position().seed;
+    if (args.given("seed") && data_seed != args.seed) {
+      log_warn("--seed ", args.seed, " differs from the checkpoint's ", data_seed, "; the data order follows the checkpoint");
+    }
+    log_info("resumed from ", ckpt.dir(), " (step ", ckpt.position().step, ", saved by ", ckpt.saved_world_size(),
+             " rank(s) at stage ", ckpt.saved_stage(), ")");
+  } else {
+    engine.init_params(args.seed);
+  }
   const int eval_batch = int(args.per_device_eval_batch_size);
   Gpt2Model<float> model(layout, *backend, backend->ops(), std::max(micro_batch, eval_batch), seq_len,
                          args.gradient_checkpointing);
@@ -202,7 +227,6 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   const double flops_per_step = 3.0 * model.flops_per_token_forward(seq_len) * double(tokens_per_step);
   const uint64_t rank_samples = uint64_t(micro_batch * accumulation);
   std::vector<int32_t> inputs(size_t(micro_batch) * seq_len), targets(size_t(micro_batch) * seq_len);
-  DataPosition position;
   ProgressLine progress(args.max_steps, !args.disable_tqdm && rank == 0);
   TimerSet timers;
   double last_loss = 0, last_eval = NAN;
@@ -212,7 +236,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     log_info("step 0: eval_loss ", last_eval);
   }
 
-  for (int64_t step = 1; step <= args.max_steps; ++step) {
+  for (int64_t step = first_step; step <= args.max_steps; ++step) {
     Stopwatch step_clock;
     reset_pool_peaks();
     timers.clear();
@@ -272,6 +296,16 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
       }
       log_info("step ", step, "/", args.max_steps, ": ", summary, " | grad_norm ", outcome.grad_norm,
                outcome.loss_scale != 1 ? cat(" | loss_scale ", outcome.loss_scale) : std::string(), breakdown);
+    }
+    if (args.save_steps > 0 && step % args.save_steps == 0) {
+      progress.clear();
+      Stopwatch clock;
+      const SavedCheckpoint saved =
+          save_checkpoint(args.output_dir, engine, layout, ds, comm, TrainingPosition{step, position.next_sample, data_seed});
+      metrics.write("checkpoint",
+                    {{"step", step}, {"path", saved.path}, {"seconds", clock.seconds()}, {"bytes", saved.bytes}});
+      log_info("step ", step, ": saved ", saved.path, " (", human_count(double(saved.bytes)), "B in ",
+               format_duration(clock.seconds()), ")");
     }
     if (eval_windows && args.eval_steps > 0 && step % args.eval_steps == 0) {
       progress.clear();

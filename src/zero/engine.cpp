@@ -275,3 +275,57 @@ BufferBytes ZeroEngine::buffer_bytes() const {
 }
 
 }  // namespace zt
+
+namespace zt {
+
+const float* ZeroEngine::field_data(StateField field, size_t lo) {
+  ZT_CHECK(lo >= opt_begin_ && lo <= opt_begin_ + opt_count_, "element ", lo, " is outside this rank's range");
+  switch (field) {
+    case StateField::kMaster: return master_at(lo);
+    case StateField::kExpAvg: return exp_avg_.data() + (lo - opt_begin_);
+    case StateField::kExpAvgSq: return exp_avg_sq_.data() + (lo - opt_begin_);
+  }
+  return nullptr;
+}
+
+EngineState ZeroEngine::state() const {
+  EngineState s;
+  s.adam_step = adam_.step_count();
+  s.scheduler_iteration = scheduler_.last_batch_iteration();
+  s.scaler = scaler_.state();
+  return s;
+}
+
+void ZeroEngine::load(const StateReader& read, const EngineState& state) {
+  const size_t flat = layout_.flat_size();
+  // Reads [lo, hi) of a field into out, zero beyond the model (padding).
+  auto read_padded = [&](StateField field, size_t lo, size_t hi, float* out) {
+    const size_t model_hi = std::min(hi, flat);
+    if (model_hi > lo) read(field, lo, model_hi, out);
+    if (hi > std::max(lo, model_hi)) std::fill(out + (std::max(lo, model_hi) - lo), out + (hi - lo), 0.0f);
+  };
+  const size_t opt_end = opt_begin_ + opt_count_;
+  read_padded(StateField::kExpAvg, opt_begin_, opt_end, exp_avg_.data());
+  read_padded(StateField::kExpAvgSq, opt_begin_, opt_end, exp_avg_sq_.data());
+  const size_t held = params_.size() / elem();
+  if (dtype_ == DType::kF32) {
+    // The fp32 parameters are the master weights, and they cover the optimizer's range.
+    read_padded(StateField::kMaster, params_base_, params_base_ + held, reinterpret_cast<float*>(params_.data()));
+  } else {
+    read_padded(StateField::kMaster, opt_begin_, opt_end, master_.data());
+    std::vector<float> chunk(std::min<size_t>(held, size_t(1) << 20));
+    for (size_t off = 0; off < held; off += chunk.size()) {
+      const size_t n = std::min(chunk.size(), held - off);
+      read_padded(StateField::kMaster, params_base_ + off, params_base_ + off + n, chunk.data());
+      convert(chunk.data(), DType::kF32, params_.data() + off * elem(), dtype_, n);
+    }
+  }
+  opt_ops_.zero(grads_.data(), dtype_, grads_.size() / elem());
+  if (gatherer_) gatherer_->invalidate();
+  for (auto& s : weight_slots_) s.unit = -1;
+  adam_.set_step_count(state.adam_step);
+  scheduler_.set_last_batch_iteration(state.scheduler_iteration);
+  scaler_.restore(state.scaler);
+}
+
+}  // namespace zt

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -50,6 +51,19 @@ struct BufferBytes {
   size_t working = 0;  ///< fp32 working copies of 16-bit units and unit gradient slots
 };
 
+/// The optimizer's counters, saved in checkpoints next to the tensors.
+struct EngineState {
+  int64_t adam_step = 0;
+  int64_t scheduler_iteration = -1;
+  LossScaler::State scaler{};
+};
+
+/// The fp32 tensors a checkpoint holds, each over the flat layout.
+enum class StateField { kMaster, kExpAvg, kExpAvgSq };
+
+/// Fills out[0, hi - lo) with elements [lo, hi) of a field (hi <= the model's flat size).
+using StateReader = std::function<void(StateField field, size_t lo, size_t hi, float* out)>;
+
 /// What one optimizer step did.
 struct StepOutcome {
   double grad_norm = 0;   ///< global L2 norm of the unscaled, averaged gradient, before clipping
@@ -81,6 +95,18 @@ class ZeroEngine final : public ParamSource<float> {
   const PartitionMap& partition() const { return partition_; }
   /// The full fp32 master weights (flat layout, unpadded), gathered from every rank. Collective.
   std::vector<float> gather_master_weights();
+
+  /// Elements [lo, hi) of a field, for lo >= this rank's optimizer range start and hi <= its end
+  /// (stage 0: any range). Checkpoints write each rank's partition from here.
+  const float* field_data(StateField field, size_t lo);
+  /// The whole parameter buffer in param_dtype() at stages 0-2 (every rank holds it), else null.
+  const void* full_params() const { return stage_ < 3 ? params_.data() : nullptr; }
+  EngineState state() const;
+  /// Replaces the model states: master weights and moments of this rank's optimizer range, and
+  /// the parameters it holds (rounded from the master weights, exactly as a step writes them),
+  /// all read through `read`; gradients are zeroed and gathered copies dropped. Any world size
+  /// or stage may have written what `read` serves: the flat layout is the same.
+  void load(const StateReader& read, const EngineState& state);
 
   // ParamSource<float>
   const float* acquire_weights(int unit) override;

@@ -1,0 +1,81 @@
+// ZeRO checkpoints: OUTPUT/global_step<N>/ holds one zero_rank_<R>_optim_states.h5 per rank (that
+// rank's partition of the fp32 master weights, exp_avg and exp_avg_sq, chunked with Fletcher32;
+// attributes for rank, world size, stage, dtype, partition bounds and the training counters),
+// model_states.h5 (the 16-bit parameters under their HF names when a rank holds them whole,
+// i.e. stages 0-2), and manifest.json (configs, the parameter table with flat offsets, partition
+// bounds, every file with its size and CRC-32).
+//
+// Publishing is atomic: every file is written under a .tmp name, fsync'ed and renamed; all ranks
+// agree that their files are durable before rank 0 writes the manifest and then replaces
+// OUTPUT/latest (write, fsync, rename). A crash at any moment leaves the previous `latest`
+// pointing at a complete checkpoint.
+//
+// Loading validates everything before any state is touched (manifest, every file's presence,
+// size and checksum, the model config), then each rank reads the range of the flat buffer it
+// now owns from whichever shards hold it: a checkpoint from N ranks at stage S loads at any M
+// and any stage.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/h5.h"
+#include "comm/communicator.h"
+#include "config/ds_config.h"
+#include "config/model_config.h"
+#include "model/gpt2_layout.h"
+#include "zero/engine.h"
+
+namespace zt {
+
+/// The trainer's position, saved with the model states.
+struct TrainingPosition {
+  int64_t step = 0;            ///< optimizer steps completed
+  uint64_t data_position = 0;  ///< next global sample
+  uint64_t seed = 0;
+};
+
+struct SavedCheckpoint {
+  std::string path;
+  uint64_t bytes = 0;
+};
+
+/// Writes OUTPUT/global_step<N>/ and moves OUTPUT/latest to it. Collective over `comm`.
+SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
+                                const DsConfig& ds, Communicator& comm, const TrainingPosition& position);
+
+/// A validated checkpoint, ready to be read at any world size.
+class CheckpointReader {
+ public:
+  /// `where` is a checkpoint directory, a directory with a `latest` file, or "auto" (the
+  /// `latest` of output_dir). Validates the manifest, the files (size and CRC-32) and that the
+  /// model config matches `model`. Throws UsageError naming the file on any problem.
+  CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig& model);
+
+  const std::string& dir() const { return dir_; }
+  const TrainingPosition& position() const { return position_; }
+  const EngineState& engine_state() const { return engine_state_; }
+  int saved_world_size() const { return world_size_; }
+  int saved_stage() const { return stage_; }
+
+  /// Elements [lo, hi) of a field over the flat layout, read from the shards that hold them.
+  void read(StateField field, size_t lo, size_t hi, float* out);
+
+ private:
+  const H5File& shard(int rank);
+  std::string dir_;
+  int world_size_ = 0, stage_ = 0;
+  size_t flat_size_ = 0;
+  std::vector<std::pair<size_t, size_t>> partitions_;
+  TrainingPosition position_;
+  EngineState engine_state_;
+  std::map<int, H5File> open_;
+};
+
+/// CRC-32 (zlib's) of a whole file.
+uint32_t file_crc32(const std::string& path);
+
+}  // namespace zt

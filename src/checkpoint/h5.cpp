@@ -1,0 +1,180 @@
+#include "checkpoint/h5.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+
+// HDF5 prints its error stack to stderr by default; we fold it into our exception instead.
+struct SilenceHdf5 {
+  SilenceHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+const SilenceHdf5 silence_hdf5;
+
+herr_t collect(unsigned n, const H5E_error2_t* e, void* data) {
+  auto* text = static_cast<std::string*>(data);
+  if (!text->empty()) *text += "; ";
+  *text += e->desc ? e->desc : "?";
+  (void)n;
+  return 0;
+}
+
+}  // namespace
+
+std::string h5_error_stack() {
+  std::string text;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect, &text);
+  H5Eclear2(H5E_DEFAULT);
+  return text.empty() ? "unknown HDF5 error" : text;
+}
+
+#define ZT_H5_CHECK(expr, ...)                                                                        \
+  do {                                                                                                \
+    if ((expr) < 0) ::zt::throw_error(__FILE__, __LINE__, ::zt::cat(__VA_ARGS__, ": ", #expr, ": ", \
+                                                                    ::zt::h5_error_stack()));         \
+  } while (0)
+
+H5File H5File::create(const std::string& path) {
+  H5File f;
+  f.path_ = path;
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ZT_H5_CHECK(id, path, ": cannot create");
+  f.file_ = H5Id(id, H5Fclose);
+  return f;
+}
+
+H5File H5File::open(const std::string& path) {
+  H5File f;
+  f.path_ = path;
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) throw UsageError(cat(path, ": cannot open as HDF5: ", h5_error_stack()));
+  f.file_ = H5Id(id, H5Fclose);
+  return f;
+}
+
+void H5File::close() {
+  if (file_.get() >= 0) ZT_H5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), path_, ": flush");
+  file_.reset();
+}
+
+void H5File::write_raw(const std::string& name, const void* data, size_t count, hid_t type) {
+  const hsize_t dims[1] = {hsize_t(count)};
+  H5Id space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+  ZT_H5_CHECK(space.get(), path_, ": dataspace for ", name);
+  H5Id props(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (count > 0) {
+    // 1 Mi-element chunks: big enough for streaming I/O, small enough that a hyperslab read of a
+    // partition boundary touches little extra data.
+    const hsize_t chunk[1] = {std::min<hsize_t>(count, hsize_t(1) << 20)};
+    ZT_H5_CHECK(H5Pset_chunk(props.get(), 1, chunk), path_, ": chunking ", name);
+    ZT_H5_CHECK(H5Pset_fletcher32(props.get()), path_, ": Fletcher32 on ", name);
+  }
+  H5Id set(H5Dcreate2(file_.get(), name.c_str(), type, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT),
+           H5Dclose);
+  ZT_H5_CHECK(set.get(), path_, ": create dataset ", name);
+  if (count > 0) ZT_H5_CHECK(H5Dwrite(set.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path_, ": write ", name);
+}
+
+void H5File::write(const std::string& name, const float* data, size_t count) {
+  write_raw(name, data, count, H5T_NATIVE_FLOAT);
+}
+void H5File::write(const std::string& name, const uint16_t* data, size_t count) {
+  write_raw(name, data, count, H5T_NATIVE_UINT16);
+}
+
+bool H5File::has(const std::string& name) const {
+  return H5Lexists(file_.get(), name.c_str(), H5P_DEFAULT) > 0;
+}
+
+size_t H5File::length(const std::string& name) const {
+  if (!has(name)) throw UsageError(cat(path_, ": missing dataset '", name, "'"));
+  H5Id set(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  ZT_H5_CHECK(set.get(), path_, ": open dataset ", name);
+  H5Id space(H5Dget_space(set.get()), H5Sclose);
+  hsize_t dims[1] = {0};
+  ZT_H5_CHECK(H5Sget_simple_extent_dims(space.get(), dims, nullptr), path_, ": extent of ", name);
+  return size_t(dims[0]);
+}
+
+void H5File::read_raw(const std::string& name, size_t offset, size_t count, void* out, hid_t type) const {
+  if (count == 0) return;
+  const size_t total = length(name);
+  if (offset + count > total) {
+    throw UsageError(cat(path_, ": dataset '", name, "' has ", total, " elements, need [", offset, ", ",
+                         offset + count, ")"));
+  }
+  H5Id set(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  ZT_H5_CHECK(set.get(), path_, ": open dataset ", name);
+  H5Id file_space(H5Dget_space(set.get()), H5Sclose);
+  const hsize_t start[1] = {hsize_t(offset)}, n[1] = {hsize_t(count)};
+  ZT_H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, n, nullptr), path_, ": select ",
+              name);
+  H5Id mem_space(H5Screate_simple(1, n, nullptr), H5Sclose);
+  if (H5Dread(set.get(), type, mem_space.get(), file_space.get(), H5P_DEFAULT, out) < 0) {
+    // Most often a Fletcher32 mismatch: the file is corrupt. Bad input, not a bug.
+    throw UsageError(cat(path_, ": cannot read dataset '", name, "' (corrupt or truncated): ", h5_error_stack()));
+  }
+}
+
+void H5File::read(const std::string& name, size_t offset, size_t count, float* out) const {
+  read_raw(name, offset, count, out, H5T_NATIVE_FLOAT);
+}
+void H5File::read(const std::string& name, size_t offset, size_t count, uint16_t* out) const {
+  read_raw(name, offset, count, out, H5T_NATIVE_UINT16);
+}
+
+void H5File::set_attribute(const std::string& name, int64_t value) {
+  H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Id attr(H5Acreate2(file_.get(), name.c_str(), H5T_NATIVE_INT64, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  ZT_H5_CHECK(attr.get(), path_, ": attribute ", name);
+  ZT_H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), path_, ": attribute ", name);
+}
+
+void H5File::set_attribute(const std::string& name, double value) {
+  H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Id attr(H5Acreate2(file_.get(), name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  ZT_H5_CHECK(attr.get(), path_, ": attribute ", name);
+  ZT_H5_CHECK(H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value), path_, ": attribute ", name);
+}
+
+void H5File::set_attribute(const std::string& name, const std::string& value) {
+  H5Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+  ZT_H5_CHECK(H5Tset_size(type.get(), std::max<size_t>(1, value.size())), path_, ": string type");
+  H5Id space(H5Screate(H5S_SCALAR), H5Sclose);
+  H5Id attr(H5Acreate2(file_.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  ZT_H5_CHECK(attr.get(), path_, ": attribute ", name);
+  std::string padded = value.empty() ? std::string(1, '\0') : value;
+  ZT_H5_CHECK(H5Awrite(attr.get(), type.get(), padded.data()), path_, ": attribute ", name);
+}
+
+int64_t H5File::int_attribute(const std::string& name) const {
+  if (H5Aexists(file_.get(), name.c_str()) <= 0) throw UsageError(cat(path_, ": missing attribute '", name, "'"));
+  H5Id attr(H5Aopen(file_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  int64_t value = 0;
+  ZT_H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &value), path_, ": attribute ", name);
+  return value;
+}
+
+double H5File::double_attribute(const std::string& name) const {
+  if (H5Aexists(file_.get(), name.c_str()) <= 0) throw UsageError(cat(path_, ": missing attribute '", name, "'"));
+  H5Id attr(H5Aopen(file_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  double value = 0;
+  ZT_H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value), path_, ": attribute ", name);
+  return value;
+}
+
+std::string H5File::string_attribute(const std::string& name) const {
+  if (H5Aexists(file_.get(), name.c_str()) <= 0) throw UsageError(cat(path_, ": missing attribute '", name, "'"));
+  H5Id attr(H5Aopen(file_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  H5Id type(H5Aget_type(attr.get()), H5Tclose);
+  const size_t size = H5Tget_size(type.get());
+  std::vector<char> buffer(size + 1, '\0');
+  ZT_H5_CHECK(H5Aread(attr.get(), type.get(), buffer.data()), path_, ": attribute ", name);
+  return std::string(buffer.data());
+}
+
+}  // namespace zt
