@@ -1,11 +1,13 @@
 #include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <boost/json.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -33,6 +35,16 @@ const char* field_name(StateField f) {
 
 std::string shard_name(int rank) { return cat("zero_rank_", rank, "_optim_states.h5"); }
 
+// Test hook: ZT_CHECKPOINT_CRASH_AT=k kills this process (SIGKILL, as a node failure would) at
+// the k-th point of the write sequence, counted over the whole run, so that a test can check
+// that `latest` survives a crash anywhere in a save.
+void crash_point() {
+  static const char* env = std::getenv("ZT_CHECKPOINT_CRASH_AT");
+  static long target = env ? std::atol(env) : 0;
+  static long reached = 0;
+  if (target > 0 && ++reached == target) ::kill(::getpid(), SIGKILL);
+}
+
 // Makes a renamed file durable: fsync the file, rename, fsync the directory.
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -44,14 +56,17 @@ void fsync_path(const std::string& path) {
 
 void publish(const std::string& tmp, const std::string& final_path) {
   fsync_path(tmp);
+  crash_point();  // written, not yet renamed
   ZT_CHECK_ERRNO(::rename(tmp.c_str(), final_path.c_str()), tmp, " -> ", final_path);
   fsync_path(fs::path(final_path).parent_path().string());
+  crash_point();  // renamed
 }
 
 void write_text_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    crash_point();  // an empty temporary exists
     out << text;
     out.flush();
     ZT_CHECK(out.good(), tmp, ": write failed");
@@ -114,6 +129,7 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
     f.set_attribute("adam_step", st.adam_step);
     f.set_attribute("scheduler_last_batch_iteration", st.scheduler_iteration);
     f.set_attribute("loss_scale", st.scaler.scale);
+    crash_point();  // the shard is half written
     f.close();
   }
   publish(shard + ".tmp", shard);
@@ -144,6 +160,7 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
   files[size_t(2 * rank)] = double(fs::file_size(shard));
   files[size_t(2 * rank + 1)] = double(file_crc32(shard));
   comm.all_reduce_doubles(files, false);
+  crash_point();  // every rank durable, nothing published
   SavedCheckpoint saved{dir, 0};
   for (int r = 0; r < world; ++r) saved.bytes += uint64_t(files[size_t(2 * r)]);
   if (rank == 0) {

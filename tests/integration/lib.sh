@@ -27,6 +27,25 @@ expect_usage_error() {
   fi
 }
 
+# expect_usage_error_mpi NAME PATTERN CMD...: the same under mpirun, which adds its own banner
+# after a non-zero exit: exactly one line of ours ("zerotrain: ..."), exit 2.
+expect_usage_error_mpi() {
+  local name=$1 pattern=$2
+  shift 2
+  local err rc
+  err=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  local ours
+  ours=$(grep -E '^zerotrain: ' <<<"$err" || true)
+  local lines
+  lines=$(printf '%s\n' "$ours" | grep -c . || true)
+  if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -qE -- "$pattern" <<<"$ours"; then
+    pass "$name"
+  else
+    fail "$name (exit $rc, $lines zerotrain lines, wanted /$pattern/): $ours"
+  fi
+}
+
 finish() {
   echo "$passed passed, $failed failed"
   [[ $failed -eq 0 ]]
