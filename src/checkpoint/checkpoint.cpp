@@ -212,7 +212,7 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
 }
 
 CheckpointReader::CheckpointReader(const std::string& where, const std::string& output_dir,
-                                   const ModelConfig& model) {
+                                   const ModelConfig* expect) {
   // Resolve: "auto" is OUTPUT/latest; a directory with `latest` follows it.
   std::string dir = where == "auto" ? output_dir : where;
   if (!fs::exists(fs::path(dir) / "manifest.json") && fs::exists(fs::path(dir) / "latest")) {
@@ -234,11 +234,18 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
     stage_ = m.at("stage").to_number<int>();
     flat_size_ = m.at("flat_size").to_number<size_t>();
     const auto& mc = m.at("model_config").as_object();
-    const boost::json::object want = model_json(model);
-    for (const auto& [key, value] : want) {
-      ZT_USAGE_CHECK(mc.contains(key) && mc.at(key) == value, manifest_path, ": model config differs: ", key, " is ",
-                     mc.contains(key) ? boost::json::serialize(mc.at(key)) : std::string("missing"),
-                     " in the checkpoint, ", boost::json::serialize(value), " now");
+    model_.n_layer = mc.at("n_layer").to_number<int>();
+    model_.n_embd = mc.at("n_embd").to_number<int>();
+    model_.n_head = mc.at("n_head").to_number<int>();
+    model_.n_positions = mc.at("n_positions").to_number<int>();
+    model_.vocab_size = mc.at("vocab_size").to_number<int>();
+    model_.layer_norm_epsilon = mc.at("layer_norm_epsilon").to_number<double>();
+    if (expect) {
+      for (const auto& [key, value] : model_json(*expect)) {
+        ZT_USAGE_CHECK(mc.contains(key) && mc.at(key) == value, manifest_path, ": model config differs: ", key, " is ",
+                       mc.contains(key) ? boost::json::serialize(mc.at(key)) : std::string("missing"),
+                       " in the checkpoint, ", boost::json::serialize(value), " now");
+      }
     }
     for (const auto& p : m.at("partitions").as_array()) {
       partitions_.emplace_back(p.as_array().at(0).to_number<size_t>(), p.as_array().at(1).to_number<size_t>());
@@ -269,8 +276,8 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
     if (dynamic_cast<const UsageError*>(&e)) throw;
     throw UsageError(cat(manifest_path, ": malformed manifest: ", e.what()));
   }
-  ZT_USAGE_CHECK(flat_size_ == Gpt2Layout(model).flat_size(), manifest_path, ": flat size ", flat_size_,
-                 " does not match the model's ", Gpt2Layout(model).flat_size());
+  ZT_USAGE_CHECK(flat_size_ == Gpt2Layout(model_).flat_size(), manifest_path, ": flat size ", flat_size_,
+                 " does not match the model's ", Gpt2Layout(model_).flat_size());
   // The shards' own attributes must agree with the manifest.
   for (int r = 0; r < world_size_; ++r) {
     const H5File& f = shard(r);

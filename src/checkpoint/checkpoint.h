@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,10 @@ class CheckpointReader {
   /// `where` is a checkpoint directory, a directory with a `latest` file, or "auto" (the
   /// `latest` of output_dir). Validates the manifest, the files (size and CRC-32) and that the
   /// model config matches `model`. Throws UsageError naming the file on any problem.
-  CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig& model);
+  /// `expect` null: take the model config from the manifest (offline tools).
+  CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig* expect);
+
+  const ModelConfig& model_config() const { return model_; }
 
   const std::string& dir() const { return dir_; }
   const TrainingPosition& position() const { return position_; }
@@ -67,6 +71,7 @@ class CheckpointReader {
  private:
   const H5File& shard(int rank);
   std::string dir_;
+  ModelConfig model_;
   int world_size_ = 0, stage_ = 0;
   size_t flat_size_ = 0;
   std::vector<std::pair<size_t, size_t>> partitions_;

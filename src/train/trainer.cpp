@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
 #include "config/ds_config.h"
 #include "config/model_config.h"
 #include "core/log.h"
@@ -38,15 +39,29 @@ struct Setup {
   DsConfig ds;
   int seq_len = 0;
   std::optional<TokenDataset> train_data, eval_data;
-  std::optional<CheckpointReader> resume;  ///< validated before any state exists
+  std::optional<CheckpointReader> resume;      ///< validated before any state exists
+  std::optional<SafetensorsReader> pretrained;  ///< --model_name_or_path weights, checked likewise
 };
 
+// Every GPT-2 tensor must be in the file with HF's shape.
+void check_pretrained(const SafetensorsReader& weights, const Gpt2Layout& layout, const std::string& dir) {
+  for (const auto& p : layout.params()) {
+    ZT_USAGE_CHECK(weights.has(p.name), dir, ": no tensor '", p.name, "' in the model's safetensors");
+    ZT_USAGE_CHECK(weights.spec(p.name).shape == p.shape, dir, ": tensor '", p.name, "' has another shape than ",
+                   "config.json implies");
+  }
+}
+
 Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
-  ZT_USAGE_CHECK(args.model_name_or_path.empty(),
-                 "--model_name_or_path: loading pretrained weights is not implemented in this build yet; "
-                 "use --config_name MODEL.json");
   Setup s;
-  s.model = load_model_config(args.config_name);
+  const bool pretrained = !args.model_name_or_path.empty();
+  // As HF: the shape comes from --config_name when given, else from the model directory.
+  s.model = load_model_config(!args.config_name.empty() ? args.config_name
+                                                         : args.model_name_or_path + "/config.json");
+  if (pretrained) {
+    s.pretrained.emplace(args.model_name_or_path);
+    check_pretrained(*s.pretrained, Gpt2Layout(s.model), args.model_name_or_path);
+  }
   s.seq_len = args.block_size > 0 ? int(args.block_size) : s.model.n_positions;
   ZT_USAGE_CHECK(s.seq_len <= s.model.n_positions, "--block_size ", s.seq_len, " exceeds n_positions ",
                  s.model.n_positions, " of ", args.config_name);
@@ -56,7 +71,7 @@ Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
   const bool resuming = !args.resume_from_checkpoint.empty();
   // Resuming writes into an output_dir that holds the run so far; that is the point of it.
   if (check_output_dir) check_output_dir_usable(args.output_dir, args.overwrite_output_dir || resuming);
-  if (resuming) s.resume.emplace(args.resume_from_checkpoint, args.output_dir, s.model);
+  if (resuming) s.resume.emplace(args.resume_from_checkpoint, args.output_dir, &s.model);
   return s;
 }
 
@@ -177,6 +192,20 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     }
     log_info("resumed from ", ckpt.dir(), " (step ", ckpt.position().step, ", saved by ", ckpt.saved_world_size(),
              " rank(s) at stage ", ckpt.saved_stage(), ")");
+  } else if (setup.pretrained) {
+    // HF weights (e.g. zero_to_fp32's output): the master weights from the file, fresh moments.
+    const SafetensorsReader& weights = *setup.pretrained;
+    engine.load(
+        [&](StateField f, size_t lo, size_t hi, float* out) {
+          std::fill(out, out + (hi - lo), 0.0f);  // moments start at zero; padding stays zero
+          if (f != StateField::kMaster) return;
+          for (const auto& p : layout.params()) {
+            const size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
+            if (b > a) weights.read(p.name, a - p.offset, b - a, out + (a - lo));
+          }
+        },
+        EngineState{});
+    log_info("initialised from ", args.model_name_or_path);
   } else {
     engine.init_params(args.seed);
   }

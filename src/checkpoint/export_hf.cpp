@@ -1,0 +1,93 @@
+#include "checkpoint/export_hf.h"
+
+#include <boost/json.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "checkpoint/safetensors.h"
+#include "config/model_config.h"
+#include "core/error.h"
+#include "model/gpt2_layout.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+ExportedModel export_hf_model(CheckpointReader& reader, const std::string& output, DType dtype, uint64_t shard_limit,
+                              bool overwrite) {
+  const Gpt2Layout layout(reader.model_config());
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json", "config.json"}) {
+    ZT_USAGE_CHECK(overwrite || !fs::exists(fs::path(output) / name), (fs::path(output) / name).string(),
+                   ": already exists; pass --overwrite to replace it");
+  }
+  std::error_code ec;
+  fs::create_directories(output, ec);
+  ZT_USAGE_CHECK(!ec, output, ": cannot create: ", ec.message());
+
+  // Group tensors into shards of at most shard_limit bytes (a tensor larger than the limit gets
+  // a shard of its own, as HF does).
+  std::vector<std::vector<const ParamInfo*>> shards(1);
+  uint64_t in_shard = 0, total = 0;
+  for (const auto& p : layout.params()) {
+    const uint64_t bytes = p.numel * dtype_size(dtype);
+    if (in_shard > 0 && in_shard + bytes > shard_limit) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&p);
+    in_shard += bytes;
+    total += bytes;
+  }
+  const size_t n = shards.size();
+  auto shard_file = [&](size_t i) {
+    if (n == 1) return std::string("model.safetensors");
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, n);
+    return std::string(name);
+  };
+
+  std::vector<float> fp32;
+  std::vector<unsigned char> converted;
+  boost::json::object weight_map;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<TensorSpec> specs;
+    for (const auto* p : shards[i]) specs.push_back({p->name, dtype, p->shape});
+    const std::string final_path = (fs::path(output) / shard_file(i)).string();
+    SafetensorsWriter writer(final_path + ".tmp", specs);
+    for (const auto* p : shards[i]) {
+      fp32.resize(p->numel);  // one tensor at a time: peak memory is the largest tensor
+      reader.read(StateField::kMaster, p->offset, p->offset + p->numel, fp32.data());
+      if (dtype == DType::kF32) {
+        writer.write_next(fp32.data());
+      } else {
+        converted.resize(p->numel * 2);
+        convert(fp32.data(), DType::kF32, converted.data(), dtype, p->numel);
+        writer.write_next(converted.data());
+      }
+      weight_map[p->name] = shard_file(i);
+    }
+    writer.finish();
+    fs::rename(final_path + ".tmp", final_path);
+  }
+  if (n > 1) {
+    boost::json::object index{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    std::ofstream((fs::path(output) / "model.safetensors.index.json").string()) << boost::json::serialize(index);
+  }
+  std::ofstream((fs::path(output) / "config.json").string()) << model_config_to_json(reader.model_config());
+  // A model written before (with --overwrite) may have had other shards: remove what is not
+  // part of this one, so that no stale index or shard can be loaded with it.
+  std::set<std::string> written;
+  for (size_t i = 0; i < n; ++i) written.insert(shard_file(i));
+  if (n > 1) written.insert("model.safetensors.index.json");
+  for (const auto& entry : fs::directory_iterator(output)) {
+    const std::string name = entry.path().filename().string();
+    const bool model_file = name == "model.safetensors" || name == "model.safetensors.index.json" ||
+                            (name.rfind("model-", 0) == 0 && entry.path().extension() == ".safetensors");
+    if (model_file && !written.count(name)) fs::remove(entry.path());
+  }
+  return ExportedModel{layout.params().size(), total, n};
+}
+
+}  // namespace zt

@@ -1,0 +1,24 @@
+// Consolidation of a ZeRO checkpoint into an HF GPT-2 model directory (what zero_to_fp32 does):
+// model.safetensors, or model-0000k-of-0000n.safetensors + model.safetensors.index.json past the
+// shard limit, and config.json. Tensor by tensor: memory holds the largest tensor, not the model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "checkpoint/checkpoint.h"
+
+namespace zt {
+
+struct ExportedModel {
+  size_t tensors = 0;
+  uint64_t bytes = 0;  ///< tensor data written
+  size_t files = 0;
+};
+
+/// Writes the fp32 master weights of `reader`'s checkpoint to `output` in `dtype`. Refuses to
+/// replace an existing model unless `overwrite` (UsageError naming the file).
+ExportedModel export_hf_model(CheckpointReader& reader, const std::string& output, DType dtype, uint64_t shard_limit,
+                              bool overwrite);
+
+}  // namespace zt

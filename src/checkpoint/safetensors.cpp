@@ -1,0 +1,166 @@
+#include "checkpoint/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <cstring>
+#include <filesystem>
+
+#include "config/json_reader.h"
+#include "core/error.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+size_t TensorSpec::numel() const {
+  size_t n = 1;
+  for (int64_t d : shape) n *= size_t(d);
+  return n;
+}
+
+const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+  }
+  return "?";
+}
+
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<TensorSpec> tensors)
+    : path_(path), tensors_(std::move(tensors)) {
+  boost::json::object header;
+  uint64_t offset = 0;
+  for (const auto& t : tensors_) {
+    boost::json::array shape(t.shape.begin(), t.shape.end());
+    header[t.name] = {{"dtype", safetensors_dtype(t.dtype)}, {"shape", shape},
+                      {"data_offsets", boost::json::array{offset, offset + t.bytes()}}};
+    offset += t.bytes();
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  std::string text = boost::json::serialize(header);
+  text.resize((text.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
+  file_ = std::fopen(path.c_str(), "wb");
+  ZT_USAGE_CHECK(file_ != nullptr, path, ": cannot create: ", std::strerror(errno));
+  uint64_t length = text.size();
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = uint8_t(length >> (8 * i));
+  ZT_CHECK(std::fwrite(le, 1, 8, file_) == 8 && std::fwrite(text.data(), 1, text.size(), file_) == text.size(),
+           path, ": write failed: ", std::strerror(errno));
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void SafetensorsWriter::write_next(const void* data) {
+  ZT_CHECK(next_ < tensors_.size(), path_, ": more tensors than declared");
+  const size_t bytes = tensors_[next_++].bytes();
+  ZT_CHECK(std::fwrite(data, 1, bytes, file_) == bytes, path_, ": write failed: ", std::strerror(errno));
+}
+
+void SafetensorsWriter::finish() {
+  ZT_CHECK(next_ == tensors_.size(), path_, ": ", tensors_.size() - next_, " tensors not written");
+  ZT_CHECK(std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0, path_, ": flush failed: ", std::strerror(errno));
+  std::fclose(file_);
+  file_ = nullptr;
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path) {
+  if (fs::is_directory(path)) {
+    const fs::path index = fs::path(path) / "model.safetensors.index.json";
+    if (fs::exists(index)) {
+      const boost::json::value json = read_json_file(index.string());
+      std::map<std::string, int> files;
+      try {
+        for (const auto& [name, file] : json.at("weight_map").as_object()) files.emplace(std::string(file.as_string()), 0);
+      } catch (const std::exception& e) {
+        throw UsageError(cat(index.string(), ": malformed index: ", e.what()));
+      }
+      for (const auto& [file, unused] : files) add_file((fs::path(path) / file).string());
+      return;
+    }
+    add_file((fs::path(path) / "model.safetensors").string());
+    return;
+  }
+  add_file(path);
+}
+
+SafetensorsReader::~SafetensorsReader() {
+  for (int fd : fds_) ::close(fd);
+}
+
+void SafetensorsReader::add_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ZT_USAGE_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
+  const int index = int(fds_.size());
+  fds_.push_back(fd);
+  paths_.push_back(path);
+  const uint64_t file_size = fs::file_size(path);
+  unsigned char le[8];
+  ZT_USAGE_CHECK(file_size >= 8 && ::pread(fd, le, 8, 0) == 8, path, ": not a safetensors file (too short)");
+  uint64_t length = 0;
+  for (int i = 0; i < 8; ++i) length |= uint64_t(le[i]) << (8 * i);
+  ZT_USAGE_CHECK(length <= file_size - 8 && length < (uint64_t(1) << 30), path, ": header length ", length,
+                 " does not fit the file");
+  std::string text(length, '\0');
+  ZT_USAGE_CHECK(::pread(fd, text.data(), length, 8) == ssize_t(length), path, ": cannot read the header");
+  const boost::json::value header = parse_json_lenient(text, path);
+  const uint64_t data_start = 8 + length;
+  try {
+    for (const auto& [name, value] : header.as_object()) {
+      if (name == "__metadata__") continue;
+      Entry e;
+      e.spec.name = std::string(name);
+      const std::string dtype(value.at("dtype").as_string());
+      if (dtype == "F32") e.spec.dtype = DType::kF32;
+      else if (dtype == "BF16") e.spec.dtype = DType::kBF16;
+      else if (dtype == "F16") e.spec.dtype = DType::kF16;
+      else throw UsageError(cat(path, ": tensor ", name, " has dtype ", dtype, " (F32, BF16 or F16 are supported)"));
+      for (const auto& d : value.at("shape").as_array()) e.spec.shape.push_back(d.to_number<int64_t>());
+      const auto& offsets = value.at("data_offsets").as_array();
+      const uint64_t begin = offsets.at(0).to_number<uint64_t>(), end = offsets.at(1).to_number<uint64_t>();
+      ZT_USAGE_CHECK(end >= begin && end - begin == e.spec.bytes() && data_start + end <= file_size, path,
+                     ": tensor ", name, ": data_offsets [", begin, ", ", end, ") do not match its shape or the file");
+      e.file = index;
+      e.begin = data_start + begin;
+      tensors_[e.spec.name] = std::move(e);
+    }
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& ex) {
+    throw UsageError(cat(path, ": malformed safetensors header: ", ex.what()));
+  }
+}
+
+const TensorSpec& SafetensorsReader::spec(const std::string& name) const {
+  auto it = tensors_.find(name);
+  ZT_USAGE_CHECK(it != tensors_.end(), paths_.empty() ? std::string("safetensors") : paths_[0], ": no tensor '", name, "'");
+  return it->second.spec;
+}
+
+void SafetensorsReader::read(const std::string& name, size_t offset, size_t count, float* out) const {
+  const Entry& e = tensors_.at(name);
+  ZT_CHECK(offset + count <= e.spec.numel(), name, ": read past the tensor");
+  const size_t elem = dtype_size(e.spec.dtype);
+  std::vector<unsigned char> raw(e.spec.dtype == DType::kF32 ? 0 : count * elem);
+  void* target = e.spec.dtype == DType::kF32 ? static_cast<void*>(out) : raw.data();
+  size_t done = 0, bytes = count * elem;
+  while (done < bytes) {
+    ssize_t n = ::pread(fds_[size_t(e.file)], static_cast<char*>(target) + done, bytes - done,
+                        off_t(e.begin + offset * elem + done));
+    ZT_USAGE_CHECK(n > 0, paths_[size_t(e.file)], ": cannot read tensor ", name, ": ", n < 0 ? std::strerror(errno) : "truncated");
+    done += size_t(n);
+  }
+  if (e.spec.dtype != DType::kF32) convert(raw.data(), e.spec.dtype, out, DType::kF32, count);
+}
+
+std::vector<std::string> SafetensorsReader::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, e] : tensors_) out.push_back(name);
+  return out;
+}
+
+}  // namespace zt

@@ -1,0 +1,145 @@
+// zero_to_fp32's consolidation: the safetensors it writes hold exactly the gathered fp32 master
+// weights (or their bf16 rounding), under HF names and shapes; read back here by a parser
+// written independently of the product's reader.
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/export_hf.h"
+#include "comm/self_comm.h"
+#include "core/error.h"
+#include "model/gpt2.h"
+#include "zero/engine.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A minimal safetensors parser: 8-byte little-endian header length, JSON header, data.
+struct ParsedFile {
+  boost::json::object header;
+  std::vector<char> data;
+};
+ParsedFile parse_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  unsigned char le[8];
+  in.read(reinterpret_cast<char*>(le), 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | le[i];
+  std::string text(n, ' ');
+  in.read(text.data(), std::streamsize(n));
+  ParsedFile f;
+  f.header = boost::json::parse(text).as_object();
+  f.data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return f;
+}
+
+class Export : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("zt_export_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    model.n_layer = 2;
+    model.n_embd = 32;
+    model.n_head = 2;
+    model.n_positions = 16;
+    model.vocab_size = 50;
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  // Trains a few steps at `stage`, saves, and returns the full fp32 master weights.
+  std::vector<float> train_and_save(int stage) {
+    auto backend = make_cpu_backend();
+    const Gpt2Layout layout(model);
+    DsConfig ds;
+    ds.train_micro_batch_size_per_gpu = 2;
+    ds.train_batch_size = 2;
+    ds.optimizer.lr = 1e-2;
+    ds.zero.stage = stage;
+    SelfComm comm;
+    ZeroEngine engine(layout, *backend, comm, ds);
+    engine.init_params(3);
+    Gpt2Model<float> m(layout, *backend, backend->ops(), 2, 16, false);
+    std::vector<int32_t> in(32), tg(32);
+    for (int i = 0; i < 32; ++i) {
+      in[i] = (i * 7) % 50;
+      tg[i] = (i * 7 + 1) % 50;
+    }
+    for (int step = 0; step < 3; ++step) {
+      m.forward(engine, in.data(), tg.data(), 2, 16);
+      m.backward(engine, engine.backward_scale());
+      engine.step();
+    }
+    save_checkpoint(dir.string(), engine, layout, ds, comm, TrainingPosition{3, 6, 1});
+    return engine.gather_master_weights();
+  }
+
+  fs::path dir;
+  ModelConfig model;
+};
+
+TEST_F(Export, SafetensorsHoldTheMasterWeightsExactly) {
+  for (int stage : {0, 3}) {
+    const std::vector<float> master = train_and_save(stage);
+    CheckpointReader reader(dir.string(), dir.string(), nullptr);
+    const fs::path out = dir / ("model" + std::to_string(stage));
+    const ExportedModel e = export_hf_model(reader, out.string(), DType::kF32, uint64_t(1) << 40, false);
+    EXPECT_EQ(e.files, 1u);
+    const ParsedFile f = parse_safetensors((out / "model.safetensors").string());
+    const Gpt2Layout layout(model);
+    EXPECT_EQ(f.header.size(), layout.params().size() + 1);  // + __metadata__
+    uint64_t expected_end = 0;
+    for (const auto& p : layout.params()) {
+      ASSERT_TRUE(f.header.contains(p.name)) << p.name;
+      const auto& t = f.header.at(p.name).as_object();
+      EXPECT_EQ(t.at("dtype").as_string(), "F32");
+      std::vector<int64_t> shape;
+      for (const auto& d : t.at("shape").as_array()) shape.push_back(d.to_number<int64_t>());
+      EXPECT_EQ(shape, p.shape) << p.name;
+      const uint64_t begin = t.at("data_offsets").as_array()[0].to_number<uint64_t>();
+      const uint64_t end = t.at("data_offsets").as_array()[1].to_number<uint64_t>();
+      ASSERT_EQ(end - begin, p.numel * 4) << p.name;
+      EXPECT_EQ(0, std::memcmp(f.data.data() + begin, master.data() + p.offset, p.numel * 4)) << p.name;
+      expected_end = std::max(expected_end, end);
+    }
+    EXPECT_EQ(f.data.size(), expected_end);
+    // Refuses to overwrite.
+    EXPECT_THROW(export_hf_model(reader, out.string(), DType::kF32, uint64_t(1) << 40, false), UsageError);
+  }
+}
+
+TEST_F(Export, ShardedBf16WithIndex) {
+  const std::vector<float> master = train_and_save(2);
+  CheckpointReader reader(dir.string(), dir.string(), nullptr);
+  const fs::path out = dir / "sharded";
+  const ExportedModel e = export_hf_model(reader, out.string(), DType::kBF16, 20000, false);
+  EXPECT_GT(e.files, 1u);
+  std::ifstream index_in((out / "model.safetensors.index.json").string());
+  std::string text((std::istreambuf_iterator<char>(index_in)), std::istreambuf_iterator<char>());
+  const auto index = boost::json::parse(text).as_object();
+  const auto& weight_map = index.at("weight_map").as_object();
+  const Gpt2Layout layout(model);
+  EXPECT_EQ(weight_map.size(), layout.params().size());
+  for (const auto& p : layout.params()) {
+    const std::string file(weight_map.at(p.name).as_string());
+    const ParsedFile f = parse_safetensors((out / file).string());
+    const auto& t = f.header.at(p.name).as_object();
+    EXPECT_EQ(t.at("dtype").as_string(), "BF16");
+    const uint64_t begin = t.at("data_offsets").as_array()[0].to_number<uint64_t>();
+    for (size_t i = 0; i < p.numel; ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, f.data.data() + begin + 2 * i, 2);
+      ASSERT_EQ(bits, to_bf16(master[p.offset + i]).bits) << p.name << "[" << i << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zt

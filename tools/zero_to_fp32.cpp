@@ -1,0 +1,104 @@
+// zero_to_fp32 CHECKPOINT_DIR OUTPUT_DIR [-t TAG] [--max_shard_size 5GB] [--dtype fp32|bf16|fp16]
+//              [--overwrite]
+//
+// Consolidates the ZeRO shards of a checkpoint (any stage, any world size) into an HF GPT-2
+// model: model.safetensors (or model-0000k-of-0000n.safetensors + model.safetensors.index.json
+// past --max_shard_size) and config.json. Streams tensor by tensor from HDF5 hyperslabs, so the
+// memory it needs is the largest tensor plus a fixed buffer, never the model. The checkpoint's
+// checksums are verified before anything is written.
+#include <boost/json.hpp>
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/export_hf.h"
+#include "config/model_config.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace {
+
+// "5GB", "500MB", "2GiB", "1000000": bytes (GB = 10^9 as HF's max_shard_size; GiB = 2^30).
+uint64_t parse_size(const std::string& text) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw zt::UsageError(zt::cat("--max_shard_size: not a size: '", text, "'"));
+  }
+  const std::string unit = text.substr(pos);
+  double scale = 1;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KB") scale = 1e3;
+  else if (unit == "MB") scale = 1e6;
+  else if (unit == "GB") scale = 1e9;
+  else if (unit == "KiB") scale = 1024.0;
+  else if (unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else throw zt::UsageError(zt::cat("--max_shard_size: unknown unit '", unit, "' (B, KB, MB, GB, KiB, MiB, GiB)"));
+  ZT_USAGE_CHECK(value > 0, "--max_shard_size must be positive");
+  return uint64_t(value * scale);
+}
+
+int run(int argc, char** argv) {
+  std::string checkpoint, output, tag, max_shard = "5GB", dtype_name_arg = "fp32";
+  bool overwrite = false;
+  po::options_description opts("zero_to_fp32 CHECKPOINT_DIR OUTPUT_DIR");
+  opts.add_options()
+    ("help,h", "print this help")
+    ("tag,t", po::value(&tag), "checkpoint tag inside CHECKPOINT_DIR (default: its `latest`)")
+    ("max_shard_size", po::value(&max_shard), "split into files of at most this size (default 5GB)")
+    ("dtype", po::value(&dtype_name_arg), "fp32 (default), bf16 or fp16")
+    ("overwrite", po::bool_switch(&overwrite), "replace an existing model in OUTPUT_DIR");
+  po::options_description hidden;
+  hidden.add_options()("checkpoint", po::value(&checkpoint))("output", po::value(&output));
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description positional;
+  positional.add("checkpoint", 1).add("output", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw zt::UsageError(e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  ZT_USAGE_CHECK(!checkpoint.empty() && !output.empty(), "usage: zero_to_fp32 CHECKPOINT_DIR OUTPUT_DIR [options]");
+  const zt::DType dtype = zt::parse_dtype(dtype_name_arg);
+  const uint64_t shard_limit = parse_size(max_shard);
+
+  // Validate the whole checkpoint (manifest, sizes, CRC-32) before writing anything.
+  const std::string where = tag.empty() ? checkpoint : (fs::path(checkpoint) / tag).string();
+  zt::CheckpointReader reader(where, checkpoint, nullptr);
+  const zt::ExportedModel out = zt::export_hf_model(reader, output, dtype, shard_limit, overwrite);
+  zt::log_info("wrote ", out.tensors, " tensors (", out.bytes, " bytes, ", zt::dtype_name(dtype), ") in ", out.files,
+               " file(s) to ", output, " from ", reader.dir(), " (", reader.saved_world_size(), " rank(s), stage ",
+               reader.saved_stage(), ")");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  zt::set_log_program("zero_to_fp32");
+  try {
+    return run(argc, argv);
+  } catch (const zt::UsageError& e) {
+    zt::log_line(zt::LogLevel::kError, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    zt::log_line(zt::LogLevel::kError, e.what());
+    return 1;
+  }
+}
