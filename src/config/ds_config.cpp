@@ -276,9 +276,10 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
     off.read("pipeline_write", flag);
     off.finish();
   }
-  s.not_implemented({"stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
-                     "elastic_checkpoint", "load_from_fp32_weights"},
-                    "it arrives with checkpoints");
+  s.not_implemented({"stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"},
+                    "not yet: use zero_to_fp32 to get the full model from a stage 3 checkpoint");
+  s.not_implemented({"elastic_checkpoint", "load_from_fp32_weights"},
+                    "zerotrain checkpoints always load from the fp32 master weights at any world size; drop the key");
   s.not_implemented({"sub_group_size"}, "it arrives with NVMe offload");
   s.not_implemented({"stage3_model_persistence_threshold", "round_robin_gradients"},
                     "no equivalent in zerotrain's flat-buffer engine");
@@ -403,7 +404,7 @@ DsConfig parse_ds_config(const boost::json::value& json, const std::string& sour
   top.not_implemented({"sparse_gradients", "fp32_allreduce", "disable_allgather",
                        "seq_parallel_communication_data_type"},
                       "use communication_data_type / allgather_partitions");
-  top.not_implemented({"checkpoint"}, "arrives with HDF5 checkpoints");
+  top.not_implemented({"checkpoint"}, "node-local checkpoint storage is not implemented yet; checkpoints go to --output_dir");
   top.not_implemented({"aio"}, "arrives with NVMe offload");
   top.not_implemented({"amp"}, "use fp16 or bf16");
   top.not_implemented({"activation_checkpointing"}, "use --gradient_checkpointing (per-block recompute)");
