@@ -49,14 +49,15 @@ uint64_t parse_size(const std::string& text) {
 
 int run(int argc, char** argv) {
   std::string checkpoint, output, tag, max_shard = "5GB", dtype_name_arg = "fp32";
-  bool overwrite = false;
+  bool overwrite = false, durable = false;
   po::options_description opts("zero_to_fp32 CHECKPOINT_DIR OUTPUT_DIR");
   opts.add_options()
     ("help,h", "print this help")
     ("tag,t", po::value(&tag), "checkpoint tag inside CHECKPOINT_DIR (default: its `latest`)")
     ("max_shard_size", po::value(&max_shard), "split into files of at most this size (default 5GB)")
     ("dtype", po::value(&dtype_name_arg), "fp32 (default), bf16 or fp16")
-    ("overwrite", po::bool_switch(&overwrite), "replace an existing model in OUTPUT_DIR");
+    ("overwrite", po::bool_switch(&overwrite), "replace an existing model in OUTPUT_DIR")
+    ("fsync", po::bool_switch(&durable), "fsync every output file before it is renamed into place");
   po::options_description hidden;
   hidden.add_options()("checkpoint", po::value(&checkpoint))("output", po::value(&output));
   po::options_description all;
@@ -81,7 +82,7 @@ int run(int argc, char** argv) {
   // Validate the whole checkpoint (manifest, sizes, CRC-32) before writing anything.
   const std::string where = tag.empty() ? checkpoint : (fs::path(checkpoint) / tag).string();
   zt::CheckpointReader reader(where, checkpoint, nullptr);
-  const zt::ExportedModel out = zt::export_hf_model(reader, output, dtype, shard_limit, overwrite);
+  const zt::ExportedModel out = zt::export_hf_model(reader, output, dtype, shard_limit, overwrite, durable);
   zt::log_info("wrote ", out.tensors, " tensors (", out.bytes, " bytes, ", zt::dtype_name(dtype), ") in ", out.files,
                " file(s) to ", output, " from ", reader.dir(), " (", reader.saved_world_size(), " rank(s), stage ",
                reader.saved_stage(), ")");

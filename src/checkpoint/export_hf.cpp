@@ -16,7 +16,7 @@ namespace zt {
 namespace fs = std::filesystem;
 
 ExportedModel export_hf_model(CheckpointReader& reader, const std::string& output, DType dtype, uint64_t shard_limit,
-                              bool overwrite) {
+                              bool overwrite, bool durable) {
   const Gpt2Layout layout(reader.model_config());
   for (const char* name : {"model.safetensors", "model.safetensors.index.json", "config.json"}) {
     ZT_USAGE_CHECK(overwrite || !fs::exists(fs::path(output) / name), (fs::path(output) / name).string(),
@@ -68,7 +68,7 @@ ExportedModel export_hf_model(CheckpointReader& reader, const std::string& outpu
       }
       weight_map[p->name] = shard_file(i);
     }
-    writer.finish();
+    writer.finish(durable);
     fs::rename(final_path + ".tmp", final_path);
   }
   if (n > 1) {

@@ -18,7 +18,9 @@ struct ExportedModel {
 
 /// Writes the fp32 master weights of `reader`'s checkpoint to `output` in `dtype`. Refuses to
 /// replace an existing model unless `overwrite` (UsageError naming the file).
+/// `durable` fsyncs every file before renaming it into place (off by default in zero_to_fp32:
+/// like torch.save and save_pretrained, an interrupted export is simply run again).
 ExportedModel export_hf_model(CheckpointReader& reader, const std::string& output, DType dtype, uint64_t shard_limit,
-                              bool overwrite);
+                              bool overwrite, bool durable = false);
 
 }  // namespace zt

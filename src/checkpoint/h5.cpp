@@ -69,7 +69,7 @@ void H5File::write_raw(const std::string& name, const void* data, size_t count, 
   if (count > 0) {
     // 1 Mi-element chunks: big enough for streaming I/O, small enough that a hyperslab read of a
     // partition boundary touches little extra data.
-    const hsize_t chunk[1] = {std::min<hsize_t>(count, hsize_t(1) << 20)};
+    const hsize_t chunk[1] = {std::min<hsize_t>(count, hsize_t(1) << 22)};
     ZT_H5_CHECK(H5Pset_chunk(props.get(), 1, chunk), path_, ": chunking ", name);
     ZT_H5_CHECK(H5Pset_fletcher32(props.get()), path_, ": Fletcher32 on ", name);
   }

@@ -61,9 +61,10 @@ void SafetensorsWriter::write_next(const void* data) {
   ZT_CHECK(std::fwrite(data, 1, bytes, file_) == bytes, path_, ": write failed: ", std::strerror(errno));
 }
 
-void SafetensorsWriter::finish() {
+void SafetensorsWriter::finish(bool durable) {
   ZT_CHECK(next_ == tensors_.size(), path_, ": ", tensors_.size() - next_, " tensors not written");
-  ZT_CHECK(std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0, path_, ": flush failed: ", std::strerror(errno));
+  ZT_CHECK(std::fflush(file_) == 0 && (!durable || ::fsync(fileno(file_)) == 0), path_, ": flush failed: ",
+           std::strerror(errno));
   std::fclose(file_);
   file_ = nullptr;
 }

@@ -33,8 +33,8 @@ class SafetensorsWriter {
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
   /// The next tensor's data, `bytes()` long, in its dtype.
   void write_next(const void* data);
-  /// Flushes, fsyncs and closes; every tensor must have been written.
-  void finish();
+  /// Flushes and closes (and fsyncs when `durable`); every tensor must have been written.
+  void finish(bool durable);
 
  private:
   std::string path_;
