@@ -95,13 +95,19 @@ uint32_t file_crc32(const std::string& path) {
 }
 
 SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
-                                const DsConfig& ds, Communicator& comm, const TrainingPosition& position) {
+                                const DsConfig& ds, Communicator& comm, const TrainingPosition& position,
+                                const NodePlacement& placement) {
   const int rank = comm.rank(), world = comm.size();
   const std::string tag = cat("global_step", position.step);
   const std::string dir = (fs::path(output_dir) / tag).string();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  ZT_CHECK(!ec, dir, ": cannot create: ", ec.message());
+  // One writer of shared files per file system: rank 0, or each node's local rank 0 when every
+  // node has its own disk.
+  const bool node_writer = rank == 0 || (placement.node_local && placement.local_rank == 0);
+  if (node_writer) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    ZT_CHECK(!ec, dir, ": cannot create: ", ec.message());
+  }
   comm.barrier()->wait();
 
   // This rank's partition of the fp32 state (every stage writes by the same partition map, so a
@@ -154,26 +160,33 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
     publish(model_path + ".tmp", model_path);
   }
 
-  // Every rank's file is durable: agree, collect sizes and checksums, then publish the manifest
-  // and move `latest`, in that order.
-  std::vector<double> files(size_t(2 * world), 0.0);
-  files[size_t(2 * rank)] = double(fs::file_size(shard));
-  files[size_t(2 * rank + 1)] = double(file_crc32(shard));
+  // Every rank's file is durable: agree, collect sizes, checksums and nodes, then publish the
+  // manifest and move `latest`, in that order.
+  std::vector<double> files(size_t(3 * world), 0.0);
+  files[size_t(3 * rank)] = double(fs::file_size(shard));
+  files[size_t(3 * rank + 1)] = double(file_crc32(shard));
+  files[size_t(3 * rank + 2)] = double(placement.node);
   comm.all_reduce_doubles(files, false);
   crash_point();  // every rank durable, nothing published
   SavedCheckpoint saved{dir, 0};
-  for (int r = 0; r < world; ++r) saved.bytes += uint64_t(files[size_t(2 * r)]);
-  if (rank == 0) {
+  for (int r = 0; r < world; ++r) saved.bytes += uint64_t(files[size_t(3 * r)]);
+  // model_states.h5 lives on rank 0's node; every manifest writer needs its size and checksum.
+  std::vector<double> model_file{0.0, 0.0};
+  if (rank == 0) model_file = {double(fs::file_size(model_path)), double(file_crc32(model_path))};
+  comm.all_reduce_doubles(model_file, false);
+  saved.bytes += uint64_t(model_file[0]);
+  if (node_writer) {
     boost::json::array file_list;
     for (int r = 0; r < world; ++r) {
       file_list.push_back({{"name", shard_name(r)},
-                           {"bytes", uint64_t(files[size_t(2 * r)])},
-                           {"crc32", uint64_t(files[size_t(2 * r + 1)])}});
+                           {"bytes", uint64_t(files[size_t(3 * r)])},
+                           {"crc32", uint64_t(files[size_t(3 * r + 1)])},
+                           {"node", int(files[size_t(3 * r + 2)])}});
     }
     file_list.push_back({{"name", "model_states.h5"},
-                         {"bytes", uint64_t(fs::file_size(model_path))},
-                         {"crc32", uint64_t(file_crc32(model_path))}});
-    saved.bytes += uint64_t(fs::file_size(model_path));
+                         {"bytes", uint64_t(model_file[0])},
+                         {"crc32", uint64_t(model_file[1])},
+                         {"node", 0}});
     boost::json::array params, partitions;
     for (const auto& p : layout.params()) {
       boost::json::array shape(p.shape.begin(), p.shape.end());
@@ -203,16 +216,35 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
           {"loss_scale_cur_hysteresis", st.scaler.cur_hysteresis}}},
         {"params", params},
         {"partitions", partitions},
+        {"node_local", placement.node_local},
+        {"num_nodes", placement.num_nodes},
         {"files", file_list}};
+    // With node-local storage each node's writer publishes the manifest on its own disk (the
+    // same text everywhere: it describes every node's part).
     write_text_atomically((fs::path(dir) / "manifest.json").string(), boost::json::serialize(manifest));
-    write_text_atomically((fs::path(output_dir) / "latest").string(), tag);
   }
+  // Every node's manifest is durable before any node's `latest` moves.
+  comm.barrier()->wait();
+  if (node_writer) write_text_atomically((fs::path(output_dir) / "latest").string(), tag);
   comm.barrier()->wait();
   return saved;
 }
 
+std::string agree_on_latest(const std::string& output_dir, Communicator& comm) {
+  // Step number of this node's `latest`, or -1 when it has none; everyone takes the minimum.
+  double step = -1;
+  const fs::path latest = fs::path(output_dir) / "latest";
+  if (fs::exists(latest)) {
+    std::string tag = read_text_file(latest.string());
+    if (tag.rfind("global_step", 0) == 0) step = std::atof(tag.c_str() + 11);
+  }
+  const double oldest = -comm.all_reduce_max(-step);
+  ZT_USAGE_CHECK(oldest >= 0, latest.string(), ": missing on at least one node; nothing to resume from");
+  return (fs::path(output_dir) / cat("global_step", int64_t(oldest))).string();
+}
+
 CheckpointReader::CheckpointReader(const std::string& where, const std::string& output_dir,
-                                   const ModelConfig* expect) {
+                                   const ModelConfig* expect, bool node_local) {
   // Resolve: "auto" is OUTPUT/latest; a directory with `latest` follows it.
   std::string dir = where == "auto" ? output_dir : where;
   if (!fs::exists(fs::path(dir) / "manifest.json") && fs::exists(fs::path(dir) / "latest")) {
@@ -262,9 +294,11 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
     engine_state_.scaler.cur_iter = s.at("loss_scale_cur_iter").to_number<int64_t>();
     engine_state_.scaler.last_overflow_iter = s.at("loss_scale_last_overflow_iter").to_number<int64_t>();
     engine_state_.scaler.cur_hysteresis = s.at("loss_scale_cur_hysteresis").to_number<int>();
-    // Every file: present, the size and checksum the writer recorded.
+    // Every file: present, the size and checksum the writer recorded. With node-local storage a
+    // file may live on another node; what this rank needs is checked by require_local().
     for (const auto& f : m.at("files").as_array()) {
       const std::string path = (fs::path(dir) / std::string(f.at("name").as_string())).string();
+      if (node_local && !fs::exists(path)) continue;
       ZT_USAGE_CHECK(fs::exists(path), path, ": missing (listed in ", manifest_path, ")");
       const uint64_t bytes = f.at("bytes").to_number<uint64_t>();
       ZT_USAGE_CHECK(fs::file_size(path) == bytes, path, ": ", fs::file_size(path), " bytes, the manifest says ", bytes,
@@ -280,6 +314,11 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
                  " does not match the model's ", Gpt2Layout(model_).flat_size());
   // The shards' own attributes must agree with the manifest.
   for (int r = 0; r < world_size_; ++r) {
+    local_.push_back(fs::exists(fs::path(dir_) / shard_name(r)));
+    if (!local_.back()) {
+      ZT_USAGE_CHECK(node_local, (fs::path(dir_) / shard_name(r)).string(), ": missing (listed in ", manifest_path, ")");
+      continue;
+    }
     const H5File& f = shard(r);
     ZT_USAGE_CHECK(f.int_attribute("rank") == r && f.int_attribute("world_size") == world_size_ &&
                        size_t(f.int_attribute("partition_begin")) == partitions_[size_t(r)].first &&
@@ -292,6 +331,19 @@ const H5File& CheckpointReader::shard(int rank) {
   auto it = open_.find(rank);
   if (it == open_.end()) it = open_.emplace(rank, H5File::open((fs::path(dir_) / shard_name(rank)).string())).first;
   return it->second;
+}
+
+void CheckpointReader::require_local(size_t lo, size_t hi) const {
+  for (int r = 0; r < world_size_; ++r) {
+    const auto [begin, end] = partitions_[size_t(r)];
+    if (std::max(lo, begin) < std::min(hi, end) && !local_[size_t(r)]) {
+      char host[256] = "?";
+      gethostname(host, sizeof(host) - 1);
+      throw UsageError(cat((fs::path(dir_) / shard_name(r)).string(), ": not on this node (", host,
+                           "): with node-local storage a rank can load only shards its own node wrote; resume with "
+                           "the same node layout, or copy the shards to a shared file system"));
+    }
+  }
 }
 
 void CheckpointReader::read(StateField field, size_t lo, size_t hi, float* out) {

@@ -39,6 +39,12 @@ struct TrainingPosition {
   uint64_t seed = 0;
 };
 
+/// Where a rank sits, for node-local storage: each node's files live on that node only.
+struct NodePlacement {
+  int node = 0, local_rank = 0, num_nodes = 1;
+  bool node_local = false;  ///< checkpoint.use_node_local_storage
+};
+
 struct SavedCheckpoint {
   std::string path;
   uint64_t bytes = 0;
@@ -46,7 +52,13 @@ struct SavedCheckpoint {
 
 /// Writes OUTPUT/global_step<N>/ and moves OUTPUT/latest to it. Collective over `comm`.
 SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
-                                const DsConfig& ds, Communicator& comm, const TrainingPosition& position);
+                                const DsConfig& ds, Communicator& comm, const TrainingPosition& position,
+                                const NodePlacement& placement = {});
+
+/// With node-local storage the nodes may disagree on `latest` after a crash between their
+/// updates: every rank reads its node's, and all take the oldest tag (every node still holds it
+/// complete). Returns the directory to load. Collective.
+std::string agree_on_latest(const std::string& output_dir, Communicator& comm);
 
 /// A validated checkpoint, ready to be read at any world size.
 class CheckpointReader {
@@ -55,7 +67,9 @@ class CheckpointReader {
   /// `latest` of output_dir). Validates the manifest, the files (size and CRC-32) and that the
   /// model config matches `model`. Throws UsageError naming the file on any problem.
   /// `expect` null: take the model config from the manifest (offline tools).
-  CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig* expect);
+  /// With `node_local`, only the shards present on this node are validated and readable.
+  CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig* expect,
+                   bool node_local = false);
 
   const ModelConfig& model_config() const { return model_; }
 
@@ -67,6 +81,9 @@ class CheckpointReader {
 
   /// Elements [lo, hi) of a field over the flat layout, read from the shards that hold them.
   void read(StateField field, size_t lo, size_t hi, float* out);
+  /// With node-local storage only this node's shards are here: throws UsageError naming the
+  /// first shard [lo, hi) needs that this node does not have.
+  void require_local(size_t lo, size_t hi) const;
 
  private:
   const H5File& shard(int rank);
@@ -75,6 +92,7 @@ class CheckpointReader {
   int world_size_ = 0, stage_ = 0;
   size_t flat_size_ = 0;
   std::vector<std::pair<size_t, size_t>> partitions_;
+  std::vector<bool> local_;  // per saved rank: its shard is on this node
   TrainingPosition position_;
   EngineState engine_state_;
   std::map<int, H5File> open_;

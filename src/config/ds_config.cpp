@@ -404,7 +404,18 @@ DsConfig parse_ds_config(const boost::json::value& json, const std::string& sour
   top.not_implemented({"sparse_gradients", "fp32_allreduce", "disable_allgather",
                        "seq_parallel_communication_data_type"},
                       "use communication_data_type / allgather_partitions");
-  top.not_implemented({"checkpoint"}, "node-local checkpoint storage is not implemented yet; checkpoints go to --output_dir");
+  {
+    JsonSection ck = top.child("checkpoint");
+    ck.read("use_node_local_storage", c.checkpoint_node_local);
+    std::string tag_validation = "Warn";
+    if (ck.read("tag_validation", tag_validation) && tag_validation != "Warn" && tag_validation != "Ignore" &&
+        tag_validation != "Fail") {
+      ck.fail("tag_validation", cat("must be Warn, Ignore or Fail, got \"", tag_validation, "\""));
+    }
+    // zerotrain's tags are agreed collectively before loading, so every mode behaves as "Fail".
+    ck.not_implemented({"load_universal", "parallel_write"}, "zerotrain checkpoints reshard on load as they are");
+    ck.finish();
+  }
   top.not_implemented({"aio"}, "arrives with NVMe offload");
   top.not_implemented({"amp"}, "use fp16 or bf16");
   top.not_implemented({"activation_checkpointing"}, "use --gradient_checkpointing (per-block recompute)");

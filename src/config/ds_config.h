@@ -95,6 +95,8 @@ struct DsConfig {
   bool bf16 = false;
   ZeroConfig zero;
   std::optional<DType> communication_data_type;
+  /// checkpoint.use_node_local_storage: each node writes its ranks' files to its own disk.
+  bool checkpoint_node_local = false;
 
   /// The dtype parameters and gradients are held in: fp16, bf16 or fp32.
   DType param_dtype() const { return fp16.enabled ? DType::kF16 : bf16 ? DType::kBF16 : DType::kF32; }

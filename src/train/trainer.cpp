@@ -71,7 +71,6 @@ Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
   const bool resuming = !args.resume_from_checkpoint.empty();
   // Resuming writes into an output_dir that holds the run so far; that is the point of it.
   if (check_output_dir) check_output_dir_usable(args.output_dir, args.overwrite_output_dir || resuming);
-  if (resuming) s.resume.emplace(args.resume_from_checkpoint, args.output_dir, &s.model);
   return s;
 }
 
@@ -159,6 +158,22 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     error = e.what();
   }
   if (agree_on_failure(comm, error)) return 2;
+  if (!args.resume_from_checkpoint.empty()) {
+    // Second phase, collective: which checkpoint (with node-local storage the nodes agree on
+    // the oldest `latest`), validated, and holding what this rank will read.
+    try {
+      std::string where = args.resume_from_checkpoint;
+      if (setup.ds.checkpoint_node_local && where == "auto") where = agree_on_latest(args.output_dir, comm);
+      setup.resume.emplace(where, args.output_dir, &setup.model, setup.ds.checkpoint_node_local);
+      // Every rank reads only its own partition (ZeroEngine::load gathers the rest).
+      const size_t flat = Gpt2Layout(setup.model).flat_size();
+      const PartitionMap needed(flat, world_size);
+      setup.resume->require_local(std::min(needed.begin(rank), flat), std::min(needed.end(rank), flat));
+    } catch (const UsageError& e) {
+      error = e.what();
+    }
+    if (agree_on_failure(comm, error)) return 2;
+  }
   const ModelConfig& model_config = setup.model;
   const DsConfig& ds = setup.ds;
   const int seq_len = setup.seq_len;
@@ -330,7 +345,8 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
       progress.clear();
       Stopwatch clock;
       const SavedCheckpoint saved =
-          save_checkpoint(args.output_dir, engine, layout, ds, comm, TrainingPosition{step, position.next_sample, data_seed});
+          save_checkpoint(args.output_dir, engine, layout, ds, comm, TrainingPosition{step, position.next_sample, data_seed},
+                          NodePlacement{place.node, place.local_rank, place.num_nodes, ds.checkpoint_node_local});
       metrics.write("checkpoint",
                     {{"step", step}, {"path", saved.path}, {"seconds", clock.seconds()}, {"bytes", saved.bytes}});
       log_info("step ", step, ": saved ", saved.path, " (", human_count(double(saved.bytes)), "B in ",

@@ -195,13 +195,18 @@ void ZeroEngine::share_parameters() {
     }
     return;
   }
-  const size_t padded = partition_.padded_size;
+  all_gather_flat(params_.data(), dtype_);
+}
+
+void ZeroEngine::all_gather_flat(void* base, DType dtype) {
+  auto* bytes = static_cast<unsigned char*>(base);
+  const size_t padded = partition_.padded_size, esize = dtype_size(dtype);
   const size_t chunk = std::min({size_t(config_.zero.allgather_bucket_size), padded, comm_.max_collective_elements()});
   std::vector<std::shared_ptr<Work>> pending;
   for (size_t lo = 0; lo < padded; lo += chunk) {
     const size_t hi = std::min(padded, lo + chunk);
     const size_t mine = std::min(hi, std::max(lo, partition_.begin(rank_)));
-    pending.push_back(comm_.all_gather(param_at(mine), param_at(lo), partition_.split(lo, hi), dtype_));
+    pending.push_back(comm_.all_gather(bytes + mine * esize, bytes + lo * esize, partition_.split(lo, hi), dtype));
   }
   for (auto& w : pending) w->wait();
 }
@@ -304,22 +309,20 @@ void ZeroEngine::load(const StateReader& read, const EngineState& state) {
     if (model_hi > lo) read(field, lo, model_hi, out);
     if (hi > std::max(lo, model_hi)) std::fill(out + (std::max(lo, model_hi) - lo), out + (hi - lo), 0.0f);
   };
-  const size_t opt_end = opt_begin_ + opt_count_;
-  read_padded(StateField::kExpAvg, opt_begin_, opt_end, exp_avg_.data());
-  read_padded(StateField::kExpAvgSq, opt_begin_, opt_end, exp_avg_sq_.data());
-  const size_t held = params_.size() / elem();
-  if (dtype_ == DType::kF32) {
-    // The fp32 parameters are the master weights, and they cover the optimizer's range.
-    read_padded(StateField::kMaster, params_base_, params_base_ + held, reinterpret_cast<float*>(params_.data()));
-  } else {
-    read_padded(StateField::kMaster, opt_begin_, opt_end, master_.data());
-    std::vector<float> chunk(std::min<size_t>(held, size_t(1) << 20));
-    for (size_t off = 0; off < held; off += chunk.size()) {
-      const size_t n = std::min(chunk.size(), held - off);
-      read_padded(StateField::kMaster, params_base_ + off, params_base_ + off + n, chunk.data());
-      convert(chunk.data(), DType::kF32, params_.data() + off * elem(), dtype_, n);
-    }
+  // This rank's partition of every field (params_, master and moments all cover it at any
+  // stage), then the parameters rounded from the master weights.
+  const size_t lo = partition_.begin(rank_), hi = partition_.end(rank_);
+  read_padded(StateField::kExpAvg, lo, hi, exp_avg_.data() + (lo - opt_begin_));
+  read_padded(StateField::kExpAvgSq, lo, hi, exp_avg_sq_.data() + (lo - opt_begin_));
+  read_padded(StateField::kMaster, lo, hi, master_at(lo));
+  if (dtype_ != DType::kF32) convert(master_at(lo), DType::kF32, param_at(lo), dtype_, hi - lo);
+  if (world_ > 1 && stage_ == 0) {
+    // Stage 0 keeps everything whole on every rank.
+    all_gather_flat(exp_avg_.data(), DType::kF32);
+    all_gather_flat(exp_avg_sq_.data(), DType::kF32);
+    if (dtype_ != DType::kF32) all_gather_flat(master_.data(), DType::kF32);
   }
+  if (world_ > 1 && stage_ <= 2) all_gather_flat(params_.data(), dtype_);  // stages 0-2 hold every parameter
   opt_ops_.zero(grads_.data(), dtype_, grads_.size() / elem());
   if (gatherer_) gatherer_->invalidate();
   for (auto& s : weight_slots_) s.unit = -1;

@@ -102,10 +102,12 @@ class ZeroEngine final : public ParamSource<float> {
   /// The whole parameter buffer in param_dtype() at stages 0-2 (every rank holds it), else null.
   const void* full_params() const { return stage_ < 3 ? params_.data() : nullptr; }
   EngineState state() const;
-  /// Replaces the model states: master weights and moments of this rank's optimizer range, and
-  /// the parameters it holds (rounded from the master weights, exactly as a step writes them),
-  /// all read through `read`; gradients are zeroed and gathered copies dropped. Any world size
-  /// or stage may have written what `read` serves: the flat layout is the same.
+  /// Replaces the model states. Each rank reads only its own partition of the master weights and
+  /// moments through `read` (so a checkpoint on node-local disks loads as long as each node has
+  /// its ranks' shards); what a stage holds beyond its partition is all-gathered, and 16-bit
+  /// parameters are rounded from the master weights exactly as a step writes them. Gradients are
+  /// zeroed and gathered copies dropped. Any world size or stage may have written what `read`
+  /// serves: the flat layout is the same. Collective.
   void load(const StateReader& read, const EngineState& state);
 
   // ParamSource<float>
@@ -128,6 +130,9 @@ class ZeroEngine final : public ParamSource<float> {
   float* master_at(size_t flat);
   void reduce_full_gradients();
   void share_parameters();
+  /// In-place all-gather of a full flat buffer (padded size, `dtype`) from every rank's
+  /// partition, in pieces of at most allgather_bucket_size elements.
+  void all_gather_flat(void* base, DType dtype);
 
   const Gpt2Layout& layout_;
   Backend& backend_;
