@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "config/json_reader.h"
 #include "core/error.h"
@@ -140,23 +141,39 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
   }
   publish(shard + ".tmp", shard);
 
-  // Rank 0: the 16-bit model under HF names, when it holds the parameters whole (stages 0-2).
+  // Rank 0: the 16-bit model under HF names, when it holds the parameters whole (stages 0-2),
+  // or gathered tensor by tensor at stage 3 with stage3_gather_16bit_weights_on_model_save.
   const std::string model_path = (fs::path(dir) / "model_states.h5").string();
+  const bool gather = engine.stage() == 3 && ds.zero.stage3_gather_16bit_weights_on_model_save;
+  std::optional<H5File> model_h5;
   if (rank == 0) {
-    H5File f = H5File::create(model_path + ".tmp");
-    f.set_attribute("format_version", int64_t(kFormatVersion));
-    f.set_attribute("param_dtype", std::string(dtype_name(engine.param_dtype())));
-    f.set_attribute("model_config", boost::json::serialize(model_json(layout.config())));
-    if (const void* params = engine.full_params()) {
-      for (const auto& p : layout.params()) {
-        if (engine.param_dtype() == DType::kF32) {
-          f.write(p.name, static_cast<const float*>(params) + p.offset, p.numel);
-        } else {
-          f.write(p.name, static_cast<const uint16_t*>(params) + p.offset, p.numel);
-        }
+    model_h5.emplace(H5File::create(model_path + ".tmp"));
+    model_h5->set_attribute("format_version", int64_t(kFormatVersion));
+    model_h5->set_attribute("param_dtype", std::string(dtype_name(engine.param_dtype())));
+    model_h5->set_attribute("model_config", boost::json::serialize(model_json(layout.config())));
+  }
+  if (engine.full_params() || gather) {
+    std::vector<unsigned char> tensor;
+    for (const auto& p : layout.params()) {
+      const unsigned char* data = nullptr;
+      if (engine.full_params()) {
+        data = static_cast<const unsigned char*>(engine.full_params()) + p.offset * dtype_size(engine.param_dtype());
+      } else {
+        tensor.resize(p.numel * dtype_size(engine.param_dtype()));  // one tensor at a time
+        engine.gather_params(p.offset, p.offset + p.numel, tensor.data());
+        data = tensor.data();
+      }
+      if (rank != 0) continue;
+      if (engine.param_dtype() == DType::kF32) {
+        model_h5->write(p.name, reinterpret_cast<const float*>(data), p.numel);
+      } else {
+        model_h5->write(p.name, reinterpret_cast<const uint16_t*>(data), p.numel);
       }
     }
-    f.close();
+  }
+  if (rank == 0) {
+    model_h5->close();
+    model_h5.reset();
     publish(model_path + ".tmp", model_path);
   }
 

@@ -276,8 +276,11 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
     off.read("pipeline_write", flag);
     off.finish();
   }
-  s.not_implemented({"stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"},
-                    "not yet: use zero_to_fp32 to get the full model from a stage 3 checkpoint");
+  s.read("stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save);
+  bool legacy_name = false;  // DeepSpeed's older spelling of the same switch
+  if (s.read("stage3_gather_fp16_weights_on_model_save", legacy_name)) {
+    z.stage3_gather_16bit_weights_on_model_save = z.stage3_gather_16bit_weights_on_model_save || legacy_name;
+  }
   s.not_implemented({"elastic_checkpoint", "load_from_fp32_weights"},
                     "zerotrain checkpoints always load from the fp32 master weights at any world size; drop the key");
   s.not_implemented({"sub_group_size"}, "it arrives with NVMe offload");

@@ -79,6 +79,8 @@ struct ZeroConfig {
   int64_t stage3_max_reuse_distance = 1'000'000'000;
   int64_t stage3_prefetch_bucket_size = 50'000'000;
   int64_t stage3_param_persistence_threshold = 100'000;
+  /// Stage 3: gather the full 16-bit model into model_states.h5 at every checkpoint.
+  bool stage3_gather_16bit_weights_on_model_save = false;
 };
 
 struct DsConfig {

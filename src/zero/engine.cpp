@@ -293,6 +293,15 @@ const float* ZeroEngine::field_data(StateField field, size_t lo) {
   return nullptr;
 }
 
+void ZeroEngine::gather_params(size_t lo, size_t hi, void* out) {
+  if (stage_ < 3) {
+    std::memcpy(out, param_at(lo), (hi - lo) * elem());
+    return;
+  }
+  const size_t mine = std::min(std::max(lo, partition_.begin(rank_)), partition_.end(rank_));
+  comm_.all_gather(param_at(mine), out, partition_.split(lo, hi), dtype_)->wait();
+}
+
 EngineState ZeroEngine::state() const {
   EngineState s;
   s.adam_step = adam_.step_count();

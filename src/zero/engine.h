@@ -101,6 +101,9 @@ class ZeroEngine final : public ParamSource<float> {
   const float* field_data(StateField field, size_t lo);
   /// The whole parameter buffer in param_dtype() at stages 0-2 (every rank holds it), else null.
   const void* full_params() const { return stage_ < 3 ? params_.data() : nullptr; }
+  /// Elements [lo, hi) of the parameters in param_dtype(), assembled from every rank's partition
+  /// into `out`. Collective (stage 3's partitions); a copy at other stages.
+  void gather_params(size_t lo, size_t hi, void* out);
   EngineState state() const;
   /// Replaces the model states. Each rank reads only its own partition of the master weights and
   /// moments through `read` (so a checkpoint on node-local disks loads as long as each node has

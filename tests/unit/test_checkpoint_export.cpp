@@ -55,7 +55,7 @@ class Export : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir); }
 
   // Trains a few steps at `stage`, saves, and returns the full fp32 master weights.
-  std::vector<float> train_and_save(int stage) {
+  std::vector<float> train_and_save(int stage, bool bf16 = false, bool gather16 = false) {
     auto backend = make_cpu_backend();
     const Gpt2Layout layout(model);
     DsConfig ds;
@@ -63,6 +63,8 @@ class Export : public ::testing::Test {
     ds.train_batch_size = 2;
     ds.optimizer.lr = 1e-2;
     ds.zero.stage = stage;
+    ds.bf16 = bf16;
+    ds.zero.stage3_gather_16bit_weights_on_model_save = gather16;
     SelfComm comm;
     ZeroEngine engine(layout, *backend, comm, ds);
     engine.init_params(3);
@@ -138,6 +140,24 @@ TEST_F(Export, ShardedBf16WithIndex) {
       std::memcpy(&bits, f.data.data() + begin + 2 * i, 2);
       ASSERT_EQ(bits, to_bf16(master[p.offset + i]).bits) << p.name << "[" << i << "]";
     }
+  }
+}
+
+// stage3_gather_16bit_weights_on_model_save: model_states.h5 holds every tensor in bf16 under
+// its HF name, equal to the rounded master weights; without it a stage 3 checkpoint has none.
+TEST_F(Export, Stage3Gathers16BitWeightsOnSave) {
+  for (bool gather : {false, true}) {
+    const std::vector<float> master = train_and_save(3, true, gather);
+    const H5File f = H5File::open((dir / "global_step3" / "model_states.h5").string());
+    const Gpt2Layout layout(model);
+    for (const auto& p : layout.params()) {
+      ASSERT_EQ(f.has(p.name), gather) << p.name;
+      if (!gather) continue;
+      std::vector<uint16_t> bits(p.numel);
+      f.read(p.name, 0, p.numel, bits.data());
+      for (size_t i = 0; i < p.numel; ++i) ASSERT_EQ(bits[i], to_bf16(master[p.offset + i]).bits) << p.name;
+    }
+    fs::remove_all(dir / "global_step3");
   }
 }
 
