@@ -1,5 +1,5 @@
 // zero_to_fp32 CHECKPOINT_DIR OUTPUT_DIR [-t TAG] [--max_shard_size 5GB] [--dtype fp32|bf16|fp16]
-//              [--overwrite]
+//              [--hdf5] [--overwrite] [--fsync]
 //
 // Consolidates the ZeRO shards of a checkpoint (any stage, any world size) into an HF GPT-2
 // model: model.safetensors (or model-0000k-of-0000n.safetensors + model.safetensors.index.json
@@ -49,7 +49,7 @@ uint64_t parse_size(const std::string& text) {
 
 int run(int argc, char** argv) {
   std::string checkpoint, output, tag, max_shard = "5GB", dtype_name_arg = "fp32";
-  bool overwrite = false, durable = false;
+  bool overwrite = false, durable = false, hdf5 = false;
   po::options_description opts("zero_to_fp32 CHECKPOINT_DIR OUTPUT_DIR");
   opts.add_options()
     ("help,h", "print this help")
@@ -57,7 +57,8 @@ int run(int argc, char** argv) {
     ("max_shard_size", po::value(&max_shard), "split into files of at most this size (default 5GB)")
     ("dtype", po::value(&dtype_name_arg), "fp32 (default), bf16 or fp16")
     ("overwrite", po::bool_switch(&overwrite), "replace an existing model in OUTPUT_DIR")
-    ("fsync", po::bool_switch(&durable), "fsync every output file before it is renamed into place");
+    ("fsync", po::bool_switch(&durable), "fsync every output file before it is renamed into place")
+    ("hdf5", po::bool_switch(&hdf5), "write model.h5 (a dataset per tensor, HF names) instead of safetensors");
   po::options_description hidden;
   hidden.add_options()("checkpoint", po::value(&checkpoint))("output", po::value(&output));
   po::options_description all;
@@ -82,7 +83,8 @@ int run(int argc, char** argv) {
   // Validate the whole checkpoint (manifest, sizes, CRC-32) before writing anything.
   const std::string where = tag.empty() ? checkpoint : (fs::path(checkpoint) / tag).string();
   zt::CheckpointReader reader(where, checkpoint, nullptr);
-  const zt::ExportedModel out = zt::export_hf_model(reader, output, dtype, shard_limit, overwrite, durable);
+  const zt::ExportedModel out = hdf5 ? zt::export_hf_model_hdf5(reader, output, dtype, overwrite)
+                                     : zt::export_hf_model(reader, output, dtype, shard_limit, overwrite, durable);
   zt::log_info("wrote ", out.tensors, " tensors (", out.bytes, " bytes, ", zt::dtype_name(dtype), ") in ", out.files,
                " file(s) to ", output, " from ", reader.dir(), " (", reader.saved_world_size(), " rank(s), stage ",
                reader.saved_stage(), ")");

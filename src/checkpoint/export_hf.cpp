@@ -90,4 +90,39 @@ ExportedModel export_hf_model(CheckpointReader& reader, const std::string& outpu
   return ExportedModel{layout.params().size(), total, n};
 }
 
+ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& output, DType dtype, bool overwrite) {
+  const Gpt2Layout layout(reader.model_config());
+  for (const char* name : {"model.h5", "config.json"}) {
+    ZT_USAGE_CHECK(overwrite || !fs::exists(fs::path(output) / name), (fs::path(output) / name).string(),
+                   ": already exists; pass --overwrite to replace it");
+  }
+  std::error_code ec;
+  fs::create_directories(output, ec);
+  ZT_USAGE_CHECK(!ec, output, ": cannot create: ", ec.message());
+  const std::string path = (fs::path(output) / "model.h5").string();
+  H5File f = H5File::create(path + ".tmp");
+  f.set_attribute("dtype", std::string(dtype_name(dtype)));
+  std::vector<float> fp32;
+  std::vector<uint16_t> half;
+  uint64_t total = 0;
+  for (const auto& p : layout.params()) {
+    fp32.resize(p.numel);
+    reader.read(StateField::kMaster, p.offset, p.offset + p.numel, fp32.data());
+    if (dtype == DType::kF32) {
+      f.write(p.name, fp32.data(), p.numel);
+    } else {
+      half.resize(p.numel);
+      convert(fp32.data(), DType::kF32, half.data(), dtype, p.numel);
+      f.write(p.name, half.data(), p.numel);
+    }
+    boost::json::array shape(p.shape.begin(), p.shape.end());
+    f.set_attribute("shape:" + p.name, boost::json::serialize(shape));
+    total += p.numel * dtype_size(dtype);
+  }
+  f.close();
+  fs::rename(path + ".tmp", path);
+  std::ofstream((fs::path(output) / "config.json").string()) << model_config_to_json(reader.model_config());
+  return ExportedModel{layout.params().size(), total, 1};
+}
+
 }  // namespace zt

@@ -23,4 +23,9 @@ struct ExportedModel {
 ExportedModel export_hf_model(CheckpointReader& reader, const std::string& output, DType dtype, uint64_t shard_limit,
                               bool overwrite, bool durable = false);
 
+/// The same model as one HDF5 file, model.h5: a dataset per tensor under its HF name (flat, in
+/// `dtype`; bf16/fp16 as uint16 bit patterns) and a "shape:<name>" attribute with its shape, plus
+/// config.json. Streams tensor by tensor like the safetensors export.
+ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& output, DType dtype, bool overwrite);
+
 }  // namespace zt

@@ -143,6 +143,24 @@ TEST_F(Export, ShardedBf16WithIndex) {
   }
 }
 
+// --hdf5: model.h5 with a dataset per tensor under its HF name and its shape as an attribute.
+TEST_F(Export, Hdf5Output) {
+  const std::vector<float> master = train_and_save(1);
+  CheckpointReader reader(dir.string(), dir.string(), nullptr);
+  const fs::path out = dir / "h5";
+  export_hf_model_hdf5(reader, out.string(), DType::kF32, false);
+  const H5File f = H5File::open((out / "model.h5").string());
+  const Gpt2Layout layout(model);
+  for (const auto& p : layout.params()) {
+    std::vector<float> values(p.numel);
+    f.read(p.name, 0, p.numel, values.data());
+    EXPECT_EQ(0, std::memcmp(values.data(), master.data() + p.offset, p.numel * 4)) << p.name;
+  }
+  EXPECT_EQ(f.string_attribute("shape:transformer.h.1.mlp.c_fc.weight"), "[32,128]");
+  EXPECT_TRUE(fs::exists(out / "config.json"));
+  EXPECT_THROW(export_hf_model_hdf5(reader, out.string(), DType::kF32, false), UsageError);
+}
+
 // stage3_gather_16bit_weights_on_model_save: model_states.h5 holds every tensor in bf16 under
 // its HF name, equal to the rounded master weights; without it a stage 3 checkpoint has none.
 TEST_F(Export, Stage3Gathers16BitWeightsOnSave) {
