@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# HF transformers (pinned in tests/requirements.txt) loads what zero_to_fp32 exports from a stage
+# 3 checkpoint written by 2 ranks, and its loss on the fixed eval windows equals ours.
+source "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+PYLIB=$ZT_BIN_DIR/pylib
+if [[ ! -f "$PYLIB/.installed" ]] || ! cmp -s "$ZT_SOURCE_DIR/tests/requirements.txt" "$PYLIB/.installed"; then
+  rm -rf "$PYLIB"
+  /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-deps --target "$PYLIB" \
+    -r "$ZT_SOURCE_DIR/tests/requirements.txt" 2>&1 | grep -v "Running pip as the 'root' user" || true
+  cp "$ZT_SOURCE_DIR/tests/requirements.txt" "$PYLIB/.installed"
+fi
+DATA=$WORK/data
+"$PREPARE" "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" --output_dir "$DATA" --val_fraction 0.1 2>/dev/null
+OMP_NUM_THREADS=1 timeout 300 mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$ZEROTRAIN" \
+  --deepspeed "$ZT_SOURCE_DIR/configs/zero3.json" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" \
+  --train_data "$DATA/train_*.bin" --eval_data "$DATA/val_*.bin" --output_dir "$WORK/run" --block_size 64 \
+  --per_device_train_batch_size 4 --learning_rate 3e-3 --max_steps 30 --save_steps 30 --do_eval \
+  --max_eval_samples 16 --disable_tqdm 2>"$WORK/run.log" || fail "training: $(tail -2 "$WORK/run.log")"
+"$ZT_BIN_DIR/tools/zero_to_fp32" "$WORK/run" "$WORK/hf" 2>/dev/null || fail "zero_to_fp32"
+PYTHONPATH=$PYLIB /usr/bin/python3 - "$WORK/hf" "$DATA/val_000000.bin" "$WORK/run/metrics.jsonl" <<'PY' &&
+import json, struct, sys
+import torch
+from transformers import GPT2LMHeadModel
+model_dir, shard, metrics = sys.argv[1:4]
+model = GPT2LMHeadModel.from_pretrained(model_dir).eval()
+raw = open(shard, "rb").read()
+magic, version, count = struct.unpack("<3i", raw[:12])
+assert magic == 20240520 and version == 1
+tokens = torch.tensor(struct.unpack(f"<{count}H", raw[1024:1024 + 2 * count]), dtype=torch.long)
+T, N = 64, 16
+windows = torch.stack([tokens[i * T:i * T + T + 1] for i in range(N)])  # DESIGN.md's eval windows
+with torch.no_grad():
+    logits = model(windows[:, :-1]).logits
+    hf = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), windows[:, 1:].reshape(-1)).item()
+ours = [l["eval_loss"] for l in map(json.loads, open(metrics)) if l["event"] == "eval"][-1]
+print(f"eval loss: zerotrain {ours:.6f}, HF transformers {hf:.6f}")
+assert abs(hf - ours) < 1e-4 * ours, (hf, ours)
+PY
+  pass "HF transformers loads the export; its eval loss equals ours" || fail "HF transformers interop"
+finish
