@@ -43,11 +43,22 @@ struct Setup {
   std::optional<SafetensorsReader> pretrained;  ///< --model_name_or_path weights, checked likewise
 };
 
+// The name of a GPT-2 tensor in a pretrained file: HF's GPT2LMHeadModel saves
+// "transformer.h.0...", checkpoints saved from the bare GPT2Model (the hub's original gpt2) "h.0...".
+std::string pretrained_name(const SafetensorsReader& weights, const std::string& name) {
+  const std::string prefix = "transformer.";
+  if (!weights.has(name) && name.rfind(prefix, 0) == 0 && weights.has(name.substr(prefix.size()))) {
+    return name.substr(prefix.size());
+  }
+  return name;
+}
+
 // Every GPT-2 tensor must be in the file with HF's shape.
 void check_pretrained(const SafetensorsReader& weights, const Gpt2Layout& layout, const std::string& dir) {
   for (const auto& p : layout.params()) {
-    ZT_USAGE_CHECK(weights.has(p.name), dir, ": no tensor '", p.name, "' in the model's safetensors");
-    ZT_USAGE_CHECK(weights.spec(p.name).shape == p.shape, dir, ": tensor '", p.name, "' has another shape than ",
+    const std::string name = pretrained_name(weights, p.name);
+    ZT_USAGE_CHECK(weights.has(name), dir, ": no tensor '", p.name, "' in the model's safetensors");
+    ZT_USAGE_CHECK(weights.spec(name).shape == p.shape, dir, ": tensor '", p.name, "' has another shape than ",
                    "config.json implies");
   }
 }
@@ -216,7 +227,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
           if (f != StateField::kMaster) return;
           for (const auto& p : layout.params()) {
             const size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
-            if (b > a) weights.read(p.name, a - p.offset, b - a, out + (a - lo));
+            if (b > a) weights.read(pretrained_name(weights, p.name), a - p.offset, b - a, out + (a - lo));
           }
         },
         EngineState{});
