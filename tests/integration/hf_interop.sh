@@ -38,4 +38,23 @@ print(f"eval loss: zerotrain {ours:.6f}, HF transformers {hf:.6f}")
 assert abs(hf - ours) < 1e-4 * ours, (hf, ours)
 PY
   pass "HF transformers loads the export; its eval loss equals ours" || fail "HF transformers interop"
+
+# The other way: a GPT-2 saved by HF from the bare GPT2Model (tensor names without
+# "transformer.", as the hub's original gpt2 has them) initialises zerotrain.
+PYTHONPATH=$PYLIB /usr/bin/python3 -c "
+import sys
+from transformers import GPT2LMHeadModel
+GPT2LMHeadModel.from_pretrained(sys.argv[1]).transformer.save_pretrained(sys.argv[2], safe_serialization=True)
+" "$WORK/hf" "$WORK/hf_base" 2>/dev/null || fail "HF save_pretrained"
+"$ZEROTRAIN" --deepspeed "$ZT_SOURCE_DIR/configs/zero0.json" --model_name_or_path "$WORK/hf_base" \
+  --eval_data "$DATA/val_*.bin" --output_dir "$WORK/imported" --block_size 64 --do_eval --max_eval_samples 16 \
+  --per_device_eval_batch_size 8 2>"$WORK/imported.log"
+/usr/bin/python3 - "$WORK/run/metrics.jsonl" "$WORK/imported/metrics.jsonl" <<'PY' &&
+import json, sys
+def ev(p): return [l["eval_loss"] for l in map(json.loads, open(p)) if l["event"] == "eval"][-1]
+a, b = ev(sys.argv[1]), ev(sys.argv[2])
+print(f"eval loss: trained {a:.6f}, imported from HF's GPT2Model save {b:.6f}")
+assert abs(a - b) < 1e-5 * a, (a, b)
+PY
+  pass "HF-saved GPT-2 weights initialise zerotrain" || fail "import of HF weights: $(tail -2 "$WORK/imported.log")"
 finish
