@@ -13,6 +13,7 @@
 #include "config/json_reader.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/tool_main.h"
 #include "data/byte_tokenizer.h"
 #include "data/token_shard.h"
 
@@ -95,14 +96,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  zt::set_log_program("zero_prepare_data");
-  try {
-    return run(argc, argv);
-  } catch (const zt::UsageError& e) {
-    zt::log_line(zt::LogLevel::kError, e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    zt::log_line(zt::LogLevel::kError, e.what());
-    return 1;
-  }
+  return zt::run_tool("zero_prepare_data", [&] { return run(argc, argv); });
 }

@@ -18,6 +18,7 @@
 #include "config/model_config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/tool_main.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -94,14 +95,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  zt::set_log_program("zero_to_fp32");
-  try {
-    return run(argc, argv);
-  } catch (const zt::UsageError& e) {
-    zt::log_line(zt::LogLevel::kError, e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    zt::log_line(zt::LogLevel::kError, e.what());
-    return 1;
-  }
+  return zt::run_tool("zero_to_fp32", [&] { return run(argc, argv); });
 }

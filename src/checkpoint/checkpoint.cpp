@@ -283,12 +283,7 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
     stage_ = m.at("stage").to_number<int>();
     flat_size_ = m.at("flat_size").to_number<size_t>();
     const auto& mc = m.at("model_config").as_object();
-    model_.n_layer = mc.at("n_layer").to_number<int>();
-    model_.n_embd = mc.at("n_embd").to_number<int>();
-    model_.n_head = mc.at("n_head").to_number<int>();
-    model_.n_positions = mc.at("n_positions").to_number<int>();
-    model_.vocab_size = mc.at("vocab_size").to_number<int>();
-    model_.layer_norm_epsilon = mc.at("layer_norm_epsilon").to_number<double>();
+    model_ = parse_model_config(boost::json::serialize(mc), manifest_path + " (model_config)");
     if (expect) {
       for (const auto& [key, value] : model_json(*expect)) {
         ZT_USAGE_CHECK(mc.contains(key) && mc.at(key) == value, manifest_path, ": model config differs: ", key, " is ",

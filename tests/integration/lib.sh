@@ -11,40 +11,27 @@ failed=0
 pass() { passed=$((passed + 1)); echo "ok: $1"; }
 fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
 
-# expect_usage_error NAME PATTERN CMD...: exit code 2, exactly one line on stderr, matching PATTERN.
-expect_usage_error() {
-  local name=$1 pattern=$2
-  shift 2
-  local err rc
+# expect_usage_error_filtered FILTER NAME PATTERN CMD...: exit code 2 and exactly one line on
+# stderr among those matching FILTER, and that line matches PATTERN.
+expect_usage_error_filtered() {
+  local filter=$1 name=$2 pattern=$3
+  shift 3
+  local err rc ours lines
   err=$("$@" 2>&1 >/dev/null)
   rc=$?
-  local lines
-  lines=$(printf '%s\n' "$err" | grep -c . || true)
-  if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -qE -- "$pattern" <<<"$err"; then
+  ours=$(grep -E -- "$filter" <<<"$err" || true)
+  lines=$(printf '%s\n' "$ours" | grep -c . || true)
+  if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -qE -- "$pattern" <<<"$ours"; then
     pass "$name"
   else
     fail "$name (exit $rc, $lines stderr lines, wanted /$pattern/): $err"
   fi
 }
-
-# expect_usage_error_mpi NAME PATTERN CMD...: the same under mpirun, which adds its own banner
-# after a non-zero exit: exactly one line of ours ("zerotrain: ..."), exit 2.
-expect_usage_error_mpi() {
-  local name=$1 pattern=$2
-  shift 2
-  local err rc
-  err=$("$@" 2>&1 >/dev/null)
-  rc=$?
-  local ours
-  ours=$(grep -E '^zerotrain: ' <<<"$err" || true)
-  local lines
-  lines=$(printf '%s\n' "$ours" | grep -c . || true)
-  if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -qE -- "$pattern" <<<"$ours"; then
-    pass "$name"
-  else
-    fail "$name (exit $rc, $lines zerotrain lines, wanted /$pattern/): $ours"
-  fi
-}
+# expect_usage_error NAME PATTERN CMD...: every stderr line counts.
+expect_usage_error() { expect_usage_error_filtered . "$@"; }
+# expect_usage_error_mpi NAME PATTERN CMD...: under mpirun, which adds its own banner after a
+# non-zero exit, only our lines ("zerotrain: ...") count.
+expect_usage_error_mpi() { expect_usage_error_filtered '^zerotrain: ' "$@"; }
 
 finish() {
   echo "$passed passed, $failed failed"
