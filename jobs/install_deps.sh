@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zerotrain builds and tests with, when they are missing.
-# Usage: jobs/install_deps.sh [--with-bench]   (--with-bench adds python3-torch and fio)
+# Usage: jobs/install_deps.sh [--with-bench]   (--with-bench adds fio and GNU time)
 # Needs root (or sudo) only when something is missing. Safe to run again.
 set -euo pipefail
 
@@ -12,10 +12,12 @@ packages=(
   libopenblas-openmp-dev libopenblas0-openmp
   liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3
+  # Test side: the suite checks that HF transformers (from PyPI, tests/requirements.txt) loads
+  # our export, on Debian's PyTorch; the product itself needs neither.
+  python3 python3-pip python3-torch
 )
 if [[ "${1:-}" == "--with-bench" ]]; then
-  packages+=(python3-torch fio time)
+  packages+=(fio time)
 fi
 
 missing=()
