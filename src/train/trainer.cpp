@@ -175,7 +175,11 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     try {
       std::string where = args.resume_from_checkpoint;
       if (setup.ds.checkpoint_node_local && where == "auto") where = agree_on_latest(args.output_dir, comm);
-      setup.resume.emplace(where, args.output_dir, &setup.model, setup.ds.checkpoint_node_local);
+      // The ranks sharing a file system share the checksum pass: the whole job on a shared
+      // one, each node's ranks on node-local disks.
+      const bool node_local = setup.ds.checkpoint_node_local;
+      setup.resume.emplace(where, args.output_dir, &setup.model, node_local, node_local ? place.local_rank : rank,
+                           node_local ? place.local_size : world_size);
       // Every rank reads only its own partition (ZeroEngine::load gathers the rest).
       const size_t flat = Gpt2Layout(setup.model).flat_size();
       const PartitionMap needed(flat, world_size);
@@ -191,8 +195,12 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   const int micro_batch = int(ds.train_micro_batch_size_per_gpu);
   const int64_t accumulation = ds.gradient_accumulation_steps;
   std::optional<DistributedSampler> sampler;
-  const uint64_t sampler_seed = setup.resume ? setup.resume->position().seed : args.seed;
-  if (setup.train_data) sampler.emplace(*setup.train_data, seq_len, sampler_seed);
+  // The data order is the checkpoint's when resuming, whatever --seed says now.
+  const uint64_t data_seed = setup.resume ? setup.resume->position().seed : args.seed;
+  if (setup.resume && args.given("seed") && data_seed != args.seed) {
+    log_warn("--seed ", args.seed, " differs from the checkpoint's ", data_seed, "; the data order follows the checkpoint");
+  }
+  if (setup.train_data) sampler.emplace(*setup.train_data, seq_len, data_seed);
   std::optional<EvalWindows> eval_windows;
   if (setup.eval_data) eval_windows.emplace(*setup.eval_data, seq_len, args.max_eval_samples);
   MetricsWriter metrics(rank == 0 ? args.output_dir + "/metrics.jsonl" : std::string(), setup.resume.has_value());
@@ -203,7 +211,6 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   ZeroEngine engine(layout, *backend, comm, ds);
   DataPosition position;
   int64_t first_step = 1;
-  uint64_t data_seed = args.seed;
   if (setup.resume) {
     // Weights, moments, optimizer step, schedule, loss scaler and data position, from any
     // world size and stage.
@@ -212,10 +219,6 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
                 ckpt.engine_state());
     position.next_sample = ckpt.position().data_position;
     first_step = ckpt.position().step + 1;
-    data_seed = ckpt.position().seed;
-    if (args.given("seed") && data_seed != args.seed) {
-      log_warn("--seed ", args.seed, " differs from the checkpoint's ", data_seed, "; the data order follows the checkpoint");
-    }
     log_info("resumed from ", ckpt.dir(), " (step ", ckpt.position().step, ", saved by ", ckpt.saved_world_size(),
              " rank(s) at stage ", ckpt.saved_stage(), ")");
   } else if (setup.pretrained) {

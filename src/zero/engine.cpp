@@ -50,13 +50,17 @@ ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator&
   } else if (world_ > 1) {
     // Stage 0/1 reduce at the step in chunks: a send chunk in the communication dtype (when it
     // differs from the gradients') and, for stage 1, a receive chunk.
-    const size_t chunk = std::min({bucket, padded, comm.max_collective_elements()});
+    const size_t chunk = collective_chunk(config.zero.reduce_bucket_size);
     const size_t send = comm_dtype_ != dtype_ ? chunk : 0, recv = stage_ == 1 ? std::min(chunk, part) : 0;
     staging_ = DeviceArray<unsigned char>(backend, (send + recv) * dtype_size(comm_dtype_));
   }
   if (stage_ == 3) {
     gatherer_ = std::make_unique<ParamGatherer>(layout, backend, comm, partition_, dtype_, params_.data(), config.zero);
   }
+}
+
+size_t ZeroEngine::collective_chunk(int64_t bucket_elements) const {
+  return std::min({size_t(bucket_elements), partition_.padded_size, comm_.max_collective_elements()});
 }
 
 float* ZeroEngine::master_at(size_t flat) {
@@ -155,7 +159,7 @@ void ZeroEngine::backward_done() {
 // through the communication dtype.
 void ZeroEngine::reduce_full_gradients() {
   const size_t padded = partition_.padded_size;
-  const size_t chunk = std::min({size_t(config_.zero.reduce_bucket_size), padded, comm_.max_collective_elements()});
+  const size_t chunk = collective_chunk(config_.zero.reduce_bucket_size);
   const size_t celem = dtype_size(comm_dtype_);
   const bool same_dtype = comm_dtype_ == dtype_;
   unsigned char* send_stage = staging_.data();
@@ -201,7 +205,7 @@ void ZeroEngine::share_parameters() {
 void ZeroEngine::all_gather_flat(void* base, DType dtype) {
   auto* bytes = static_cast<unsigned char*>(base);
   const size_t padded = partition_.padded_size, esize = dtype_size(dtype);
-  const size_t chunk = std::min({size_t(config_.zero.allgather_bucket_size), padded, comm_.max_collective_elements()});
+  const size_t chunk = collective_chunk(config_.zero.allgather_bucket_size);
   std::vector<std::shared_ptr<Work>> pending;
   for (size_t lo = 0; lo < padded; lo += chunk) {
     const size_t hi = std::min(padded, lo + chunk);

@@ -131,6 +131,9 @@ class ZeroEngine final : public ParamSource<float> {
   unsigned char* param_at(size_t flat) { return params_.data() + (flat - params_base_) * elem(); }
   unsigned char* grad_at(size_t flat) { return grads_.data() + (flat - grads_base_) * elem(); }
   float* master_at(size_t flat);
+  /// Elements per collective call for a bucket-size setting: the bucket, capped by the model
+  /// and by what the transport moves best in one call.
+  size_t collective_chunk(int64_t bucket_elements) const;
   void reduce_full_gradients();
   void share_parameters();
   /// In-place all-gather of a full flat buffer (padded size, `dtype`) from every rank's
