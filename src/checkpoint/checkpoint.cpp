@@ -261,7 +261,8 @@ std::string agree_on_latest(const std::string& output_dir, Communicator& comm) {
 }
 
 CheckpointReader::CheckpointReader(const std::string& where, const std::string& output_dir,
-                                   const ModelConfig* expect, bool node_local) {
+                                   const ModelConfig* expect, bool node_local, int verify_index,
+                                   int verify_count) {
   // Resolve: "auto" is OUTPUT/latest; a directory with `latest` follows it.
   std::string dir = where == "auto" ? output_dir : where;
   if (!fs::exists(fs::path(dir) / "manifest.json") && fs::exists(fs::path(dir) / "latest")) {
@@ -308,13 +309,16 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
     engine_state_.scaler.cur_hysteresis = s.at("loss_scale_cur_hysteresis").to_number<int>();
     // Every file: present, the size and checksum the writer recorded. With node-local storage a
     // file may live on another node; what this rank needs is checked by require_local().
-    for (const auto& f : m.at("files").as_array()) {
+    const auto& listed = m.at("files").as_array();
+    for (size_t i = 0; i < listed.size(); ++i) {
+      const auto& f = listed[i];
       const std::string path = (fs::path(dir) / std::string(f.at("name").as_string())).string();
       if (node_local && !fs::exists(path)) continue;
       ZT_USAGE_CHECK(fs::exists(path), path, ": missing (listed in ", manifest_path, ")");
       const uint64_t bytes = f.at("bytes").to_number<uint64_t>();
       ZT_USAGE_CHECK(fs::file_size(path) == bytes, path, ": ", fs::file_size(path), " bytes, the manifest says ", bytes,
                      " (truncated or replaced)");
+      if (int(i % size_t(verify_count)) != verify_index) continue;
       ZT_USAGE_CHECK(file_crc32(path) == f.at("crc32").to_number<uint32_t>(), path,
                      ": checksum mismatch with the manifest (corrupt)");
     }

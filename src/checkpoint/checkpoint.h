@@ -68,8 +68,11 @@ class CheckpointReader {
   /// model config matches `model`. Throws UsageError naming the file on any problem.
   /// `expect` null: take the model config from the manifest (offline tools).
   /// With `node_local`, only the shards present on this node are validated and readable.
+  /// The CRC-32 pass, which reads every byte, is shared among the processes that see the same
+  /// files: this one checks the listed files i with i % verify_count == verify_index (sizes and
+  /// everything else are checked by all). Callers agree on the verdict afterwards.
   CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig* expect,
-                   bool node_local = false);
+                   bool node_local = false, int verify_index = 0, int verify_count = 1);
 
   const ModelConfig& model_config() const { return model_; }
 
