@@ -6,6 +6,7 @@ find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(ZLIB REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
+find_package(Threads REQUIRED)
 
 # OpenBLAS, the OpenMP build. Debian installs pthread, OpenMP and serial builds side by side and
 # picks one through alternatives; two threading layers on the same cores spin against each other

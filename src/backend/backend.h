@@ -39,4 +39,8 @@ class Backend {
 /// The CPU backend (OpenBLAS + OpenMP + SIMD, AVX2 or AVX-512 chosen at run time).
 std::unique_ptr<Backend> make_cpu_backend();
 
+/// The CPU's optimizer kernels (OpenMP + SIMD) on host memory, whatever the backend: the
+/// offloaded optimizer (ZeRO-Offload) steps with these.
+OptimizerOps& host_optimizer_ops();
+
 }  // namespace zt

@@ -121,7 +121,10 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
   {
     H5File f = H5File::create(shard + ".tmp");
     for (StateField field : {StateField::kMaster, StateField::kExpAvg, StateField::kExpAvgSq}) {
-      f.write(field_name(field), count ? engine.field_data(field, lo) : nullptr, count);
+      // In pieces, so an offloaded state (host memory or NVMe) is never copied whole.
+      f.write(field_name(field), count, [&](size_t offset, size_t n, float* out) {
+        engine.read_field(field, lo + offset, n, out);
+      });
     }
     f.set_attribute("format_version", int64_t(kFormatVersion));
     f.set_attribute("rank", int64_t(rank));

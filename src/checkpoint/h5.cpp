@@ -61,22 +61,47 @@ void H5File::close() {
   file_.reset();
 }
 
-void H5File::write_raw(const std::string& name, const void* data, size_t count, hid_t type) {
+namespace {
+// 4 Mi-element chunks: big enough for streaming I/O, small enough that a hyperslab read of a
+// partition boundary touches little extra data.
+constexpr size_t kChunkElements = size_t(1) << 22;
+}  // namespace
+
+H5Id H5File::create_dataset(const std::string& name, size_t count, hid_t type) {
   const hsize_t dims[1] = {hsize_t(count)};
   H5Id space(H5Screate_simple(1, dims, nullptr), H5Sclose);
   ZT_H5_CHECK(space.get(), path_, ": dataspace for ", name);
   H5Id props(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   if (count > 0) {
-    // 1 Mi-element chunks: big enough for streaming I/O, small enough that a hyperslab read of a
-    // partition boundary touches little extra data.
-    const hsize_t chunk[1] = {std::min<hsize_t>(count, hsize_t(1) << 22)};
+    const hsize_t chunk[1] = {std::min<hsize_t>(count, kChunkElements)};
     ZT_H5_CHECK(H5Pset_chunk(props.get(), 1, chunk), path_, ": chunking ", name);
     ZT_H5_CHECK(H5Pset_fletcher32(props.get()), path_, ": Fletcher32 on ", name);
   }
   H5Id set(H5Dcreate2(file_.get(), name.c_str(), type, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT),
            H5Dclose);
   ZT_H5_CHECK(set.get(), path_, ": create dataset ", name);
+  return set;
+}
+
+void H5File::write_raw(const std::string& name, const void* data, size_t count, hid_t type) {
+  H5Id set = create_dataset(name, count, type);
   if (count > 0) ZT_H5_CHECK(H5Dwrite(set.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path_, ": write ", name);
+}
+
+void H5File::write(const std::string& name, size_t count, const std::function<void(size_t, size_t, float*)>& fill) {
+  H5Id set = create_dataset(name, count, H5T_NATIVE_FLOAT);
+  std::vector<float> chunk(std::min(count, kChunkElements));
+  H5Id file_space(H5Dget_space(set.get()), H5Sclose);
+  for (size_t offset = 0; offset < count; offset += chunk.size()) {
+    const size_t n = std::min(chunk.size(), count - offset);
+    fill(offset, n, chunk.data());
+    const hsize_t start[1] = {hsize_t(offset)}, len[1] = {hsize_t(n)};
+    ZT_H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, len, nullptr), path_,
+                ": select ", name);
+    H5Id mem_space(H5Screate_simple(1, len, nullptr), H5Sclose);
+    ZT_H5_CHECK(H5Dwrite(set.get(), H5T_NATIVE_FLOAT, mem_space.get(), file_space.get(), H5P_DEFAULT, chunk.data()),
+                path_, ": write ", name);
+  }
 }
 
 void H5File::write(const std::string& name, const float* data, size_t count) {

@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace zt {
@@ -51,6 +52,9 @@ class H5File {
   /// Fletcher32 checksum filter on every chunk.
   void write(const std::string& name, const float* data, size_t count);
   void write(const std::string& name, const uint16_t* data, size_t count);
+  /// The same fp32 dataset, written one chunk at a time: `fill(offset, n, out)` provides
+  /// elements [offset, offset + n). Memory stays at one chunk whatever the dataset's size.
+  void write(const std::string& name, size_t count, const std::function<void(size_t, size_t, float*)>& fill);
   /// Reads elements [offset, offset + count) of a dataset (a hyperslab): only those chunks are
   /// read and checksummed.
   void read(const std::string& name, size_t offset, size_t count, float* out) const;
@@ -70,6 +74,7 @@ class H5File {
 
  private:
   void write_raw(const std::string& name, const void* data, size_t count, hid_t type);
+  H5Id create_dataset(const std::string& name, size_t count, hid_t type);
   void read_raw(const std::string& name, size_t offset, size_t count, void* out, hid_t type) const;
   H5Id file_;
   std::string path_;

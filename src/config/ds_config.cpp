@@ -232,6 +232,64 @@ Fp16Config parse_fp16(JsonSection s, const AutoValues& autos) {
   return c;
 }
 
+OffloadConfig parse_offload(JsonSection s, bool params) {
+  OffloadConfig o;
+  if (params) o.buffer_count = 5;
+  std::string device = "none";
+  s.read("device", device);
+  if (device == "cpu") {
+    o.device = OffloadConfig::Device::kCpu;
+  } else if (device == "nvme") {
+    o.device = OffloadConfig::Device::kNvme;
+  } else if (device != "none") {
+    s.fail("device", cat("must be \"none\", \"cpu\" or \"nvme\", got \"", device, "\""));
+  }
+  s.read("nvme_path", o.nvme_path);
+  s.read("pin_memory", o.pin_memory);
+  s.read("buffer_count", o.buffer_count, 1);
+  if (params) {
+    s.read("buffer_size", o.buffer_size, 1);
+    s.read("max_in_cpu", o.max_in_cpu, 0);
+  } else {
+    s.read("ratio", o.ratio, 0.0, 1.0);
+    bool pipeline = false;  // DeepSpeed's switches for what the swapper here always does
+    s.read("pipeline_read", pipeline);
+    s.read("pipeline_write", pipeline);
+    s.read("fast_init", pipeline);
+  }
+  if (o.device == OffloadConfig::Device::kNvme && o.nvme_path.empty()) {
+    s.fail("nvme_path", "device \"nvme\" needs nvme_path (a directory on the NVMe drive)");
+  }
+  if (o.device != OffloadConfig::Device::kCpu && o.ratio != 1.0) {
+    s.fail("ratio", "partial offload applies to device \"cpu\" only");
+  }
+  s.finish();
+  return o;
+}
+
+AioConfig parse_aio(JsonSection s) {
+  AioConfig a;
+  s.read("block_size", a.block_size, 4096);
+  if (a.block_size % 4096 != 0) s.fail("block_size", cat(a.block_size, " is not a multiple of 4096 (O_DIRECT)"));
+  s.read("queue_depth", a.queue_depth, 1, 4096);
+  // intra_op_parallelism is DeepSpeed's current name, thread_count the older one.
+  const bool has_new = s.read("intra_op_parallelism", a.intra_op_parallelism, 1, 64);
+  int64_t threads = 0;
+  if (s.read("thread_count", threads, 1, 64)) {
+    if (has_new && threads != a.intra_op_parallelism) {
+      s.fail("thread_count", cat("is the old name of intra_op_parallelism and disagrees with it (", threads,
+                                 " vs ", a.intra_op_parallelism, ")"));
+    }
+    a.intra_op_parallelism = threads;
+  }
+  s.read("single_submit", a.single_submit);
+  s.read("overlap_events", a.overlap_events);
+  bool flag = false;
+  if (s.read("use_gds", flag) && flag) s.fail("use_gds", "GPUDirect Storage is not implemented by zerotrain");
+  s.finish();
+  return a;
+}
+
 ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   ZeroConfig z;
   s.read("stage", z.stage, 0, 3);
@@ -252,29 +310,14 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   } else {
     s.read("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0);
   }
-  // The offload blocks are accepted only when they say "none".
-  for (const char* key : {"offload_optimizer", "offload_param"}) {
-    JsonSection off = s.child(key);
-    std::string device = "none";
-    off.read("device", device);
-    if (device != "none") {
-      off.fail("device", cat("offload to '", device, "' is not implemented yet"));
-    }
-    // With device "none" the rest of the block has no effect; it is still type-checked.
-    bool flag = false;
-    int64_t count = 0;
-    double ratio = 0;
-    std::string path;
-    off.read("nvme_path", path);
-    off.read("pin_memory", flag);
-    off.read("buffer_count", count, 1);
-    off.read("buffer_size", count, 1);
-    off.read("max_in_cpu", count, 0);
-    off.read("ratio", ratio, 0.0, 1.0);
-    off.read("fast_init", flag);
-    off.read("pipeline_read", flag);
-    off.read("pipeline_write", flag);
-    off.finish();
+  z.offload_optimizer = parse_offload(s.child("offload_optimizer"), false);
+  z.offload_param = parse_offload(s.child("offload_param"), true);
+  s.read("sub_group_size", z.sub_group_size, 1);
+  if (z.offload_optimizer.enabled() && z.stage == 0) {
+    s.fail("offload_optimizer", "needs ZeRO stage 1, 2 or 3 (the offloaded optimizer steps a partition)");
+  }
+  if (z.offload_param.enabled() && z.stage != 3) {
+    s.fail("offload_param", cat("needs ZeRO stage 3 (stage ", z.stage, " keeps every parameter on each rank)"));
   }
   s.read("stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save);
   bool legacy_name = false;  // DeepSpeed's older spelling of the same switch
@@ -283,7 +326,6 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   }
   s.not_implemented({"elastic_checkpoint", "load_from_fp32_weights"},
                     "zerotrain checkpoints always load from the fp32 master weights at any world size; drop the key");
-  s.not_implemented({"sub_group_size"}, "it arrives with NVMe offload");
   s.not_implemented({"stage3_model_persistence_threshold", "round_robin_gradients"},
                     "no equivalent in zerotrain's flat-buffer engine");
   s.not_implemented({"cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory"},
@@ -419,7 +461,7 @@ DsConfig parse_ds_config(const boost::json::value& json, const std::string& sour
     ck.not_implemented({"load_universal", "parallel_write"}, "zerotrain checkpoints reshard on load as they are");
     ck.finish();
   }
-  top.not_implemented({"aio"}, "arrives with NVMe offload");
+  c.aio = parse_aio(top.child("aio"));
   top.not_implemented({"amp"}, "use fp16 or bf16");
   top.not_implemented({"activation_checkpointing"}, "use --gradient_checkpointing (per-block recompute)");
   top.not_implemented({"flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "communication_logger",

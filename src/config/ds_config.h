@@ -67,6 +67,28 @@ struct Fp16Config {
   double min_loss_scale = 1;
 };
 
+/// zero_optimization.offload_optimizer / offload_param. Defaults are DeepSpeed's.
+struct OffloadConfig {
+  enum class Device { kNone, kCpu, kNvme };
+  Device device = Device::kNone;
+  std::string nvme_path;     ///< a directory; required for nvme
+  bool pin_memory = false;   ///< host buffers in the `pinned` pool (page-locked on a GPU)
+  int64_t buffer_count = 4;  ///< offload_optimizer: 4 (DeepSpeed), offload_param: 5
+  int64_t buffer_size = 100'000'000;   ///< offload_param: elements per NVMe read buffer
+  int64_t max_in_cpu = 1'000'000'000;  ///< offload_param nvme: elements cached in host memory
+  double ratio = 1.0;        ///< offload_optimizer cpu: the fraction of the optimizer state offloaded
+  bool enabled() const { return device != Device::kNone; }
+};
+
+/// The top-level "aio" block: how NVMe swaps are issued.
+struct AioConfig {
+  int64_t block_size = 1'048'576;   ///< bytes per I/O request
+  int64_t queue_depth = 8;          ///< requests in flight per submitting thread
+  int64_t intra_op_parallelism = 1; ///< threads (each with its own ring) that split one transfer
+  bool single_submit = false;       ///< one submit call per request instead of one per batch
+  bool overlap_events = true;       ///< refill the queue as requests complete instead of in waves
+};
+
 struct ZeroConfig {
   int stage = 0;
   bool contiguous_gradients = true;
@@ -81,6 +103,9 @@ struct ZeroConfig {
   int64_t stage3_param_persistence_threshold = 100'000;
   /// Stage 3: gather the full 16-bit model into model_states.h5 at every checkpoint.
   bool stage3_gather_16bit_weights_on_model_save = false;
+  OffloadConfig offload_optimizer, offload_param;
+  /// Elements of optimizer state swapped (nvme) or stepped (cpu) as one piece.
+  int64_t sub_group_size = 1'000'000'000;
 };
 
 struct DsConfig {
@@ -96,6 +121,7 @@ struct DsConfig {
   Fp16Config fp16;
   bool bf16 = false;
   ZeroConfig zero;
+  AioConfig aio;
   std::optional<DType> communication_data_type;
   /// checkpoint.use_node_local_storage: each node writes its ranks' files to its own disk.
   bool checkpoint_node_local = false;

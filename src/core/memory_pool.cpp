@@ -53,8 +53,10 @@ void reset_pool_peaks() {
 
 void* pool_alloc(Pool pool, size_t bytes) {
   ZT_CHECK(pool != Pool::kNvme, "the nvme pool holds files, not memory");
-  size_t rounded = (bytes + 63) & ~size_t(63);
-  void* ptr = std::aligned_alloc(64, rounded);
+  // Page alignment from a page up: O_DIRECT swaps (NVMe offload) need it, and DMA likes it.
+  const size_t alignment = bytes >= 4096 ? 4096 : 64;
+  size_t rounded = (bytes + alignment - 1) & ~(alignment - 1);
+  void* ptr = std::aligned_alloc(alignment, rounded);
   if (!ptr) {
     throw Error(cat("out of memory: could not allocate ", bytes, " bytes in the ", pool_name(pool),
                     " pool (", pool_counter(pool).in_use(), " bytes already in use)"));

@@ -19,14 +19,31 @@ ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator&
   opt_count_ = stage_ == 0 ? padded : part;
   params_base_ = stage_ == 3 ? partition_.begin(rank_) : 0;
   grads_base_ = stage_ >= 2 ? partition_.begin(rank_) : 0;
-  params_ = DeviceArray<unsigned char>(backend, (stage_ == 3 ? part : padded) * elem());
-  grads_ = DeviceArray<unsigned char>(backend, (stage_ >= 2 ? part : padded) * elem());
-  if (dtype_ != DType::kF32) master_ = DeviceArray<float>(backend, opt_count_);
-  exp_avg_ = DeviceArray<float>(backend, opt_count_);
-  exp_avg_sq_ = DeviceArray<float>(backend, opt_count_);
-  opt_ops_.zero(grads_.data(), dtype_, grads_.size() / elem());
-  opt_ops_.zero(exp_avg_.data(), DType::kF32, opt_count_);
-  opt_ops_.zero(exp_avg_sq_.data(), DType::kF32, opt_count_);
+  const OffloadConfig& off = config.zero.offload_optimizer;
+  const OffloadConfig& off_param = config.zero.offload_param;
+  // Partial offload (ratio < 1) keeps the first part of the range on the device.
+  const size_t offloaded = off.enabled() ? size_t(std::llround(double(opt_count_) * off.ratio)) : 0;
+  device_count_ = opt_count_ - offloaded;
+  grads_on_host_ = stage_ == 3 && offloaded > 0 && device_count_ == 0;
+  params_on_host_ = stage_ == 3 && off_param.enabled();
+  const Pool param_pool = !params_on_host_ ? Pool::kDevice : off_param.pin_memory ? Pool::kPinned : Pool::kHost;
+  const Pool grad_pool = !grads_on_host_ ? Pool::kDevice : off.pin_memory ? Pool::kPinned : Pool::kHost;
+  ZT_USAGE_CHECK(off_param.device != OffloadConfig::Device::kNvme, config.source,
+                 ": zero_optimization.offload_param.device: \"nvme\" is not implemented yet; use \"cpu\" "
+                 "(the optimizer state, 12 of every 16 bytes, can go to NVMe with offload_optimizer)");
+  params_ = DeviceArray<unsigned char>(backend, (stage_ == 3 ? part : padded) * elem(), param_pool);
+  grads_ = DeviceArray<unsigned char>(backend, (stage_ >= 2 ? part : padded) * elem(), grad_pool);
+  if (dtype_ != DType::kF32) master_ = DeviceArray<float>(backend, device_count_);
+  exp_avg_ = DeviceArray<float>(backend, device_count_);
+  exp_avg_sq_ = DeviceArray<float>(backend, device_count_);
+  (grads_on_host_ ? host_optimizer_ops() : opt_ops_).zero(grads_.data(), dtype_, grads_.size() / elem());
+  opt_ops_.zero(exp_avg_.data(), DType::kF32, device_count_);
+  opt_ops_.zero(exp_avg_sq_.data(), DType::kF32, device_count_);
+  if (offloaded > 0) {
+    offload_ = std::make_unique<OptimizerOffload>(backend, off, config.aio, offloaded, size_t(config.zero.sub_group_size),
+                                                  dtype_, rank_);
+    if (!grads_on_host_) host_grads_ = DeviceArray<unsigned char>(backend, offloaded * elem(), offload_->host_pool());
+  }
 
   size_t other = 0;  // the largest unit but the embeddings
   for (int u = 1; u < layout.num_units(); ++u) other = std::max(other, layout.unit_size(u));
@@ -47,6 +64,12 @@ ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator&
     bucketer_ = std::make_unique<GradBucketer>(backend, comm, partition_, comm_dtype_, bucket,
                                                config.zero.overlap_comm, config.zero.reduce_scatter, grads_.data(),
                                                dtype_);
+    if (host_grads_.size() > 0) {
+      // On the last micro-step a reduced range is final: send it to the host while backward goes on.
+      bucketer_->on_reduced([this](size_t lo, size_t hi) {
+        if (micro_step_ + 1 == config_.gradient_accumulation_steps) copy_grads_to_host(lo, hi);
+      });
+    }
   } else if (world_ > 1) {
     // Stage 0/1 reduce at the step in chunks: a send chunk in the communication dtype (when it
     // differs from the gradients') and, for stage 1, a receive chunk.
@@ -79,11 +102,19 @@ void ZeroEngine::init_params(uint64_t seed) {
     }
   };
   const size_t held = params_.size() / elem();
+  if (offload_) {
+    const size_t base = offload_begin();
+    offload_->visit(0, offload_->size(), SwapMode::kWrite, [&](const OffloadPiece& p) {
+      fill(p.master, base + p.lo, base + p.lo + p.n);
+      std::memset(p.exp_avg, 0, p.n * sizeof(float));
+      std::memset(p.exp_avg_sq, 0, p.n * sizeof(float));
+    });
+  }
   if (dtype_ == DType::kF32) {
     fill(reinterpret_cast<float*>(params_.data()), params_base_, params_base_ + held);
     return;
   }
-  fill(master_.data(), opt_begin_, opt_begin_ + opt_count_);
+  fill(master_.data(), opt_begin_, opt_begin_ + device_count_);
   // 16-bit parameters, in chunks so that no full fp32 copy of the model is ever made.
   std::vector<float> chunk(std::min<size_t>(held, size_t(1) << 20));
   for (size_t off = 0; off < held; off += chunk.size()) {
@@ -152,6 +183,20 @@ void ZeroEngine::grads_done(int unit) {
 
 void ZeroEngine::backward_done() {
   if (bucketer_) bucketer_->finish();
+  ++micro_step_;
+}
+
+void ZeroEngine::copy_grads_to_host(size_t lo, size_t hi) {
+  const size_t a = std::max(lo, offload_begin()), b = std::min(hi, opt_begin_ + opt_count_);
+  if (b > a) backend_.copy(host_grads_.data() + (a - offload_begin()) * elem(), grad_at(a), (b - a) * elem());
+}
+
+const void* ZeroEngine::offloaded_grads() {
+  if (grads_on_host_) return grad_at(offload_begin());
+  // Stage 2 copied each bucket during the last backward; stage 1 reduced only now.
+  if (stage_ == 1) copy_grads_to_host(offload_begin(), opt_begin_ + opt_count_);
+  backend_.synchronize();
+  return host_grads_.data();
 }
 
 // Stage 0: all-reduce the whole gradient. Stage 1: reduce-scatter it, so this rank's range of
@@ -218,8 +263,10 @@ void ZeroEngine::all_gather_flat(void* base, DType dtype) {
 StepOutcome ZeroEngine::step() {
   StepOutcome out;
   out.loss_scale = scaler_.scale();
+  micro_step_ = 0;
   if (stage_ <= 1 && world_ > 1) reduce_full_gradients();
-  const double local = opt_ops_.sum_squares(grad_at(opt_begin_), dtype_, opt_count_);
+  OptimizerOps& grad_ops = grads_on_host_ ? host_optimizer_ops() : opt_ops_;
+  const double local = grad_ops.sum_squares(grad_at(opt_begin_), dtype_, opt_count_);
   // Stage 0: every rank holds the whole reduced gradient. Otherwise each holds a partition, and
   // the sum over ranks makes the norm, and any inf/NaN, the same everywhere.
   const double sum_sq = stage_ == 0 ? local : comm_.all_reduce_sum(local);
@@ -231,7 +278,7 @@ StepOutcome ZeroEngine::step() {
     // DeepSpeed's fp16 optimizer: skip the update, lower the scale, keep the schedule where it is.
     out.skipped = true;
     scaler_.update(true);
-    opt_ops_.zero(grads_.data(), dtype_, grads_.size() / elem());
+    grad_ops.zero(grads_.data(), dtype_, grads_.size() / elem());
     return out;
   }
   ZT_CHECK(!overflow, "the gradient norm is not finite (", sum_sq, ") in ", dtype_name(dtype_),
@@ -241,9 +288,12 @@ StepOutcome ZeroEngine::step() {
   const double beta2 = sched.beta2.value_or(config_.optimizer.beta2);
   // Gradients are sums over ranks of loss-scaled values: divide by both here, in the same pass.
   AdamStepArgs args = adam_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * double(world_)));
-  opt_ops_.adam_step(args, master_at(opt_begin_), exp_avg_.data(), exp_avg_sq_.data(), grad_at(opt_begin_), dtype_,
-                     param_at(opt_begin_), dtype_, opt_count_);
-  opt_ops_.zero(grads_.data(), dtype_, grads_.size() / elem());
+  if (device_count_ > 0) {
+    opt_ops_.adam_step(args, master_at(opt_begin_), exp_avg_.data(), exp_avg_sq_.data(), grad_at(opt_begin_), dtype_,
+                       param_at(opt_begin_), dtype_, device_count_);
+  }
+  if (offload_) offload_->adam_step(args, offloaded_grads(), dtype_, param_at(offload_begin()));
+  grad_ops.zero(grads_.data(), dtype_, grads_.size() / elem());
   if ((stage_ == 1 || stage_ == 2) && world_ > 1) share_parameters();
   if (gatherer_) gatherer_->invalidate();
   for (auto& s : weight_slots_) s.unit = -1;  // the weights changed: working copies are stale
@@ -255,10 +305,12 @@ StepOutcome ZeroEngine::step() {
 std::vector<float> ZeroEngine::gather_master_weights() {
   std::vector<float> full(partition_.padded_size);
   if (stage_ == 0) {
-    std::memcpy(full.data(), master_at(0), full.size() * sizeof(float));
+    read_field(StateField::kMaster, 0, full.size(), full.data());
   } else {
+    std::vector<float> mine(opt_count_);
+    read_field(StateField::kMaster, opt_begin_, opt_count_, mine.data());
     std::vector<size_t> counts(size_t(world_), partition_.partition_size);
-    comm_.all_gather(master_at(opt_begin_), full.data(), counts, DType::kF32)->wait();
+    comm_.all_gather(mine.data(), full.data(), counts, DType::kF32)->wait();
   }
   full.resize(layout_.flat_size());
   return full;
@@ -266,11 +318,23 @@ std::vector<float> ZeroEngine::gather_master_weights() {
 
 ModelStateBytes ZeroEngine::model_state_bytes() const {
   ModelStateBytes b;
-  b.params = params_.bytes();
-  b.grads = grads_.bytes();
+  b.params = params_on_host_ ? 0 : params_.bytes();
+  b.grads = grads_on_host_ ? 0 : grads_.bytes();
   b.master = master_.bytes();
   b.exp_avg = exp_avg_.bytes();
   b.exp_avg_sq = exp_avg_sq_.bytes();
+  return b;
+}
+
+ModelStateBytes ZeroEngine::offloaded_state_bytes() const {
+  ModelStateBytes b;
+  b.params = params_on_host_ ? params_.bytes() : 0;
+  b.grads = grads_on_host_ ? grads_.bytes() : host_grads_.bytes();
+  if (offload_) {
+    // In host memory, or in the swap file (whose size is the three fields, padded per piece).
+    const size_t field = offload_->on_nvme() ? offload_->nvme_bytes() / 3 : offload_->host_state_bytes() / 3;
+    b.master = b.exp_avg = b.exp_avg_sq = field;
+  }
   return b;
 }
 
@@ -280,6 +344,7 @@ BufferBytes ZeroEngine::buffer_bytes() const {
   b.gather = gatherer_ ? gatherer_->buffer_bytes() : 0;
   for (const auto& s : weight_slots_) b.working += s.data.bytes();
   for (const auto& s : grad_slots_) b.working += s.data.bytes();
+  b.offload = offload_ ? offload_->buffer_bytes() : 0;
   return b;
 }
 
@@ -287,14 +352,26 @@ BufferBytes ZeroEngine::buffer_bytes() const {
 
 namespace zt {
 
-const float* ZeroEngine::field_data(StateField field, size_t lo) {
-  ZT_CHECK(lo >= opt_begin_ && lo <= opt_begin_ + opt_count_, "element ", lo, " is outside this rank's range");
-  switch (field) {
-    case StateField::kMaster: return master_at(lo);
-    case StateField::kExpAvg: return exp_avg_.data() + (lo - opt_begin_);
-    case StateField::kExpAvgSq: return exp_avg_sq_.data() + (lo - opt_begin_);
+void ZeroEngine::read_field(StateField field, size_t lo, size_t n, float* out) {
+  const size_t hi = lo + n, opt_end = opt_begin_ + opt_count_;
+  ZT_CHECK(lo >= opt_begin_ && hi <= opt_end, "[", lo, ", ", hi, ") is outside this rank's range");
+  // The device part.
+  const size_t dev_hi = std::min(hi, offload_begin());
+  if (dev_hi > lo) {
+    const float* src = field == StateField::kMaster   ? master_at(lo)
+                       : field == StateField::kExpAvg ? exp_avg_.data() + (lo - opt_begin_)
+                                                      : exp_avg_sq_.data() + (lo - opt_begin_);
+    backend_.copy(out, src, (dev_hi - lo) * sizeof(float));
+    backend_.synchronize();
   }
-  return nullptr;
+  // The offloaded part.
+  const size_t off_lo = std::max(lo, offload_begin());
+  if (hi > off_lo) {
+    offload_->visit(off_lo - offload_begin(), hi - offload_begin(), SwapMode::kRead, [&](const OffloadPiece& p) {
+      const float* src = field == StateField::kMaster ? p.master : field == StateField::kExpAvg ? p.exp_avg : p.exp_avg_sq;
+      std::memcpy(out + (offload_begin() + p.lo - lo), src, p.n * sizeof(float));
+    });
+  }
 }
 
 void ZeroEngine::gather_params(size_t lo, size_t hi, void* out) {
@@ -324,11 +401,23 @@ void ZeroEngine::load(const StateReader& read, const EngineState& state) {
   };
   // This rank's partition of every field (params_, master and moments all cover it at any
   // stage), then the parameters rounded from the master weights.
-  const size_t lo = partition_.begin(rank_), hi = partition_.end(rank_);
-  read_padded(StateField::kExpAvg, lo, hi, exp_avg_.data() + (lo - opt_begin_));
-  read_padded(StateField::kExpAvgSq, lo, hi, exp_avg_sq_.data() + (lo - opt_begin_));
-  read_padded(StateField::kMaster, lo, hi, master_at(lo));
-  if (dtype_ != DType::kF32) convert(master_at(lo), DType::kF32, param_at(lo), dtype_, hi - lo);
+  const size_t lo = partition_.begin(rank_), hi = std::min(partition_.end(rank_), offload_begin());
+  if (hi > lo) {
+    read_padded(StateField::kExpAvg, lo, hi, exp_avg_.data() + (lo - opt_begin_));
+    read_padded(StateField::kExpAvgSq, lo, hi, exp_avg_sq_.data() + (lo - opt_begin_));
+    read_padded(StateField::kMaster, lo, hi, master_at(lo));
+    if (dtype_ != DType::kF32) convert(master_at(lo), DType::kF32, param_at(lo), dtype_, hi - lo);
+  }
+  if (offload_) {
+    // Straight into the offloaded state (through the swap buffers on NVMe), then the parameters.
+    const size_t base = offload_begin();
+    offload_->visit(0, offload_->size(), SwapMode::kWrite, [&](const OffloadPiece& p) {
+      read_padded(StateField::kExpAvg, base + p.lo, base + p.lo + p.n, p.exp_avg);
+      read_padded(StateField::kExpAvgSq, base + p.lo, base + p.lo + p.n, p.exp_avg_sq);
+      read_padded(StateField::kMaster, base + p.lo, base + p.lo + p.n, p.master);
+    });
+    offload_->copy_params_from_master(param_at(base));
+  }
   if (world_ > 1 && stage_ == 0) {
     // Stage 0 keeps everything whole on every rank.
     all_gather_flat(exp_avg_.data(), DType::kF32);
@@ -336,7 +425,8 @@ void ZeroEngine::load(const StateReader& read, const EngineState& state) {
     if (dtype_ != DType::kF32) all_gather_flat(master_.data(), DType::kF32);
   }
   if (world_ > 1 && stage_ <= 2) all_gather_flat(params_.data(), dtype_);  // stages 0-2 hold every parameter
-  opt_ops_.zero(grads_.data(), dtype_, grads_.size() / elem());
+  (grads_on_host_ ? host_optimizer_ops() : opt_ops_).zero(grads_.data(), dtype_, grads_.size() / elem());
+  micro_step_ = 0;
   if (gatherer_) gatherer_->invalidate();
   for (auto& s : weight_slots_) s.unit = -1;
   adam_.set_step_count(state.adam_step);

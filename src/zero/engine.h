@@ -15,6 +15,13 @@
 // the master weights (no separate master copy at any stage).
 //
 // Gradients are held as sums over ranks; the step divides by N (DeepSpeed's post-scaling).
+//
+// ZeRO-Offload (offload_optimizer, stages 1-3): the last `ratio` of this rank's optimizer range
+// keeps its fp32 state in an OptimizerOffload (host memory or NVMe) and is stepped by the CPU;
+// the rest stays on the device. Its 16-bit gradient reaches the host as it is reduced: stage 2
+// copies each bucket's part on the last micro-step during backward, stage 1 after the reduction
+// at the step, and stage 3 reduces straight into a gradient partition held on the host.
+// offload_param (stage 3) holds the 16-bit parameter partition in host memory.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +37,7 @@
 #include "model/gpt2_layout.h"
 #include "model/param_source.h"
 #include "optim/adam.h"
+#include "offload/optimizer_offload.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "zero/grad_bucketer.h"
@@ -49,6 +57,7 @@ struct BufferBytes {
   size_t buckets = 0;  ///< gradient buckets (stage 2/3) and reduction staging (stage 0/1)
   size_t gather = 0;   ///< stage 3 gather buffers allocated so far (gathered, prefetched or kept for reuse)
   size_t working = 0;  ///< fp32 working copies of 16-bit units and unit gradient slots
+  size_t offload = 0;  ///< NVMe swap buffers and the staging of updated parameters (host)
 };
 
 /// The optimizer's counters, saved in checkpoints next to the tensors.
@@ -86,7 +95,10 @@ class ZeroEngine final : public ParamSource<float> {
   /// zero the gradients, share the updated parameters, advance the schedule.
   StepOutcome step();
 
+  /// Model-state bytes held on the device.
   ModelStateBytes model_state_bytes() const;
+  /// Model-state bytes offloaded to host memory or NVMe (ZeRO-Offload/Infinity), and which pools.
+  ModelStateBytes offloaded_state_bytes() const;
   BufferBytes buffer_bytes() const;
   /// Stage 3: the most parameters held gathered at once so far (0 at other stages).
   size_t peak_live_parameters() const { return gatherer_ ? gatherer_->peak_live_elements() : 0; }
@@ -96,9 +108,9 @@ class ZeroEngine final : public ParamSource<float> {
   /// The full fp32 master weights (flat layout, unpadded), gathered from every rank. Collective.
   std::vector<float> gather_master_weights();
 
-  /// Elements [lo, hi) of a field, for lo >= this rank's optimizer range start and hi <= its end
-  /// (stage 0: any range). Checkpoints write each rank's partition from here.
-  const float* field_data(StateField field, size_t lo);
+  /// Copies elements [lo, lo + n) of a field into `out`, for a range inside this rank's optimizer
+  /// range (stage 0: any range), wherever the state lives. Checkpoints write partitions from here.
+  void read_field(StateField field, size_t lo, size_t n, float* out);
   /// The whole parameter buffer in param_dtype() at stages 0-2 (every rank holds it), else null.
   const void* full_params() const { return stage_ < 3 ? params_.data() : nullptr; }
   /// Elements [lo, hi) of the parameters in param_dtype(), assembled from every rank's partition
@@ -127,7 +139,8 @@ class ZeroEngine final : public ParamSource<float> {
   };
   float* working_slot(std::vector<Slot>& slots, int unit, bool& fresh);
   size_t elem() const { return dtype_size(dtype_); }
-  /// [opt_begin_, opt_begin_ + opt_count_): the flat range this rank's optimizer updates.
+  /// [opt_begin_, opt_begin_ + opt_count_): the flat range this rank's optimizer updates. Its
+  /// first device_count_ elements have their state on the device, the rest in offload_.
   unsigned char* param_at(size_t flat) { return params_.data() + (flat - params_base_) * elem(); }
   unsigned char* grad_at(size_t flat) { return grads_.data() + (flat - grads_base_) * elem(); }
   float* master_at(size_t flat);
@@ -139,6 +152,11 @@ class ZeroEngine final : public ParamSource<float> {
   /// In-place all-gather of a full flat buffer (padded size, `dtype`) from every rank's
   /// partition, in pieces of at most allgather_bucket_size elements.
   void all_gather_flat(void* base, DType dtype);
+  size_t offload_begin() const { return opt_begin_ + device_count_; }
+  /// Where the CPU Adam reads the offloaded range's gradient.
+  const void* offloaded_grads();
+  /// Copies the gradient of flat range [lo, hi) (clipped to the offloaded range) to the host.
+  void copy_grads_to_host(size_t lo, size_t hi);
 
   const Gpt2Layout& layout_;
   Backend& backend_;
@@ -149,6 +167,7 @@ class ZeroEngine final : public ParamSource<float> {
   const DType dtype_, comm_dtype_;
   const PartitionMap partition_;
   size_t opt_begin_ = 0, opt_count_ = 0;      // the range the optimizer owns
+  size_t device_count_ = 0;                   // ... of which the state stays on the device
   size_t params_base_ = 0, grads_base_ = 0;   // flat offset of params_[0] and grads_[0]
 
   DeviceArray<unsigned char> params_, grads_;
@@ -157,6 +176,11 @@ class ZeroEngine final : public ParamSource<float> {
   std::vector<Slot> weight_slots_, grad_slots_;
   std::unique_ptr<GradBucketer> bucketer_;  // stages 2, 3
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
+  std::unique_ptr<OptimizerOffload> offload_;  // offload_optimizer
+  DeviceArray<unsigned char> host_grads_;      // the offloaded range's gradient, copied to the host
+  bool grads_on_host_ = false;                 // stage 3 offload: grads_ itself is host memory
+  bool params_on_host_ = false;                // offload_param: params_ is host memory
+  int64_t micro_step_ = 0;                     // backward passes since the last step
 
   Adam adam_;
   LrScheduler scheduler_;

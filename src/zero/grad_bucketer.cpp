@@ -74,6 +74,7 @@ void GradBucketer::complete(Bucket& b) {
     unsigned char* dst =
         static_cast<unsigned char*>(grad_partition_) + (lo - partition_.begin(rank)) * dtype_size(partition_dtype_);
     ops_.accumulate_into(dst, partition_dtype_, src, comm_dtype_, hi - lo);
+    if (on_reduced_) on_reduced_(lo, hi);
   }
   b.lo = b.hi = 0;
 }

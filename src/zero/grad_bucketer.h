@@ -9,6 +9,7 @@
 // not means: the optimizer divides by the world size (DeepSpeed's post-scaling).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -36,6 +37,9 @@ class GradBucketer {
   void finish();
 
   size_t buffer_bytes() const;
+  /// Called with each flat range [lo, hi) of this rank's partition right after a reduction was
+  /// added into it (ZeRO-Offload copies it to the host from here, overlapped with backward).
+  void on_reduced(std::function<void(size_t lo, size_t hi)> callback) { on_reduced_ = std::move(callback); }
 
  private:
   struct Bucket {
@@ -55,6 +59,7 @@ class GradBucketer {
   bool overlap_, use_reduce_scatter_;
   void* grad_partition_;
   DType partition_dtype_;
+  std::function<void(size_t, size_t)> on_reduced_;
   Bucket buckets_[2];  // one fills while the other is reduced
   int current_ = 0;
 };

@@ -11,82 +11,10 @@
 #include "core/error.h"
 #include "model/gpt2.h"
 #include "zero/engine.h"
+#include "zero_test_harness.h"
 
 namespace zt {
 namespace {
-
-ModelConfig tiny_model() {
-  ModelConfig c;
-  c.n_layer = 3;
-  c.n_embd = 32;
-  c.n_head = 4;
-  c.n_positions = 16;
-  c.vocab_size = 97;
-  return c;
-}
-
-constexpr int kSeq = 16, kGlobalBatch = 16, kSteps = 30;
-
-DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation) {
-  DsConfig c;
-  c.gradient_accumulation_steps = accumulation;
-  c.train_micro_batch_size_per_gpu = kGlobalBatch / world / accumulation;
-  c.train_batch_size = kGlobalBatch;
-  c.optimizer.lr = 3e-3;
-  c.optimizer.weight_decay = 0.01;
-  c.gradient_clipping = 1.0;
-  c.bf16 = dtype == DType::kBF16;
-  c.zero.stage = stage;
-  // Small buckets so that reductions and gathers run in several pieces.
-  c.zero.reduce_bucket_size = 3000;
-  c.zero.allgather_bucket_size = 5000;
-  c.zero.overlap_comm = true;
-  c.zero.stage3_prefetch_bucket_size = 10000;
-  c.zero.stage3_param_persistence_threshold = 100;
-  c.zero.stage3_max_reuse_distance = 5000;
-  return c;
-}
-
-// Global sample g, position t: a fixed pseudo-random sequence (the same on every rank).
-int32_t token(int64_t step, int64_t g, int t) {
-  uint64_t x = uint64_t(step * 1000003 + g * 7919 + t * 31 + 17);
-  x ^= x >> 13;
-  x *= 0x9e3779b97f4a7c15ull;
-  return int32_t((x >> 33) % 97);
-}
-
-// Trains kSteps on `comm`; this rank takes its contiguous slice of each global batch.
-std::vector<double> train(Communicator& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
-                          ModelStateBytes* states = nullptr) {
-  auto backend = make_cpu_backend();
-  const Gpt2Layout layout(tiny_model());
-  ZeroEngine engine(layout, *backend, comm, cfg);
-  engine.init_params(5);
-  const int micro = int(cfg.train_micro_batch_size_per_gpu);
-  Gpt2Model<float> model(layout, *backend, backend->ops(), micro, kSeq, false);
-  std::vector<int32_t> in(size_t(micro) * kSeq), tg(size_t(micro) * kSeq);
-  std::vector<double> losses;
-  for (int64_t step = 0; step < kSteps; ++step) {
-    double loss = 0;
-    for (int64_t m = 0; m < cfg.gradient_accumulation_steps; ++m) {
-      const int64_t first = comm.rank() * micro * cfg.gradient_accumulation_steps + m * micro;
-      for (int b = 0; b < micro; ++b) {
-        for (int t = 0; t < kSeq; ++t) {
-          // A learnable rule with noise: the next token is the current one + 1 most of the time.
-          in[size_t(b) * kSeq + t] = token(step, first + b, t);
-          tg[size_t(b) * kSeq + t] = (token(step, first + b, t) + 1 + (token(step, first + b, t + 100) % 5 == 0)) % 97;
-        }
-      }
-      loss += model.forward(engine, in.data(), tg.data(), micro, kSeq);
-      model.backward(engine, engine.backward_scale());
-    }
-    engine.step();
-    losses.push_back(comm.all_reduce_sum(loss / double(cfg.gradient_accumulation_steps)) / comm.size());
-  }
-  if (peak_live) *peak_live = engine.peak_live_parameters();
-  if (states) *states = engine.model_state_bytes();
-  return losses;
-}
 
 struct Case {
   int stage;

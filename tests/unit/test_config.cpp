@@ -2,6 +2,8 @@
 // resolution, the batch-size arithmetic, and every shipped config loads.
 #include <gtest/gtest.h>
 
+#include <boost/json/parse.hpp>
+
 #include <filesystem>
 
 #include "config/ds_config.h"
@@ -72,10 +74,8 @@ TEST(DsConfig, UnimplementedDeepSpeedKeysSaySo) {
   EXPECT_NE(e.find("unknown optimizer 'AdamX'"), std::string::npos) << e;
   e = error_of(R"({"scheduler": {"type": "WarmupCosine"}})");
   EXPECT_NE(e.find("closest known is 'WarmupCosineLR'"), std::string::npos) << e;
-  e = error_of(R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e9}})");
-  EXPECT_NE(e.find("not implemented by zerotrain"), std::string::npos) << e;
   e = error_of(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})");
-  EXPECT_NE(e.find("offload_optimizer.device"), std::string::npos) << e;
+  EXPECT_NE(e.find("zero_optimization.offload_optimizer: needs ZeRO stage 1"), std::string::npos) << e;
   e = error_of(R"({"fp16": {"enabled": true, "auto_cast": true}})");
   EXPECT_NE(e.find("fp16.auto_cast"), std::string::npos) << e;
 }
@@ -229,6 +229,71 @@ TEST(DsConfig, TrainerSchedulerWhenTheConfigHasNone) {
   a.lr_scheduler_type = {"linear", true};
   EXPECT_NE(error_of(R"({"scheduler": {"type": "WarmupLR"}})", a).find("--lr_scheduler_type would be ignored"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+DsConfig parse_text(const std::string& text) {
+  return parse_ds_config(boost::json::parse(text), "ds.json", AutoValues{});
+}
+
+std::string offload_error(const std::string& text) {
+  try {
+    parse_text(text);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(OffloadConfig, ReadsDeepSpeedKeys) {
+  const DsConfig c = parse_text(R"({"zero_optimization": {"stage": 3, "sub_group_size": 2e6,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "pin_memory": true, "buffer_count": 6,
+                            "fast_init": false, "pipeline_read": true},
+      "offload_param": {"device": "cpu", "buffer_size": 1e7, "max_in_cpu": 5e8}},
+    "aio": {"block_size": 262144, "queue_depth": 16, "thread_count": 2, "single_submit": true,
+            "overlap_events": false}})");
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadConfig::Device::kNvme);
+  EXPECT_EQ(c.zero.offload_optimizer.nvme_path, "/local_nvme");
+  EXPECT_TRUE(c.zero.offload_optimizer.pin_memory);
+  EXPECT_EQ(c.zero.offload_optimizer.buffer_count, 6);
+  EXPECT_EQ(c.zero.offload_param.device, OffloadConfig::Device::kCpu);
+  EXPECT_EQ(c.zero.offload_param.buffer_size, 10'000'000);
+  EXPECT_EQ(c.zero.offload_param.max_in_cpu, 500'000'000);
+  EXPECT_EQ(c.zero.sub_group_size, 2'000'000);
+  EXPECT_EQ(c.aio.block_size, 262144);
+  EXPECT_EQ(c.aio.queue_depth, 16);
+  EXPECT_EQ(c.aio.intra_op_parallelism, 2);  // thread_count is the old name
+  EXPECT_TRUE(c.aio.single_submit);
+  EXPECT_FALSE(c.aio.overlap_events);
+  const DsConfig partial = parse_text(R"({"zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})");
+  EXPECT_DOUBLE_EQ(partial.zero.offload_optimizer.ratio, 0.3);
+}
+
+TEST(OffloadConfig, RejectsWhatCannotWork) {
+  std::string e = offload_error(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})");
+  EXPECT_NE(e.find("ds.json: zero_optimization.offload_param: needs ZeRO stage 3"), std::string::npos) << e;
+  e = offload_error(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})");
+  EXPECT_NE(e.find("offload_optimizer.nvme_path: device \"nvme\" needs nvme_path"), std::string::npos) << e;
+  e = offload_error(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "gpu"}}})");
+  EXPECT_NE(e.find("offload_optimizer.device: must be"), std::string::npos) << e;
+  e = offload_error(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "nvme_pth": "/x"}}})");
+  EXPECT_NE(e.find("nvme_pth"), std::string::npos) << e;
+  EXPECT_NE(e.find("nvme_path"), std::string::npos) << e;
+  e = offload_error(R"({"zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/x", "ratio": 0.5}}})");
+  EXPECT_NE(e.find("offload_optimizer.ratio"), std::string::npos) << e;
+  e = offload_error(R"({"aio": {"block_size": 5000}})");
+  EXPECT_NE(e.find("aio.block_size: 5000 is not a multiple of 4096"), std::string::npos) << e;
+  e = offload_error(R"({"aio": {"intra_op_parallelism": 2, "thread_count": 4}})");
+  EXPECT_NE(e.find("aio.thread_count"), std::string::npos) << e;
+  e = offload_error(R"({"aio": {"queue_dept": 4}})");
+  EXPECT_NE(e.find("queue_depth"), std::string::npos) << e;
 }
 
 }  // namespace

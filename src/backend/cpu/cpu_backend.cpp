@@ -52,4 +52,11 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
+OptimizerOps& host_optimizer_ops() {
+  static const std::unique_ptr<OptimizerOps> ops = active_cpu_isa() == CpuIsa::kAvx512
+                                                       ? cpu::make_optimizer_kernels_avx512()
+                                                       : cpu::make_optimizer_kernels_avx2();
+  return *ops;
+}
+
 }  // namespace zt

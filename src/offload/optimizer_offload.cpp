@@ -1,0 +1,163 @@
+#include "offload/optimizer_offload.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+
+size_t pieces_for(size_t count, int64_t sub_group_size) {
+  return std::max<size_t>(1, std::min(count, size_t(sub_group_size)));
+}
+
+}  // namespace
+
+OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config, const AioConfig& aio, size_t count,
+                                   size_t sub_group_size, DType param_dtype, int rank)
+    : backend_(backend), host_ops_(host_optimizer_ops()), count_(count),
+      piece_elements_(pieces_for(count, int64_t(sub_group_size))), param_dtype_(param_dtype),
+      host_pool_(config.pin_memory ? Pool::kPinned : Pool::kHost) {
+  ZT_CHECK(config.enabled(), "optimizer offload without a device");
+  if (config.device == OffloadConfig::Device::kCpu) {
+    master_ = DeviceArray<float>(backend, count, host_pool_);
+    exp_avg_ = DeviceArray<float>(backend, count, host_pool_);
+    exp_avg_sq_ = DeviceArray<float>(backend, count, host_pool_);
+    host_ops_.zero(exp_avg_.data(), DType::kF32, count);
+    host_ops_.zero(exp_avg_sq_.data(), DType::kF32, count);
+  } else {
+    const std::string key = "zero_optimization.offload_optimizer";
+    if (config.buffer_count < 3) {
+      throw UsageError(cat(key, ".buffer_count: ", config.buffer_count,
+                           " is too few for NVMe: one piece is read, one stepped and one written at a time (need >= 3)"));
+    }
+    slot_bytes_ = align_up(3 * piece_elements_ * sizeof(float));
+    file_ = std::make_unique<SwapFile>(config.nvme_path, cat("rank", rank, "-optimizer"), slot_bytes_ * piece_count(),
+                                       key + ".nvme_path");
+    aio_ = std::make_unique<AioEngine>(aio);
+    buffers_.resize(size_t(std::min<int64_t>(config.buffer_count, int64_t(piece_count()) + 2)));
+    for (SwapBuffer& b : buffers_) b.data = DeviceArray<unsigned char>(backend, slot_bytes_, host_pool_);
+    // Fresh moments are zero; the master weights are written by the first load or init.
+    visit(0, count, SwapMode::kWrite, [&](const OffloadPiece& p) {
+      std::memset(p.master, 0, p.n * sizeof(float));
+      std::memset(p.exp_avg, 0, p.n * sizeof(float));
+      std::memset(p.exp_avg_sq, 0, p.n * sizeof(float));
+    });
+  }
+  staging_ = DeviceArray<unsigned char>(backend, piece_elements_ * dtype_size(param_dtype), host_pool_);
+}
+
+OptimizerOffload::~OptimizerOffload() {
+  // Writes still in flight reference the buffers: let them finish before the memory goes.
+  for (SwapBuffer& b : buffers_) {
+    if (b.io) {
+      try {
+        b.io->wait();
+      } catch (const Error&) {
+      }
+    }
+  }
+}
+
+size_t OptimizerOffload::buffer_bytes() const {
+  size_t total = staging_.bytes();
+  for (const SwapBuffer& b : buffers_) total += b.data.bytes();
+  return total;
+}
+
+size_t OptimizerOffload::piece_bytes(size_t k) const {
+  const size_t n = std::min(piece_elements_, count_ - k * piece_elements_);
+  return align_up(3 * n * sizeof(float));
+}
+
+OffloadPiece OptimizerOffload::piece_view(size_t k, unsigned char* base) const {
+  OffloadPiece p;
+  p.lo = k * piece_elements_;
+  p.n = std::min(piece_elements_, count_ - p.lo);
+  auto* f = reinterpret_cast<float*>(base);
+  p.master = f;
+  p.exp_avg = f + p.n;
+  p.exp_avg_sq = f + 2 * p.n;
+  return p;
+}
+
+void OptimizerOffload::visit(size_t lo, size_t hi, SwapMode mode, const std::function<void(const OffloadPiece&)>& fn) {
+  ZT_CHECK(lo <= hi && hi <= count_, "offloaded range [", lo, ", ", hi, ") outside [0, ", count_, ")");
+  if (lo == hi) return;
+  if (file_) return visit_nvme(lo, hi, mode, fn);
+  for (size_t a = lo; a < hi; a += piece_elements_) {
+    OffloadPiece p;
+    p.lo = a;
+    p.n = std::min(piece_elements_, hi - a);
+    p.master = master_.data() + a;
+    p.exp_avg = exp_avg_.data() + a;
+    p.exp_avg_sq = exp_avg_sq_.data() + a;
+    fn(p);
+  }
+}
+
+void OptimizerOffload::visit_nvme(size_t lo, size_t hi, SwapMode mode,
+                                  const std::function<void(const OffloadPiece&)>& fn) {
+  const size_t first = lo / piece_elements_, last = (hi - 1) / piece_elements_ + 1;
+  const size_t nbuf = buffers_.size(), ahead = nbuf - 2;
+  auto whole = [&](size_t k) {
+    const OffloadPiece p = piece_view(k, nullptr);
+    return lo <= p.lo && p.lo + p.n <= hi;
+  };
+  // Starts reading piece k into its buffer once the buffer's previous write is done.
+  auto start_read = [&](size_t k) {
+    SwapBuffer& b = buffers_[k % nbuf];
+    if (b.io) b.io->wait();
+    b.io.reset();
+    b.piece = k;
+    if (mode == SwapMode::kWrite && whole(k)) return;  // overwritten entirely: nothing to read
+    b.io = aio_->read(file_->fd(), file_->path(), b.data.data(), piece_bytes(k), k * slot_bytes_);
+  };
+  size_t next_read = first;
+  for (size_t k = first; k < last; ++k) {
+    while (next_read < last && next_read <= k + ahead) start_read(next_read++);
+    SwapBuffer& b = buffers_[k % nbuf];
+    if (b.io) b.io->wait();
+    b.io.reset();
+    OffloadPiece p = piece_view(k, b.data.data());
+    // Narrow to [lo, hi): the caller sees only the elements it asked for.
+    const size_t a = std::max(lo, p.lo), z = std::min(hi, p.lo + p.n);
+    OffloadPiece part{a, z - a, p.master + (a - p.lo), p.exp_avg + (a - p.lo), p.exp_avg_sq + (a - p.lo)};
+    fn(part);
+    if (mode != SwapMode::kRead) {
+      b.io = aio_->write(file_->fd(), file_->path(), b.data.data(), piece_bytes(k), k * slot_bytes_);
+    }
+  }
+  // Every write must be durable in the file before the walk returns: a later walk may read it,
+  // and an error (ENOSPC, EIO) must surface at this step, not later.
+  for (SwapBuffer& b : buffers_) {
+    if (b.io) b.io->wait();
+    b.io.reset();
+  }
+}
+
+void OptimizerOffload::adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, void* device_params) {
+  const auto* g = static_cast<const unsigned char*>(grad);
+  auto* out = static_cast<unsigned char*>(device_params);
+  const size_t gsize = dtype_size(grad_dtype), psize = dtype_size(param_dtype_);
+  visit(0, count_, SwapMode::kReadWrite, [&](const OffloadPiece& p) {
+    host_ops_.adam_step(args, p.master, p.exp_avg, p.exp_avg_sq, g + p.lo * gsize, grad_dtype, staging_.data(),
+                        param_dtype_, p.n);
+    backend_.copy(out + p.lo * psize, staging_.data(), p.n * psize);
+  });
+  backend_.synchronize();
+}
+
+void OptimizerOffload::copy_params_from_master(void* device_params) {
+  auto* out = static_cast<unsigned char*>(device_params);
+  const size_t psize = dtype_size(param_dtype_);
+  visit(0, count_, SwapMode::kRead, [&](const OffloadPiece& p) {
+    convert(p.master, DType::kF32, staging_.data(), param_dtype_, p.n);
+    backend_.copy(out + p.lo * psize, staging_.data(), p.n * psize);
+  });
+  backend_.synchronize();
+}
+
+}  // namespace zt

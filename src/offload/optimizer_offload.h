@@ -1,0 +1,89 @@
+// ZeRO-Offload and ZeRO-Infinity for the optimizer: the fp32 master weights and Adam moments of a
+// rank's range live in host memory (offload_optimizer.device = cpu; the `pinned` pool when
+// pin_memory is set) or in a per-rank file under nvme_path (device = nvme), and the CPU steps them.
+//
+// The state is walked in sub_group_size pieces. On NVMe each piece is one contiguous record
+// [master | exp_avg | exp_avg_sq] in the swap file, and the walk is a pipeline over buffer_count
+// aligned buffers: while piece k is stepped, pieces k+1 .. k+buffer_count-2 are being read and
+// piece k-1 is being written. The gradient is never swapped: Adam reads the 16-bit gradient where
+// it is, and writes the updated parameter (in the training dtype) into a staging piece that is
+// copied to the device's parameters while the next piece is stepped.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/device_array.h"
+#include "config/ds_config.h"
+#include "offload/aio_engine.h"
+#include "offload/swap_file.h"
+
+namespace zt {
+
+/// One resident piece of the state: elements [lo, lo + n) of the offloaded range.
+struct OffloadPiece {
+  size_t lo = 0, n = 0;
+  float* master = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+};
+
+/// What a walk does with the stored state: read it, replace it, or both.
+enum class SwapMode { kRead, kWrite, kReadWrite };
+
+class OptimizerOffload {
+ public:
+  /// `count` elements of state for this rank (`rank` names its swap file).
+  OptimizerOffload(Backend& backend, const OffloadConfig& config, const AioConfig& aio, size_t count,
+                   size_t sub_group_size, DType param_dtype, int rank);
+  ~OptimizerOffload();
+
+  size_t size() const { return count_; }
+  /// Visits [lo, hi) in sub-group pieces, in order. kWrite promises `fn` overwrites every field
+  /// of the piece (nothing is read); kRead discards changes.
+  void visit(size_t lo, size_t hi, SwapMode mode, const std::function<void(const OffloadPiece&)>& fn);
+  /// One Adam step over the whole range on the CPU. `grad` (host-accessible, `grad_dtype`) and
+  /// `device_params` (anywhere the backend copies to, `param_dtype`) start at the range's first
+  /// element.
+  void adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, void* device_params);
+  /// Writes the parameters rounded from the master weights into `device_params` (after a load).
+  void copy_params_from_master(void* device_params);
+
+  /// Bytes of state held in host memory (0 on NVMe), in the swap file, and in swap/staging buffers.
+  size_t host_state_bytes() const { return (master_.bytes() + exp_avg_.bytes() + exp_avg_sq_.bytes()); }
+  size_t nvme_bytes() const { return file_ ? file_->bytes() : 0; }
+  size_t buffer_bytes() const;
+  Pool host_pool() const { return host_pool_; }
+  bool on_nvme() const { return file_ != nullptr; }
+
+ private:
+  struct SwapBuffer {
+    DeviceArray<unsigned char> data;
+    std::shared_ptr<AioTransfer> io;  // the read or write in flight on it
+    size_t piece = SIZE_MAX;
+  };
+  OffloadPiece piece_view(size_t k, unsigned char* base) const;
+  size_t piece_count() const { return (count_ + piece_elements_ - 1) / piece_elements_; }
+  size_t piece_bytes(size_t k) const;
+  void visit_nvme(size_t lo, size_t hi, SwapMode mode, const std::function<void(const OffloadPiece&)>& fn);
+
+  Backend& backend_;
+  OptimizerOps& host_ops_;
+  const size_t count_, piece_elements_;
+  const DType param_dtype_;
+  const Pool host_pool_;
+  // Host memory (device = cpu).
+  DeviceArray<float> master_, exp_avg_, exp_avg_sq_;
+  // NVMe (device = nvme).
+  std::unique_ptr<AioEngine> aio_;
+  std::unique_ptr<SwapFile> file_;
+  size_t slot_bytes_ = 0;  // file bytes per piece, aligned
+  std::vector<SwapBuffer> buffers_;
+  // Updated parameters of one piece, on their way to the device.
+  DeviceArray<unsigned char> staging_;
+};
+
+}  // namespace zt
