@@ -104,10 +104,30 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
   // One writer of shared files per file system: rank 0, or each node's local rank 0 when every
   // node has its own disk.
   const bool node_writer = rank == 0 || (placement.node_local && placement.local_rank == 0);
+  // Before anything is written: room for what the ranks sharing this file system will write
+  // (their shards, 12 bytes per element, and the 16-bit model), so a full disk ends the job
+  // with a clear message and the previous checkpoint untouched.
+  std::string problem;
   if (node_writer) {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    ZT_CHECK(!ec, dir, ": cannot create: ", ec.message());
+    if (ec) problem = cat(dir, ": cannot create: ", ec.message());
+    const int writers = placement.node_local ? (world + placement.num_nodes - 1) / placement.num_nodes : world;
+    const double needed = 1.02 * (double(engine.partition().partition_size) * 12.0 * writers +
+                                  double(layout.flat_size() * dtype_size(engine.param_dtype())));
+    const fs::space_info space = fs::space(dir, ec);
+    if (problem.empty() && !ec && double(space.available) < needed) {
+      problem = cat(dir, ": not enough disk space to save the checkpoint: it needs about ", uint64_t(needed),
+                    " bytes and ", space.available, " are available (No space left on device); ",
+                    "the previous checkpoint is untouched");
+      fs::remove(dir, ec);
+    }
+  }
+  const double first_failed = -comm.all_reduce_max(-(problem.empty() ? double(world) : double(rank)));
+  if (first_failed < world) {
+    if (int(first_failed) == rank) throw Error(problem);
+    // The failing rank ends the job (MPI_Abort from main) and prints the one line; wait for it.
+    comm.barrier()->wait();
   }
   comm.barrier()->wait();
 

@@ -16,20 +16,34 @@ struct SilenceHdf5 {
 const SilenceHdf5 silence_hdf5;
 
 herr_t collect(unsigned n, const H5E_error2_t* e, void* data) {
-  auto* text = static_cast<std::string*>(data);
-  if (!text->empty()) *text += "; ";
-  *text += e->desc ? e->desc : "?";
+  static_cast<std::vector<std::string>*>(data)->push_back(e->desc ? e->desc : "?");
   (void)n;
   return 0;
 }
 
 }  // namespace
 
+// One line: the outermost failure, and the system's own message when the file driver saw one
+// (HDF5's driver descriptions span lines and repeat the whole request; ENOSPC hides in them).
 std::string h5_error_stack() {
-  std::string text;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect, &text);
+  std::vector<std::string> descs;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect, &descs);
   H5Eclear2(H5E_DEFAULT);
-  return text.empty() ? "unknown HDF5 error" : text;
+  if (descs.empty()) return "unknown HDF5 error";
+  std::string text = descs.front();
+  bool system_error = false;
+  for (const std::string& d : descs) {
+    const std::string marker = "error message = '";
+    const size_t at = d.find(marker);
+    if (at == std::string::npos) continue;
+    const size_t end = d.find('\'', at + marker.size());
+    text += cat(" (", d.substr(at + marker.size(), end - at - marker.size()), ")");
+    system_error = true;
+    break;
+  }
+  if (descs.size() > 1 && !system_error) text += cat("; ", descs.back());
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
 }
 
 #define ZT_H5_CHECK(expr, ...)                                                                        \

@@ -203,12 +203,21 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   if (setup.train_data) sampler.emplace(*setup.train_data, seq_len, data_seed);
   std::optional<EvalWindows> eval_windows;
   if (setup.eval_data) eval_windows.emplace(*setup.eval_data, seq_len, args.max_eval_samples);
-  MetricsWriter metrics(rank == 0 ? args.output_dir + "/metrics.jsonl" : std::string(), setup.resume.has_value());
 
   // ---- model and engine ----
   std::unique_ptr<Backend> backend = make_cpu_backend();
   const Gpt2Layout layout(model_config);
-  ZeroEngine engine(layout, *backend, comm, ds);
+  // The engine reserves its memory and NVMe swap files here: a bad nvme_path or a full disk on
+  // any rank ends every rank now, before metrics.jsonl or a step is written.
+  std::unique_ptr<ZeroEngine> engine_holder;
+  try {
+    engine_holder = std::make_unique<ZeroEngine>(layout, *backend, comm, ds);
+  } catch (const UsageError& e) {
+    error = e.what();
+  }
+  if (agree_on_failure(comm, error)) return 2;
+  ZeroEngine& engine = *engine_holder;
+  MetricsWriter metrics(rank == 0 ? args.output_dir + "/metrics.jsonl" : std::string(), setup.resume.has_value());
   DataPosition position;
   int64_t first_step = 1;
   if (setup.resume) {
@@ -249,14 +258,28 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   log_info("training: ", dtype_name(ds.param_dtype()), ", ZeRO stage ", ds.zero.stage, ", batch ",
            ds.train_batch_size, " = ", micro_batch, " x ", accumulation, " x ", world_size,
            args.gradient_checkpointing ? ", gradient checkpointing" : "");
+  if (const OffloadConfig& o = ds.zero.offload_optimizer; o.enabled()) {
+    log_info("offload: optimizer state ",
+             o.device == OffloadConfig::Device::kNvme ? cat("on NVMe under ", o.nvme_path, " in pieces of ",
+                                                            ds.zero.sub_group_size, " elements")
+                                                      : std::string(o.pin_memory ? "in pinned host memory" : "in host memory"),
+             o.ratio < 1 ? cat(" (", o.ratio * 100, "% of it)") : std::string(), ", stepped by the CPU");
+  }
+  if (ds.zero.offload_param.enabled()) log_info("offload: 16-bit parameter partitions in host memory");
   {
     // Per-rank bytes, reported as the max over ranks (ranks differ only by padding).
-    const ModelStateBytes st = engine.model_state_bytes();
+    const ModelStateBytes st = engine.model_state_bytes(), off = engine.offloaded_state_bytes();
     const BufferBytes buf = engine.buffer_bytes();
-    std::vector<double> v{double(st.params), double(st.grads),  double(st.master),       double(st.exp_avg),
-                          double(st.exp_avg_sq), double(buf.buckets), double(buf.working), double(model.activation_bytes())};
+    std::vector<double> v{double(st.params),     double(st.grads),       double(st.master),
+                          double(st.exp_avg),    double(st.exp_avg_sq),  double(buf.buckets),
+                          double(buf.working),   double(model.activation_bytes()),
+                          double(off.params),    double(off.grads),      double(off.master),
+                          double(off.exp_avg),   double(off.exp_avg_sq), double(buf.offload)};
     comm.all_reduce_doubles(v, true);
     auto u = [&](size_t i) { return uint64_t(v[i]); };
+    auto offload_device = [](const OffloadConfig& o) {
+      return o.device == OffloadConfig::Device::kNvme ? "nvme" : o.device == OffloadConfig::Device::kCpu ? "cpu" : "none";
+    };
     metrics.write("start", {{"world_size", world_size},
                             {"num_nodes", place.num_nodes},
                             {"stage", ds.zero.stage},
@@ -265,7 +288,14 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
                             {"model_state_bytes",
                              {{"params", u(0)}, {"grads", u(1)}, {"master", u(2)}, {"exp_avg", u(3)},
                               {"exp_avg_sq", u(4)}}},
-                            {"buffer_bytes", {{"buckets", u(5)}, {"working", u(6)}, {"gather", 0}}},
+                            {"offloaded_state_bytes",
+                             {{"params", u(8)}, {"grads", u(9)}, {"master", u(10)}, {"exp_avg", u(11)},
+                              {"exp_avg_sq", u(12)}}},
+                            {"offload",
+                             {{"optimizer", offload_device(ds.zero.offload_optimizer)},
+                              {"param", offload_device(ds.zero.offload_param)},
+                              {"ratio", ds.zero.offload_optimizer.ratio}}},
+                            {"buffer_bytes", {{"buckets", u(5)}, {"working", u(6)}, {"gather", 0}, {"offload", u(13)}}},
                             {"activation_bytes", u(7)},
                             {"train_batch_size", ds.train_batch_size},
                             {"block_size", seq_len},
@@ -382,14 +412,16 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   }
   const std::vector<double> peaks = pool_peaks_max_over_ranks(comm);
   const BufferBytes buffers = engine.buffer_bytes();
-  std::vector<double> buf{double(buffers.buckets), double(buffers.gather), double(buffers.working)};
+  std::vector<double> buf{double(buffers.buckets), double(buffers.gather), double(buffers.working),
+                          double(buffers.offload)};
   comm.all_reduce_doubles(buf, true);
   metrics.write("end", {{"steps", args.max_steps},
                         {"loss", last_loss},
                         {"seconds", run_clock.seconds()},
                         {"last_step_pool_peak_bytes", pool_json(peaks)},
                         {"buffer_bytes",
-                         {{"buckets", uint64_t(buf[0])}, {"gather", uint64_t(buf[1])}, {"working", uint64_t(buf[2])}}},
+                         {{"buckets", uint64_t(buf[0])}, {"gather", uint64_t(buf[1])}, {"working", uint64_t(buf[2])},
+                          {"offload", uint64_t(buf[3])}}},
                         {"live_parameters_peak", engine.peak_live_parameters()}});
   log_info("done in ", format_duration(run_clock.seconds()), ": final loss ", last_loss,
            std::isnan(last_eval) ? std::string() : cat(", eval_loss ", last_eval));
