@@ -9,8 +9,11 @@ namespace zt {
 
 namespace {
 
+// Pieces are whole multiples of 2048 elements, so that every piece's parameters start on a
+// page in a parameter swap file (2048 x 2 bytes) and its state on a page in its own.
 size_t pieces_for(size_t count, int64_t sub_group_size) {
-  return std::max<size_t>(1, std::min(count, size_t(sub_group_size)));
+  const size_t piece = std::min(count, size_t(sub_group_size));
+  return std::max<size_t>(2048, (piece + 2047) / 2048 * 2048);
 }
 
 }  // namespace
@@ -138,26 +141,21 @@ void OptimizerOffload::visit_nvme(size_t lo, size_t hi, SwapMode mode,
   }
 }
 
-void OptimizerOffload::adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, void* device_params) {
+void OptimizerOffload::adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params) {
   const auto* g = static_cast<const unsigned char*>(grad);
-  auto* out = static_cast<unsigned char*>(device_params);
-  const size_t gsize = dtype_size(grad_dtype), psize = dtype_size(param_dtype_);
+  const size_t gsize = dtype_size(grad_dtype);
   visit(0, count_, SwapMode::kReadWrite, [&](const OffloadPiece& p) {
     host_ops_.adam_step(args, p.master, p.exp_avg, p.exp_avg_sq, g + p.lo * gsize, grad_dtype, staging_.data(),
                         param_dtype_, p.n);
-    backend_.copy(out + p.lo * psize, staging_.data(), p.n * psize);
+    params(p.lo, p.n, staging_.data());
   });
-  backend_.synchronize();
 }
 
-void OptimizerOffload::copy_params_from_master(void* device_params) {
-  auto* out = static_cast<unsigned char*>(device_params);
-  const size_t psize = dtype_size(param_dtype_);
+void OptimizerOffload::copy_params_from_master(const ParamSink& params) {
   visit(0, count_, SwapMode::kRead, [&](const OffloadPiece& p) {
     convert(p.master, DType::kF32, staging_.data(), param_dtype_, p.n);
-    backend_.copy(out + p.lo * psize, staging_.data(), p.n * psize);
+    params(p.lo, p.n, staging_.data());
   });
-  backend_.synchronize();
 }
 
 }  // namespace zt

@@ -34,6 +34,10 @@ struct OffloadPiece {
 /// What a walk does with the stored state: read it, replace it, or both.
 enum class SwapMode { kRead, kWrite, kReadWrite };
 
+/// Receives updated parameters: elements [lo, lo + n) of the offloaded range, in the training
+/// dtype, from a page-aligned staging buffer that is reused once it returns.
+using ParamSink = std::function<void(size_t lo, size_t n, const void* src)>;
+
 class OptimizerOffload {
  public:
   /// `count` elements of state for this rank (`rank` names its swap file).
@@ -45,12 +49,11 @@ class OptimizerOffload {
   /// Visits [lo, hi) in sub-group pieces, in order. kWrite promises `fn` overwrites every field
   /// of the piece (nothing is read); kRead discards changes.
   void visit(size_t lo, size_t hi, SwapMode mode, const std::function<void(const OffloadPiece&)>& fn);
-  /// One Adam step over the whole range on the CPU. `grad` (host-accessible, `grad_dtype`) and
-  /// `device_params` (anywhere the backend copies to, `param_dtype`) start at the range's first
-  /// element.
-  void adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, void* device_params);
-  /// Writes the parameters rounded from the master weights into `device_params` (after a load).
-  void copy_params_from_master(void* device_params);
+  /// One Adam step over the whole range on the CPU. `grad` (host-accessible, `grad_dtype`) starts
+  /// at the range's first element; each piece's updated parameters go to `params`.
+  void adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params);
+  /// Sends the parameters rounded from the master weights to `params` (after a load).
+  void copy_params_from_master(const ParamSink& params);
 
   /// Bytes of state held in host memory (0 on NVMe), in the swap file, and in swap/staging buffers.
   size_t host_state_bytes() const { return (master_.bytes() + exp_avg_.bytes() + exp_avg_sq_.bytes()); }

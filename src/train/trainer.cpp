@@ -265,7 +265,12 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
                                                       : std::string(o.pin_memory ? "in pinned host memory" : "in host memory"),
              o.ratio < 1 ? cat(" (", o.ratio * 100, "% of it)") : std::string(), ", stepped by the CPU");
   }
-  if (ds.zero.offload_param.enabled()) log_info("offload: 16-bit parameter partitions in host memory");
+  if (const OffloadConfig& o = ds.zero.offload_param; o.enabled()) {
+    log_info("offload: 16-bit parameter partitions ",
+             o.device == OffloadConfig::Device::kNvme
+                 ? cat("on NVMe under ", o.nvme_path, " (up to ", o.max_in_cpu, " elements kept in host memory)")
+                 : std::string("in host memory"));
+  }
   {
     // Per-rank bytes, reported as the max over ranks (ranks differ only by padding).
     const ModelStateBytes st = engine.model_state_bytes(), off = engine.offloaded_state_bytes();

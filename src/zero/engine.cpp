@@ -28,10 +28,11 @@ ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator&
   params_on_host_ = stage_ == 3 && off_param.enabled();
   const Pool param_pool = !params_on_host_ ? Pool::kDevice : off_param.pin_memory ? Pool::kPinned : Pool::kHost;
   const Pool grad_pool = !grads_on_host_ ? Pool::kDevice : off.pin_memory ? Pool::kPinned : Pool::kHost;
-  ZT_USAGE_CHECK(off_param.device != OffloadConfig::Device::kNvme, config.source,
-                 ": zero_optimization.offload_param.device: \"nvme\" is not implemented yet; use \"cpu\" "
-                 "(the optimizer state, 12 of every 16 bytes, can go to NVMe with offload_optimizer)");
-  params_ = DeviceArray<unsigned char>(backend, (stage_ == 3 ? part : padded) * elem(), param_pool);
+  const bool params_on_nvme = stage_ == 3 && off_param.device == OffloadConfig::Device::kNvme;
+  ZT_USAGE_CHECK(!params_on_nvme || (offloaded > 0 && device_count_ == 0), config.source,
+                 ": zero_optimization.offload_param.device: \"nvme\" needs offload_optimizer on \"cpu\" or "
+                 "\"nvme\" with ratio 1 (the CPU Adam writes the updated parameters to the swap file)");
+  if (!params_on_nvme) params_ = DeviceArray<unsigned char>(backend, (stage_ == 3 ? part : padded) * elem(), param_pool);
   grads_ = DeviceArray<unsigned char>(backend, (stage_ >= 2 ? part : padded) * elem(), grad_pool);
   if (dtype_ != DType::kF32) master_ = DeviceArray<float>(backend, device_count_);
   exp_avg_ = DeviceArray<float>(backend, device_count_);
@@ -78,7 +79,20 @@ ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator&
     staging_ = DeviceArray<unsigned char>(backend, (send + recv) * dtype_size(comm_dtype_));
   }
   if (stage_ == 3) {
-    gatherer_ = std::make_unique<ParamGatherer>(layout, backend, comm, partition_, dtype_, params_.data(), config.zero);
+    if (params_on_nvme) {
+      size_t largest_slice = 0;  // the most of one unit this rank owns
+      for (int u = 0; u < layout.num_units(); ++u) {
+        const size_t lo = std::max(layout.unit_offset(u), partition_.begin(rank_));
+        const size_t hi = std::min(layout.unit_offset(u) + layout.unit_size(u), partition_.end(rank_));
+        if (hi > lo) largest_slice = std::max(largest_slice, hi - lo);
+      }
+      auto swapper = std::make_unique<ParamSwapper>(backend, off_param, config.aio, part, dtype_, largest_slice, rank_);
+      param_swapper_ = swapper.get();
+      param_store_ = std::move(swapper);
+    } else {
+      param_store_ = std::make_unique<HostParamStore>(params_.data(), dtype_);
+    }
+    gatherer_ = std::make_unique<ParamGatherer>(layout, backend, comm, partition_, dtype_, *param_store_, config.zero);
   }
 }
 
@@ -101,7 +115,7 @@ void ZeroEngine::init_params(uint64_t seed) {
       std::memset(out + (std::max(begin, model_end) - begin), 0, (end - std::max(begin, model_end)) * sizeof(float));
     }
   };
-  const size_t held = params_.size() / elem();
+  const size_t held = stage_ == 3 ? partition_.partition_size : partition_.padded_size;
   if (offload_) {
     const size_t base = offload_begin();
     offload_->visit(0, offload_->size(), SwapMode::kWrite, [&](const OffloadPiece& p) {
@@ -109,6 +123,19 @@ void ZeroEngine::init_params(uint64_t seed) {
       std::memset(p.exp_avg, 0, p.n * sizeof(float));
       std::memset(p.exp_avg_sq, 0, p.n * sizeof(float));
     });
+  }
+  if (param_swapper_) {
+    // Into the swap file in page-aligned chunks; the master weights were initialised above.
+    const size_t chunk = std::min<size_t>(held, size_t(1) << 20);
+    DeviceArray<float> values(backend_, chunk, Pool::kHost);
+    DeviceArray<unsigned char> rounded(backend_, chunk * elem(), Pool::kHost);
+    for (size_t off = 0; off < held; off += chunk) {
+      const size_t n = std::min(chunk, held - off);
+      fill(values.data(), params_base_ + off, params_base_ + off + n);
+      if (dtype_ != DType::kF32) convert(values.data(), DType::kF32, rounded.data(), dtype_, n);
+      param_swapper_->write(off, n, dtype_ == DType::kF32 ? static_cast<const void*>(values.data()) : rounded.data());
+    }
+    return;
   }
   if (dtype_ == DType::kF32) {
     fill(reinterpret_cast<float*>(params_.data()), params_base_, params_base_ + held);
@@ -189,6 +216,19 @@ void ZeroEngine::backward_done() {
 void ZeroEngine::copy_grads_to_host(size_t lo, size_t hi) {
   const size_t a = std::max(lo, offload_begin()), b = std::min(hi, opt_begin_ + opt_count_);
   if (b > a) backend_.copy(host_grads_.data() + (a - offload_begin()) * elem(), grad_at(a), (b - a) * elem());
+}
+
+ParamSink ZeroEngine::param_sink() {
+  const size_t base = offload_begin();
+  if (param_swapper_) {
+    return [this, base](size_t lo, size_t n, const void* src) {
+      param_swapper_->write(base + lo - partition_.begin(rank_), n, src);
+    };
+  }
+  return [this, base](size_t lo, size_t n, const void* src) {
+    backend_.copy(param_at(base + lo), src, n * elem());
+    backend_.synchronize();  // the staging buffer is reused for the next piece
+  };
 }
 
 const void* ZeroEngine::offloaded_grads() {
@@ -292,7 +332,7 @@ StepOutcome ZeroEngine::step() {
     opt_ops_.adam_step(args, master_at(opt_begin_), exp_avg_.data(), exp_avg_sq_.data(), grad_at(opt_begin_), dtype_,
                        param_at(opt_begin_), dtype_, device_count_);
   }
-  if (offload_) offload_->adam_step(args, offloaded_grads(), dtype_, param_at(offload_begin()));
+  if (offload_) offload_->adam_step(args, offloaded_grads(), dtype_, param_sink());
   grad_ops.zero(grads_.data(), dtype_, grads_.size() / elem());
   if ((stage_ == 1 || stage_ == 2) && world_ > 1) share_parameters();
   if (gatherer_) gatherer_->invalidate();
@@ -329,6 +369,7 @@ ModelStateBytes ZeroEngine::model_state_bytes() const {
 ModelStateBytes ZeroEngine::offloaded_state_bytes() const {
   ModelStateBytes b;
   b.params = params_on_host_ ? params_.bytes() : 0;
+  if (param_swapper_) b.params = param_swapper_->host_bytes() + param_swapper_->nvme_bytes();
   b.grads = grads_on_host_ ? grads_.bytes() : host_grads_.bytes();
   if (offload_) {
     // In host memory, or in the swap file (whose size is the three fields, padded per piece).
@@ -344,7 +385,7 @@ BufferBytes ZeroEngine::buffer_bytes() const {
   b.gather = gatherer_ ? gatherer_->buffer_bytes() : 0;
   for (const auto& s : weight_slots_) b.working += s.data.bytes();
   for (const auto& s : grad_slots_) b.working += s.data.bytes();
-  b.offload = offload_ ? offload_->buffer_bytes() : 0;
+  b.offload = (offload_ ? offload_->buffer_bytes() : 0) + (param_swapper_ ? param_swapper_->buffer_bytes() : 0);
   return b;
 }
 
@@ -379,8 +420,11 @@ void ZeroEngine::gather_params(size_t lo, size_t hi, void* out) {
     std::memcpy(out, param_at(lo), (hi - lo) * elem());
     return;
   }
-  const size_t mine = std::min(std::max(lo, partition_.begin(rank_)), partition_.end(rank_));
-  comm_.all_gather(param_at(mine), out, partition_.split(lo, hi), dtype_)->wait();
+  const size_t begin = partition_.begin(rank_), end = partition_.end(rank_);
+  const size_t a = std::min(std::max(lo, begin), end), b = std::max(std::min(hi, end), a);
+  const void* mine = param_store_->acquire(a - begin, b - begin);
+  comm_.all_gather(mine, out, partition_.split(lo, hi), dtype_)->wait();
+  param_store_->release(mine);
 }
 
 EngineState ZeroEngine::state() const {
@@ -416,7 +460,7 @@ void ZeroEngine::load(const StateReader& read, const EngineState& state) {
       read_padded(StateField::kExpAvgSq, base + p.lo, base + p.lo + p.n, p.exp_avg_sq);
       read_padded(StateField::kMaster, base + p.lo, base + p.lo + p.n, p.master);
     });
-    offload_->copy_params_from_master(param_at(base));
+    offload_->copy_params_from_master(param_sink());
   }
   if (world_ > 1 && stage_ == 0) {
     // Stage 0 keeps everything whole on every rank.

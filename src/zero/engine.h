@@ -21,7 +21,8 @@
 // the rest stays on the device. Its 16-bit gradient reaches the host as it is reduced: stage 2
 // copies each bucket's part on the last micro-step during backward, stage 1 after the reduction
 // at the step, and stage 3 reduces straight into a gradient partition held on the host.
-// offload_param (stage 3) holds the 16-bit parameter partition in host memory.
+// offload_param (stage 3) holds the 16-bit parameter partition in host memory (cpu) or in a swap
+// file (nvme, with the optimizer offloaded too: the CPU Adam writes each updated piece there).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,8 @@
 #include "model/param_source.h"
 #include "optim/adam.h"
 #include "offload/optimizer_offload.h"
+#include "offload/param_store.h"
+#include "offload/param_swapper.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "zero/grad_bucketer.h"
@@ -157,6 +160,9 @@ class ZeroEngine final : public ParamSource<float> {
   const void* offloaded_grads();
   /// Copies the gradient of flat range [lo, hi) (clipped to the offloaded range) to the host.
   void copy_grads_to_host(size_t lo, size_t hi);
+  /// Where updated parameters of the offloaded range go: the device's flat buffer, or the
+  /// parameter store at stage 3.
+  ParamSink param_sink();
 
   const Gpt2Layout& layout_;
   Backend& backend_;
@@ -175,6 +181,8 @@ class ZeroEngine final : public ParamSource<float> {
   DeviceArray<unsigned char> staging_;               // stage 0/1 reduction chunks
   std::vector<Slot> weight_slots_, grad_slots_;
   std::unique_ptr<GradBucketer> bucketer_;  // stages 2, 3
+  std::unique_ptr<ParamStore> param_store_;  // stage 3: the partition in memory or on NVMe
+  ParamSwapper* param_swapper_ = nullptr;    // param_store_ when offload_param is nvme
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   std::unique_ptr<OptimizerOffload> offload_;  // offload_optimizer
   DeviceArray<unsigned char> host_grads_;      // the offloaded range's gradient, copied to the host

@@ -7,10 +7,10 @@
 namespace zt {
 
 ParamGatherer::ParamGatherer(const Gpt2Layout& layout, Backend& backend, Communicator& comm,
-                             const PartitionMap& partition, DType dtype, const void* params_partition,
+                             const PartitionMap& partition, DType dtype, ParamStore& store,
                              const ZeroConfig& config)
     : layout_(layout), backend_(backend), comm_(comm), partition_(partition), dtype_(dtype),
-      params_partition_(static_cast<const unsigned char*>(params_partition)),
+      store_(store),
       max_live_(size_t(config.stage3_max_live_parameters)),
       prefetch_limit_(size_t(config.stage3_prefetch_bucket_size)),
       max_reuse_(size_t(config.stage3_max_reuse_distance)),
@@ -56,17 +56,39 @@ void ParamGatherer::gather(int unit) {
   if (dtype_ != DType::kF32) g.fp32 = take_buffer<float>(n);
   live_elements_ += n;
   peak_live_elements_ = std::max(peak_live_elements_, live_elements_);
-  // Every rank contributes the part of [lo, lo + n) it owns, straight from its partition.
+  // Every rank contributes the part of [lo, lo + n) it owns, straight from its partition's store
+  // (which may have to read it from NVMe; with every store buffer held by a gather in flight,
+  // the oldest of those finishes first).
+  const auto [a, b] = owned_slice(unit);
+  while (!store_.can_acquire()) {
+    auto oldest = std::find_if(live_.begin(), live_.end(), [](const auto& e) { return e.second.source != nullptr; });
+    ZT_CHECK(oldest != live_.end(), "the parameter store has no free buffer and no gather holds one");
+    complete(oldest->second);
+  }
+  g.source = store_.acquire(a, b);
+  g.pending = comm_.all_gather(g.source, g.raw.data(), partition_.split(lo, lo + n), dtype_);
+  (void)elem;
+}
+
+std::pair<size_t, size_t> ParamGatherer::owned_slice(int unit) const {
   const int rank = comm_.rank();
-  const size_t mine_lo = std::max(lo, partition_.begin(rank));
-  const unsigned char* send = params_partition_ + (std::min(mine_lo, partition_.end(rank)) - partition_.begin(rank)) * elem;
-  g.pending = comm_.all_gather(send, g.raw.data(), partition_.split(lo, lo + n), dtype_);
+  const size_t lo = layout_.unit_offset(unit), hi = lo + layout_.unit_size(unit);
+  const size_t begin = partition_.begin(rank), end = partition_.end(rank);
+  const size_t a = std::min(std::max(lo, begin), end), b = std::max(std::min(hi, end), a);
+  return {a - begin, b - begin};
+}
+
+void ParamGatherer::complete(Gathered& g) {
+  if (g.pending) g.pending->wait();
+  g.pending.reset();
+  if (g.source) store_.release(g.source);
+  g.source = nullptr;
 }
 
 void ParamGatherer::drop(int unit) {
   auto it = live_.find(unit);
   if (it == live_.end()) return;
-  if (it->second.pending) it->second.pending->wait();
+  complete(it->second);
   live_elements_ -= layout_.unit_size(unit);
   give_back(std::move(it->second.raw));
   give_back(std::move(it->second.fp32));
@@ -123,10 +145,7 @@ const float* ParamGatherer::acquire(int unit) {
   if (!live_.count(unit)) gather(unit);
   Gathered& g = live_[unit];
   g.in_use = true;
-  if (g.pending) {
-    g.pending->wait();
-    g.pending.reset();
-  }
+  complete(g);
   prefetch();
   if (dtype_ == DType::kF32) return reinterpret_cast<const float*>(g.raw.data());
   if (!g.converted) {
@@ -143,7 +162,12 @@ void ParamGatherer::prefetch() {
     int u = trace_[i];
     if (live_.count(u)) continue;
     size_t n = layout_.unit_size(u);
-    if (ahead + n > prefetch_limit_ || live_elements_ + n > max_live_) break;
+    if (ahead + n > prefetch_limit_ || live_elements_ + n > max_live_) {
+      // Not gathered yet, but the store can start reading this rank's slice from NVMe.
+      const auto [a, b] = owned_slice(u);
+      if (b > a) store_.prefetch(a, b);
+      break;
+    }
     gather(u);
     ahead += n;
   }

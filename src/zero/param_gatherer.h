@@ -18,6 +18,7 @@
 #include "backend/device_array.h"
 #include "comm/communicator.h"
 #include "config/ds_config.h"
+#include "offload/param_store.h"
 #include "model/gpt2_layout.h"
 #include "zero/partition.h"
 
@@ -25,9 +26,9 @@ namespace zt {
 
 class ParamGatherer {
  public:
-  /// `partition` is this rank's parameter partition in `dtype`; it must outlive the gatherer.
+  /// `store` holds this rank's parameter partition in `dtype`; it must outlive the gatherer.
   ParamGatherer(const Gpt2Layout& layout, Backend& backend, Communicator& comm, const PartitionMap& partition,
-                DType dtype, const void* params_partition, const ZeroConfig& config);
+                DType dtype, ParamStore& store, const ZeroConfig& config);
 
   /// The unit's full weights in fp32, valid until release(unit).
   const float* acquire(int unit);
@@ -46,9 +47,14 @@ class ParamGatherer {
     DeviceArray<unsigned char> raw;  // the unit in `dtype`
     DeviceArray<float> fp32;         // converted working copy (16-bit training only)
     std::shared_ptr<Work> pending;
+    const void* source = nullptr;  // this rank's slice, held in the store until `pending` is done
     bool converted = false, in_use = false;
   };
   void gather(int unit);
+  /// Waits for a unit's all-gather and hands its slice back to the store.
+  void complete(Gathered& g);
+  /// The part of `unit` this rank owns, as [lo, hi) of its partition (empty: lo == hi).
+  std::pair<size_t, size_t> owned_slice(int unit) const;
   void drop(int unit);
   /// A buffer of exactly `bytes` from the free list, or a new one: gather buffers are reused,
   /// since writing into freshly allocated pages runs at a fraction of the speed (DESIGN.md).
@@ -66,7 +72,7 @@ class ParamGatherer {
   Communicator& comm_;
   PartitionMap partition_;
   DType dtype_;
-  const unsigned char* params_partition_;
+  ParamStore& store_;
   size_t max_live_, prefetch_limit_, max_reuse_, persistence_;
   std::map<int, Gathered> live_;
   std::multimap<size_t, DeviceArray<unsigned char>> free_raw_;  // by bytes

@@ -21,7 +21,7 @@ config() {
   local name=$1 stage=$2 opt=$3 param=$4 extra=${5:-}
   local offload=""
   [[ $opt != none ]] && offload+=", \"offload_optimizer\": {\"device\": \"$opt\", \"nvme_path\": \"$NVME\", \"pin_memory\": true}"
-  [[ $param != none ]] && offload+=", \"offload_param\": {\"device\": \"$param\"}"
+  [[ $param != none ]] && offload+=", \"offload_param\": {\"device\": \"$param\", \"nvme_path\": \"$NVME\", \"max_in_cpu\": 100000}"
   cat >"$WORK/$name.json" <<JSON
 {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"},
  "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
@@ -44,7 +44,7 @@ train() {  # train CONFIG OUT RANKS EXTRA_FLAGS...
 config s2 2 none none
 config s2_cpu 2 cpu none
 config s3 3 none none
-config s3_nvme 3 nvme cpu
+config s3_nvme 3 nvme nvme ", \"stage3_gather_16bit_weights_on_model_save\": true"
 train s2 "$WORK/s2" 2 --max_steps 20 2>"$WORK/s2.log" || fail "stage 2: $(tail -3 "$WORK/s2.log")"
 train s2_cpu "$WORK/s2_cpu" 2 --max_steps 20 2>"$WORK/s2_cpu.log" || fail "stage 2 cpu offload: $(tail -3 "$WORK/s2_cpu.log")"
 train s3 "$WORK/s3" 2 --max_steps 20 2>"$WORK/s3.log" || fail "stage 3: $(tail -3 "$WORK/s3.log")"

@@ -33,8 +33,9 @@ struct OffloadCase {
   int64_t accumulation;
   OffloadConfig::Device optimizer;
   double ratio = 1.0;
-  bool params_to_cpu = false;
+  OffloadConfig::Device params = OffloadConfig::Device::kNone;
   bool pinned = false;
+  int64_t max_in_cpu = 0;  ///< offload_param nvme: elements kept in host memory
 };
 
 DsConfig offload_config(const OffloadCase& c, int world) {
@@ -43,9 +44,13 @@ DsConfig offload_config(const OffloadCase& c, int world) {
   cfg.zero.offload_optimizer.ratio = c.ratio;
   cfg.zero.offload_optimizer.pin_memory = c.pinned;
   cfg.zero.offload_optimizer.nvme_path = nvme_dir();
-  if (c.params_to_cpu) cfg.zero.offload_param.device = OffloadConfig::Device::kCpu;
+  cfg.zero.offload_param.device = c.params;
+  cfg.zero.offload_param.nvme_path = nvme_dir();
+  cfg.zero.offload_param.max_in_cpu = c.max_in_cpu;
+  cfg.zero.offload_param.buffer_count = 2;  // fewer than the units in flight: buffers are waited for
+  cfg.zero.offload_param.buffer_size = 100000;
   // Small pieces and blocks, so that the swap pipeline and the request splitting both run.
-  cfg.zero.sub_group_size = 2500;
+  cfg.zero.sub_group_size = 4096;  // pieces are whole multiples of 2048 elements
   cfg.aio.block_size = 8192;
   cfg.aio.queue_depth = 4;
   cfg.aio.intra_op_parallelism = 2;
@@ -76,24 +81,30 @@ std::string offload_name(const ::testing::TestParamInfo<OffloadCase>& info) {
                      std::to_string(c.accumulation) +
                      (c.optimizer == OffloadConfig::Device::kNvme ? "_nvme" : "_cpu");
   if (c.ratio < 1) name += "_ratio" + std::to_string(int(c.ratio * 100));
-  if (c.params_to_cpu) name += "_params_cpu";
+  if (c.params != OffloadConfig::Device::kNone) {
+    name += c.params == OffloadConfig::Device::kNvme ? "_params_nvme" : "_params_cpu";
+  }
+  if (c.max_in_cpu > 0) name += "_in_cpu" + std::to_string(c.max_in_cpu);
   if (c.pinned) name += "_pinned";
   return name;
 }
 
 constexpr auto kCpu = OffloadConfig::Device::kCpu;
 constexpr auto kNvme = OffloadConfig::Device::kNvme;
+constexpr auto kNone = OffloadConfig::Device::kNone;
 
 INSTANTIATE_TEST_SUITE_P(
     All, Offload,
     ::testing::Values(OffloadCase{1, DType::kF32, 1, kCpu}, OffloadCase{2, DType::kF32, 1, kCpu},
                       OffloadCase{3, DType::kF32, 1, kCpu}, OffloadCase{1, DType::kBF16, 4, kCpu},
-                      OffloadCase{2, DType::kBF16, 4, kCpu, 1.0, false, true},
-                      OffloadCase{3, DType::kBF16, 4, kCpu, 1.0, true, true},
-                      OffloadCase{2, DType::kBF16, 1, kCpu, 0.4}, OffloadCase{3, DType::kF32, 1, kCpu, 0.6, true},
+                      OffloadCase{2, DType::kBF16, 4, kCpu, 1.0, kNone, true},
+                      OffloadCase{3, DType::kBF16, 4, kCpu, 1.0, kCpu, true},
+                      OffloadCase{2, DType::kBF16, 1, kCpu, 0.4}, OffloadCase{3, DType::kF32, 1, kCpu, 0.6, kCpu},
                       OffloadCase{1, DType::kBF16, 1, kNvme}, OffloadCase{2, DType::kF32, 4, kNvme},
-                      OffloadCase{2, DType::kBF16, 4, kNvme}, OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, true},
-                      OffloadCase{3, DType::kF32, 4, kNvme}),
+                      OffloadCase{2, DType::kBF16, 4, kNvme}, OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kCpu},
+                      OffloadCase{3, DType::kF32, 4, kNvme}, OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kNvme},
+                      OffloadCase{3, DType::kBF16, 4, kCpu, 1.0, kNvme, false, 6000},
+                      OffloadCase{3, DType::kF32, 1, kNvme, 1.0, kNvme, true, 20000}),
     offload_name);
 
 // DESIGN.md's per-rank bytes with the offloaded kinds moved off the device.
@@ -118,7 +129,7 @@ TEST(OffloadMemory, DeviceHoldsOnlyWhatTheStageKeeps) {
   // Stage 3, param and optimizer offload: no model state on the device at all; what it holds
   // is the live working set (gather buffers), and the host holds 16 Psi / N.
   {
-    DsConfig cfg = offload_config(OffloadCase{3, DType::kBF16, 1, kCpu, 1.0, true}, world.size());
+    DsConfig cfg = offload_config(OffloadCase{3, DType::kBF16, 1, kCpu, 1.0, kCpu}, world.size());
     ZeroEngine engine(layout, *backend, world, cfg);
     EXPECT_EQ(engine.model_state_bytes().total(), 0u);
     EXPECT_EQ(double(engine.offloaded_state_bytes().total()), 16 * p);
@@ -131,7 +142,15 @@ TEST(OffloadMemory, DeviceHoldsOnlyWhatTheStageKeeps) {
     // The parameter partition; the gradient partition went to the host with the optimizer.
     EXPECT_EQ(double(engine.model_state_bytes().total()), 2 * p);
     EXPECT_GE(double(pool_in_use()[Pool::kNvme] - nvme_before), 12 * p);
-    EXPECT_LE(double(engine.buffer_bytes().offload), 4 * 12 * 2500 + 2 * 2500 + 4096 * 5);
+    EXPECT_LE(double(engine.buffer_bytes().offload), 4 * 12 * 4096 + 2 * 4096);  // 4 swap buffers + staging
+  }
+  // Stage 3, everything on NVMe: the parameters' swap file too.
+  {
+    DsConfig cfg = offload_config(OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kNvme}, world.size());
+    ZeroEngine engine(layout, *backend, world, cfg);
+    EXPECT_EQ(engine.model_state_bytes().total(), 0u);
+    EXPECT_GE(double(engine.offloaded_state_bytes().params), 2 * p);
+    EXPECT_GE(double(pool_in_use()[Pool::kNvme]), 14 * p);
   }
   EXPECT_EQ(pool_in_use()[Pool::kNvme], 0u) << "swap files outlived their engine";
 }
@@ -174,6 +193,18 @@ TEST(OffloadNvme, BadPathIsAStartupError) {
   }
   cfg.zero.offload_optimizer.nvme_path = nvme_dir();
   cfg.zero.offload_optimizer.buffer_count = 2;
+  EXPECT_THROW(ZeroEngine(layout, *backend, world, cfg), UsageError);
+  // NVMe parameters need buffers as big as the largest slice, and the optimizer offloaded whole.
+  cfg = offload_config(OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kNvme}, world.size());
+  cfg.zero.offload_param.buffer_size = 100;
+  try {
+    ZeroEngine engine(layout, *backend, world, cfg);
+    ADD_FAILURE() << "a too small buffer_size was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("offload_param.buffer_size: 100 elements is smaller"), std::string::npos)
+        << e.what();
+  }
+  cfg = offload_config(OffloadCase{3, DType::kBF16, 1, kNone, 1.0, kNvme}, world.size());
   EXPECT_THROW(ZeroEngine(layout, *backend, world, cfg), UsageError);
 }
 

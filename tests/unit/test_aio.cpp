@@ -12,7 +12,9 @@
 
 #include "core/error.h"
 #include "core/memory_pool.h"
+#include "backend/backend.h"
 #include "offload/aio_engine.h"
+#include "offload/param_swapper.h"
 #include "offload/swap_file.h"
 
 namespace zt {
@@ -101,6 +103,60 @@ TEST(SwapFile, ProblemsWithTheDirectoryAreUsageErrors) {
     EXPECT_FALSE(fs::exists(f.path())) << "unlinked at once, so no crash can leave it behind";
   }
   EXPECT_EQ(pool_in_use()[Pool::kNvme], before);
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// The NVMe parameter store: slices straddling the in-memory prefix and the file read back what
+// was written (page-unaligned both ends), a prefetched or cached slice is not read again, and
+// a write drops what the buffers cached of its range.
+TEST(ParamSwapper, ReadsWhatWasWrittenAndCachesSlices) {
+  auto backend = make_cpu_backend();
+  OffloadConfig config;
+  config.device = OffloadConfig::Device::kNvme;
+  config.nvme_path = fs::temp_directory_path().string();
+  config.buffer_count = 2;
+  config.buffer_size = 50000;
+  config.max_in_cpu = 5000;  // rounded down to whole pages: 4096 bf16 elements
+  const size_t count = 100003;
+  ParamSwapper store(*backend, config, AioConfig{}, count, DType::kBF16, 50000, 0);
+  EXPECT_EQ(store.resident_elements(), 4096u);
+  std::vector<uint16_t> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = uint16_t(i * 7 + 1);
+  store.write(0, 30001, values.data());  // unaligned end
+  store.write(30001, count - 30001, values.data() + 30001);  // unaligned start
+  auto check = [&](size_t lo, size_t hi) {
+    const auto* got = static_cast<const uint16_t*>(store.acquire(lo, hi));
+    size_t bad = 0;
+    for (size_t i = lo; i < hi; ++i) bad += got[i - lo] != values[i];
+    store.release(got);
+    return bad;
+  };
+  EXPECT_EQ(check(0, 4000), 0u);        // in memory
+  EXPECT_EQ(check(3000, 9000), 0u);     // straddles memory and file
+  EXPECT_EQ(check(70001, count), 0u);   // the file's unaligned tail
+  const size_t reads = store.reads();
+  EXPECT_EQ(check(70001, count), 0u);
+  EXPECT_EQ(store.reads(), reads) << "a cached slice was read again";
+  store.prefetch(10000, 20000);
+  EXPECT_EQ(store.reads(), reads + 1);
+  EXPECT_EQ(check(10000, 20000), 0u);
+  EXPECT_EQ(store.reads(), reads + 1) << "a prefetched slice was read again";
+  for (size_t i = 12000; i < 12010; ++i) values[i] = 0xBEEF;
+  store.write(12000, 10, values.data() + 12000);
+  EXPECT_EQ(check(10000, 20000), 0u) << "a write left a stale cached slice";
+  EXPECT_EQ(store.reads(), reads + 2);
+  // Both buffers held: a third slice must wait for a release.
+  const void* a = store.acquire(40000, 41000);
+  const void* b = store.acquire(50000, 51000);
+  EXPECT_FALSE(store.can_acquire());
+  store.release(a);
+  EXPECT_TRUE(store.can_acquire());
+  store.release(b);
 }
 
 }  // namespace
