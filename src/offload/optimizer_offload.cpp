@@ -48,19 +48,16 @@ OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config
       std::memset(p.exp_avg, 0, p.n * sizeof(float));
       std::memset(p.exp_avg_sq, 0, p.n * sizeof(float));
     });
+    flush();  // a disk that fails now fails at start-up
   }
   staging_ = DeviceArray<unsigned char>(backend, piece_elements_ * dtype_size(param_dtype), host_pool_);
 }
 
 OptimizerOffload::~OptimizerOffload() {
   // Writes still in flight reference the buffers: let them finish before the memory goes.
-  for (SwapBuffer& b : buffers_) {
-    if (b.io) {
-      try {
-        b.io->wait();
-      } catch (const Error&) {
-      }
-    }
+  try {
+    flush();
+  } catch (const Error&) {
   }
 }
 
@@ -101,6 +98,30 @@ void OptimizerOffload::visit(size_t lo, size_t hi, SwapMode mode, const std::fun
   }
 }
 
+// Buffer k % nbuf is the only place piece k is ever staged, so a buffer that still holds a
+// piece is a cache of it: newer than the file while its write is in flight, and reused without
+// a read when the piece comes round again (prefetched, or the last pieces of the previous walk).
+void OptimizerOffload::start_read(size_t k, bool need_data) {
+  SwapBuffer& b = buffers_[k % buffers_.size()];
+  if (b.piece == k) return;  // staged already (read in flight, written, or cached)
+  if (b.io) b.io->wait();    // the previous piece's write must land before the buffer is reused
+  b.io.reset();
+  b.piece = k;
+  if (need_data) b.io = aio_->read(file_->fd(), file_->path(), b.data.data(), piece_bytes(k), k * slot_bytes_);
+}
+
+void OptimizerOffload::prefetch() {
+  if (!file_) return;
+  for (size_t k = 0; k < std::min(buffers_.size(), piece_count()); ++k) start_read(k, true);
+}
+
+void OptimizerOffload::flush() {
+  for (SwapBuffer& b : buffers_) {
+    if (b.io) b.io->wait();
+    b.io.reset();
+  }
+}
+
 void OptimizerOffload::visit_nvme(size_t lo, size_t hi, SwapMode mode,
                                   const std::function<void(const OffloadPiece&)>& fn) {
   const size_t first = lo / piece_elements_, last = (hi - 1) / piece_elements_ + 1;
@@ -109,18 +130,12 @@ void OptimizerOffload::visit_nvme(size_t lo, size_t hi, SwapMode mode,
     const OffloadPiece p = piece_view(k, nullptr);
     return lo <= p.lo && p.lo + p.n <= hi;
   };
-  // Starts reading piece k into its buffer once the buffer's previous write is done.
-  auto start_read = [&](size_t k) {
-    SwapBuffer& b = buffers_[k % nbuf];
-    if (b.io) b.io->wait();
-    b.io.reset();
-    b.piece = k;
-    if (mode == SwapMode::kWrite && whole(k)) return;  // overwritten entirely: nothing to read
-    b.io = aio_->read(file_->fd(), file_->path(), b.data.data(), piece_bytes(k), k * slot_bytes_);
-  };
+  // While piece k is visited, pieces k+1 .. k+ahead are read and piece k-1 is written.
   size_t next_read = first;
   for (size_t k = first; k < last; ++k) {
-    while (next_read < last && next_read <= k + ahead) start_read(next_read++);
+    for (; next_read < last && next_read <= k + ahead; ++next_read) {
+      start_read(next_read, !(mode == SwapMode::kWrite && whole(next_read)));
+    }
     SwapBuffer& b = buffers_[k % nbuf];
     if (b.io) b.io->wait();
     b.io.reset();
@@ -133,12 +148,8 @@ void OptimizerOffload::visit_nvme(size_t lo, size_t hi, SwapMode mode,
       b.io = aio_->write(file_->fd(), file_->path(), b.data.data(), piece_bytes(k), k * slot_bytes_);
     }
   }
-  // Every write must be durable in the file before the walk returns: a later walk may read it,
-  // and an error (ENOSPC, EIO) must surface at this step, not later.
-  for (SwapBuffer& b : buffers_) {
-    if (b.io) b.io->wait();
-    b.io.reset();
-  }
+  // The last writes finish while the next forward runs; whoever reuses a buffer waits for its
+  // write first (and sees an I/O error there), and the buffers serve those pieces meanwhile.
 }
 
 void OptimizerOffload::adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params) {

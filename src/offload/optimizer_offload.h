@@ -5,7 +5,8 @@
 // The state is walked in sub_group_size pieces. On NVMe each piece is one contiguous record
 // [master | exp_avg | exp_avg_sq] in the swap file, and the walk is a pipeline over buffer_count
 // aligned buffers: while piece k is stepped, pieces k+1 .. k+buffer_count-2 are being read and
-// piece k-1 is being written. The gradient is never swapped: Adam reads the 16-bit gradient where
+// piece k-1 is being written. The first pieces are read during backward (prefetch), and the
+// last writes finish during the next forward. The gradient is never swapped: Adam reads the 16-bit gradient where
 // it is, and writes the updated parameter (in the training dtype) into a staging piece that is
 // copied to the device's parameters while the next piece is stepped.
 #pragma once
@@ -54,6 +55,12 @@ class OptimizerOffload {
   void adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params);
   /// Sends the parameters rounded from the master weights to `params` (after a load).
   void copy_params_from_master(const ParamSink& params);
+  /// NVMe: starts reading the first pieces of the next step into the swap buffers (the engine
+  /// calls it as the last backward of a step begins, so those reads overlap backward).
+  void prefetch();
+  /// NVMe: waits for every write in flight (a walk returns with its last writes still running;
+  /// they finish during the next forward). Throws the first I/O error.
+  void flush();
 
   /// Bytes of state held in host memory (0 on NVMe), in the swap file, and in swap/staging buffers.
   size_t host_state_bytes() const { return (master_.bytes() + exp_avg_.bytes() + exp_avg_sq_.bytes()); }
@@ -72,6 +79,8 @@ class OptimizerOffload {
   size_t piece_count() const { return (count_ + piece_elements_ - 1) / piece_elements_; }
   size_t piece_bytes(size_t k) const;
   void visit_nvme(size_t lo, size_t hi, SwapMode mode, const std::function<void(const OffloadPiece&)>& fn);
+  /// Stages piece k in its buffer (k % buffers), reading it when `need_data`.
+  void start_read(size_t k, bool need_data);
 
   Backend& backend_;
   OptimizerOps& host_ops_;

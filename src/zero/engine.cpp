@@ -188,6 +188,11 @@ void ZeroEngine::release_weights(int unit) {
 }
 
 float* ZeroEngine::grad_accumulator(int unit) {
+  // The last backward of the step begins: the optimizer's first NVMe pieces can start reading.
+  if (offload_ && !offload_prefetched_ && micro_step_ + 1 == config_.gradient_accumulation_steps) {
+    offload_->prefetch();
+    offload_prefetched_ = true;
+  }
   if (grad_slots_.empty()) return reinterpret_cast<float*>(grad_at(layout_.unit_offset(unit)));
   bool fresh = false;
   float* slot = working_slot(grad_slots_, unit, fresh);
@@ -304,6 +309,7 @@ StepOutcome ZeroEngine::step() {
   StepOutcome out;
   out.loss_scale = scaler_.scale();
   micro_step_ = 0;
+  offload_prefetched_ = false;
   if (stage_ <= 1 && world_ > 1) reduce_full_gradients();
   OptimizerOps& grad_ops = grads_on_host_ ? host_optimizer_ops() : opt_ops_;
   const double local = grad_ops.sum_squares(grad_at(opt_begin_), dtype_, opt_count_);

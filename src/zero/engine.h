@@ -189,6 +189,7 @@ class ZeroEngine final : public ParamSource<float> {
   bool grads_on_host_ = false;                 // stage 3 offload: grads_ itself is host memory
   bool params_on_host_ = false;                // offload_param: params_ is host memory
   int64_t micro_step_ = 0;                     // backward passes since the last step
+  bool offload_prefetched_ = false;            // NVMe optimizer reads started for this step
 
   Adam adam_;
   LrScheduler scheduler_;
