@@ -1,6 +1,7 @@
 // Factories for the CPU kernel tables, one per SIMD level (see cpu_kernels.inc).
 #pragma once
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
