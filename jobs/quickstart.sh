@@ -10,6 +10,8 @@
 #   ZT_STAGE     ZeRO stage, 0-3               (default: 2)
 #   ZT_DTYPE     fp32 | bf16 | fp16            (default: fp32)
 #   ZT_CORPUS    text file to train on         (default: share/data/tinyshakespeare.txt)
+#   ZT_CONFIG    DeepSpeed config              (default: configs/zero$ZT_STAGE.json; e.g.
+#                configs/zero2_offload_cpu.json for ZeRO-Offload)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -39,6 +41,8 @@ case $dtype in
 esac
 
 [[ -f configs/zero$stage.json ]] || { echo "quickstart: ZT_STAGE must be 0-3 (got '$stage')" >&2; exit 2; }
+config=${ZT_CONFIG:-configs/zero$stage.json}
+[[ -f $config ]] || { echo "quickstart: ZT_CONFIG: $config does not exist" >&2; exit 2; }
 # The global batch stays 16 sequences whatever the rank count; the cores are shared out.
 per_rank=$((16 / ranks))
 ((per_rank >= 1 && per_rank * ranks == 16)) || { echo "quickstart: ZT_RANKS must divide 16" >&2; exit 2; }
@@ -47,9 +51,9 @@ threads=$(($(nproc) / ranks))
 launcher=(mpirun -np "$ranks" --oversubscribe -x OMP_NUM_THREADS="$threads")
 [[ $(id -u) -eq 0 ]] && launcher+=(--allow-run-as-root)
 
-echo "== training configs/models/gpt2-demo.json: $ranks ranks, ZeRO stage $stage, $steps steps ($dtype)"
+echo "== training configs/models/gpt2-demo.json: $ranks ranks, $config, $steps steps ($dtype)"
 "${launcher[@]}" "$bin/src/zerotrain" \
-  --deepspeed "configs/zero$stage.json" \
+  --deepspeed "$config" \
   --config_name configs/models/gpt2-demo.json \
   --train_data "$data/train_*.bin" --eval_data "$data/val_*.bin" \
   --output_dir "$out/run" --overwrite_output_dir \
