@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -64,6 +65,10 @@ class AioRing {
   void enqueue(std::vector<Block>&& blocks) {
     {
       std::lock_guard lock(mutex_);
+      if (!broken_.empty()) {
+        for (Block& b : blocks) b.transfer->block_done(broken_);
+        return;
+      }
       for (Block& b : blocks) queue_.push_back(std::move(b));
     }
     cv_.notify_all();
@@ -71,7 +76,6 @@ class AioRing {
 
  private:
   void run() {
-    std::vector<Block*> in_flight;  // owned copies, indexed by user_data
     size_t active = 0;
     for (;;) {
       // Fill the ring: whenever there is room (overlap_events) or only when it is empty (waves).
@@ -84,6 +88,7 @@ class AioRing {
         while (may_fill && active < size_t(config_.queue_depth) && !queue_.empty()) {
           Block* b = new Block(std::move(queue_.front()));
           queue_.pop_front();
+          in_flight_.insert(b);
           prepare(b);
           ++active;
           ++prepared;
@@ -105,10 +110,19 @@ class AioRing {
         rc = io_uring_peek_cqe(&ring_, &cqe);
       }
       if (rc < 0 && rc != -EAGAIN && rc != -EINTR) {
-        // The ring itself failed: nothing more can complete. Fail everything queued.
+        // The ring itself failed: nothing more will complete. Fail every block, in flight or
+        // queued, so that no waiter hangs; the thread then only fails what arrives.
+        const std::string error = cat("io_uring_wait_cqe failed: ", std::strerror(-rc));
         std::lock_guard lock(mutex_);
-        for (Block& b : queue_) b.transfer->block_done(cat("io_uring_wait_cqe failed: ", std::strerror(-rc)));
+        for (Block* b : in_flight_) {
+          b->transfer->block_done(error);
+          delete b;
+        }
+        in_flight_.clear();
+        active = 0;
+        for (Block& b : queue_) b.transfer->block_done(error);
         queue_.clear();
+        broken_ = error;
       }
     }
   }
@@ -128,6 +142,7 @@ class AioRing {
   // front of the queue; an error or an unexpected end of file ends the block with a message.
   void complete(Block* b, int res) {
     std::unique_ptr<Block> owned(b);
+    in_flight_.erase(b);
     if (res < 0) {
       b->transfer->block_done(cat(*b->path, ": ", b->write ? "write" : "read", " of ", b->bytes, " bytes at offset ",
                                   b->offset, " failed: ", std::strerror(-res)));
@@ -155,6 +170,8 @@ class AioRing {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Block> queue_;
+  std::unordered_set<Block*> in_flight_;  // submitted, owned here until their completion
+  std::string broken_;                     // the ring's failure, once it has failed
   bool stopping_ = false;
   std::thread thread_;
 };
