@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export_hf.h"
 #include "config/model_config.h"
+#include "config/sizes.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/tool_main.h"
@@ -24,29 +25,6 @@ namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
 namespace {
-
-// "5GB", "500MB", "2GiB", "1000000": bytes (GB = 10^9 as HF's max_shard_size; GiB = 2^30).
-uint64_t parse_size(const std::string& text) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    throw zt::UsageError(zt::cat("--max_shard_size: not a size: '", text, "'"));
-  }
-  const std::string unit = text.substr(pos);
-  double scale = 1;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "KB") scale = 1e3;
-  else if (unit == "MB") scale = 1e6;
-  else if (unit == "GB") scale = 1e9;
-  else if (unit == "KiB") scale = 1024.0;
-  else if (unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else throw zt::UsageError(zt::cat("--max_shard_size: unknown unit '", unit, "' (B, KB, MB, GB, KiB, MiB, GiB)"));
-  ZT_USAGE_CHECK(value > 0, "--max_shard_size must be positive");
-  return uint64_t(value * scale);
-}
 
 int run(int argc, char** argv) {
   std::string checkpoint, output, tag, max_shard = "5GB", dtype_name_arg = "fp32";
@@ -79,7 +57,7 @@ int run(int argc, char** argv) {
   }
   ZT_USAGE_CHECK(!checkpoint.empty() && !output.empty(), "usage: zero_to_fp32 CHECKPOINT_DIR OUTPUT_DIR [options]");
   const zt::DType dtype = zt::parse_dtype(dtype_name_arg);
-  const uint64_t shard_limit = parse_size(max_shard);
+  const uint64_t shard_limit = zt::parse_size(max_shard, zt::SizeKind::kBytesSI, "--max_shard_size");
 
   // Validate the whole checkpoint (manifest, sizes, CRC-32) before writing anything.
   const std::string where = tag.empty() ? checkpoint : (fs::path(checkpoint) / tag).string();

@@ -140,19 +140,28 @@ void ParamSwapper::write(size_t lo, size_t n, const void* src) {
   }
   const unsigned char* part = in + (a - lo) * elem_;
   const size_t off = (a - resident_) * elem_, len = (hi - a) * elem_;
-  const size_t file_lo = align_down(off, kDirectAlignment), file_hi = align_up(off + len);
-  const bool aligned = file_lo == off && file_hi == off + len && reinterpret_cast<uintptr_t>(part) % kDirectAlignment == 0;
-  if (aligned) {
-    aio_->write(file_->fd(), file_->path(), part, len, off)->wait();
-    return;
+  // Whole pages straight from the source when it is page-aligned; a partial first or last page
+  // (read, patched, written back) and a misaligned source go through one page-sized bounce
+  // buffer at a time, so a write never needs more than a page of extra memory.
+  const size_t page = kDirectAlignment;
+  DeviceArray<unsigned char> bounce;
+  for (size_t pos = off; pos < off + len;) {
+    const size_t page_lo = align_down(pos, page), page_end = std::min(off + len, page_lo + page);
+    const unsigned char* src = part + (pos - off);
+    if (pos == page_lo && reinterpret_cast<uintptr_t>(src) % page == 0 && off + len - pos >= page) {
+      const size_t run = align_down(off + len - pos, page);  // whole pages
+      aio_->write(file_->fd(), file_->path(), src, run, pos)->wait();
+      pos += run;
+      continue;
+    }
+    if (bounce.size() == 0) bounce = DeviceArray<unsigned char>(backend_, page, Pool::kHost);
+    if (pos != page_lo || page_end != page_lo + page) {
+      aio_->read(file_->fd(), file_->path(), bounce.data(), page, page_lo)->wait();
+    }
+    std::memcpy(bounce.data() + (pos - page_lo), src, page_end - pos);
+    aio_->write(file_->fd(), file_->path(), bounce.data(), page, page_lo)->wait();
+    pos = page_end;
   }
-  // Partial pages: read them, patch, write back through an aligned bounce buffer.
-  DeviceArray<unsigned char> bounce(backend_, file_hi - file_lo, Pool::kHost);
-  if (file_lo < off || file_hi > off + len) {
-    aio_->read(file_->fd(), file_->path(), bounce.data(), file_hi - file_lo, file_lo)->wait();
-  }
-  std::memcpy(bounce.data() + (off - file_lo), part, len);
-  aio_->write(file_->fd(), file_->path(), bounce.data(), file_hi - file_lo, file_lo)->wait();
 }
 
 }  // namespace zt

@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -321,6 +322,12 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   const uint64_t rank_samples = uint64_t(micro_batch * accumulation);
   std::vector<int32_t> inputs(size_t(micro_batch) * seq_len), targets(size_t(micro_batch) * seq_len);
   ProgressLine progress(args.max_steps, !args.disable_tqdm && rank == 0);
+  // Per-pool peaks over the whole run (each step resets the pools' peak windows).
+  std::array<size_t, kNumPools> run_peaks{};
+  auto note_run_peaks = [&] {
+    const PoolBytes now = pool_peaks();
+    for (int p = 0; p < kNumPools; ++p) run_peaks[size_t(p)] = std::max(run_peaks[size_t(p)], now.bytes[size_t(p)]);
+  };
   TimerSet timers;
   double last_loss = 0, last_eval = NAN;
   Stopwatch run_clock;
@@ -331,6 +338,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
 
   for (int64_t step = first_step; step <= args.max_steps; ++step) {
     Stopwatch step_clock;
+    note_run_peaks();  // the previous step's window (its eval and checkpoint included)
     reset_pool_peaks();
     timers.clear();
     comm.reset_stats();
@@ -416,6 +424,9 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     log_info("eval_loss ", last_eval, " over ", eval_windows->count(), " windows of ", seq_len, " tokens");
   }
   const std::vector<double> peaks = pool_peaks_max_over_ranks(comm);
+  note_run_peaks();
+  std::vector<double> whole_run(run_peaks.begin(), run_peaks.end());
+  comm.all_reduce_doubles(whole_run, true);
   const BufferBytes buffers = engine.buffer_bytes();
   std::vector<double> buf{double(buffers.buckets), double(buffers.gather), double(buffers.working),
                           double(buffers.offload)};
@@ -424,12 +435,16 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
                         {"loss", last_loss},
                         {"seconds", run_clock.seconds()},
                         {"last_step_pool_peak_bytes", pool_json(peaks)},
+                        {"pool_peak_bytes", pool_json(whole_run)},
                         {"buffer_bytes",
                          {{"buckets", uint64_t(buf[0])}, {"gather", uint64_t(buf[1])}, {"working", uint64_t(buf[2])},
                           {"offload", uint64_t(buf[3])}}},
                         {"live_parameters_peak", engine.peak_live_parameters()}});
   log_info("done in ", format_duration(run_clock.seconds()), ": final loss ", last_loss,
            std::isnan(last_eval) ? std::string() : cat(", eval_loss ", last_eval));
+  log_info("memory, peak per rank (max over ranks): device ", human_count(whole_run[0]), "B, host ",
+           human_count(whole_run[1]), "B, pinned ", human_count(whole_run[2]), "B, nvme ", human_count(whole_run[3]),
+           "B (zero_estimate predicts these before launching)");
   log_info("metrics: ", args.output_dir, "/metrics.jsonl");
   log_info("outputs: ", args.output_dir);
   return 0;

@@ -1,0 +1,74 @@
+// Memory estimates before launching (zero_estimate):
+//
+// 1. DeepSpeed's model-state estimators, number for number: estimate_zero2/3_model_states_mem_needs
+//    and the table their *_all_cold functions print (current DeepSpeed release), so users can check
+//    our tool against the one they know.
+// 2. What this engine will allocate per rank for a given model, config and batch: model states by
+//    kind and where they live (device, host, pinned, NVMe), the temporary buffers (buckets,
+//    gathered parameters, working copies, swap buffers) and the activations. It follows the
+//    engine's own allocation rules (ZeroEngine, GradBucketer, ParamGatherer, OptimizerOffload,
+//    ParamSwapper, Gpt2Model); a test runs the trainer and compares.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/ds_config.h"
+#include "config/model_config.h"
+#include "core/memory_pool.h"
+#include "zero/engine.h"
+
+namespace zt {
+
+// ---- DeepSpeed's model-state estimators ----
+
+struct DeepSpeedEstimateRow {
+  int64_t cpu_bytes = 0, gpu_bytes = 0;
+  bool offload_optimizer = false, offload_param = false, zero_init = false;  // zero_init: stage 3 only
+};
+
+/// estimate_zero2_model_states_mem_needs for cpu_offload true, then false (the table's order).
+std::vector<DeepSpeedEstimateRow> deepspeed_zero2_rows(double total_params, int gpus_per_node, int num_nodes,
+                                                       double additional_buffer_factor);
+/// estimate_zero3_model_states_mem_needs for the table's five... six rows, in its order.
+std::vector<DeepSpeedEstimateRow> deepspeed_zero3_rows(double total_params, double largest_layer_params,
+                                                       int gpus_per_node, int num_nodes,
+                                                       double additional_buffer_factor);
+/// The text estimate_zero{2,3}_model_states_mem_needs_all_cold prints.
+std::string deepspeed_table(int stage, double total_params, double largest_layer_params, int gpus_per_node,
+                            int num_nodes, double additional_buffer_factor);
+/// DeepSpeed's "largest layer": the most parameters held directly by one module of the HF model
+/// (for GPT-2 the token embedding, or the MLP's first Linear when n_embd is large).
+int64_t largest_layer_params(const ModelConfig& model);
+
+// ---- this engine ----
+
+/// The shape of the run being estimated.
+struct RunShape {
+  int world_size = 1;
+  int ranks_per_node = 1;
+  int micro_batch = 1;
+  int eval_batch = 8;  ///< --per_device_eval_batch_size: activations are sized for the larger batch
+  int seq_len = 1024;
+  bool gradient_checkpointing = false;
+};
+
+/// Bytes per rank.
+struct MemoryEstimate {
+  ModelStateBytes device_states, offloaded_states;
+  Pool offloaded_param_pool = Pool::kHost, offloaded_optimizer_pool = Pool::kHost;
+  size_t buckets = 0, working = 0, gather = 0;  ///< device buffers
+  size_t offload_buffers = 0;                   ///< swap and staging buffers, in the optimizer's host pool
+  size_t activations = 0;
+  /// Everything above, by pool.
+  std::array<size_t, kNumPools> by_pool{};
+  size_t device_total() const { return by_pool[int(Pool::kDevice)]; }
+  size_t host_total() const { return by_pool[int(Pool::kHost)] + by_pool[int(Pool::kPinned)]; }
+  size_t nvme_total() const { return by_pool[int(Pool::kNvme)]; }
+};
+
+MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config, const RunShape& run);
+
+}  // namespace zt

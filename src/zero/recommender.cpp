@@ -1,0 +1,158 @@
+#include "zero/recommender.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/gpt2_layout.h"
+#include "zero/partition.h"
+
+#include <algorithm>
+
+namespace zt {
+
+namespace {
+
+struct RungSpec {
+  const char* name;
+  int stage;
+  OffloadConfig::Device optimizer, params;
+};
+
+constexpr auto kNone = OffloadConfig::Device::kNone;
+constexpr auto kCpu = OffloadConfig::Device::kCpu;
+constexpr auto kNvme = OffloadConfig::Device::kNvme;
+
+const RungSpec kLadder[] = {
+    {"stage 0", 0, kNone, kNone},
+    {"stage 1", 1, kNone, kNone},
+    {"stage 2", 2, kNone, kNone},
+    {"stage 2 + optimizer offload (cpu)", 2, kCpu, kNone},
+    {"stage 3", 3, kNone, kNone},
+    {"stage 3 + optimizer and parameter offload (cpu)", 3, kCpu, kCpu},
+    {"stage 3 + optimizer on NVMe, parameters offloaded (cpu)", 3, kNvme, kCpu},
+    {"stage 3 + optimizer and parameters on NVMe", 3, kNvme, kNvme},
+};
+
+std::string gib(double bytes) { return cat(std::round(bytes / 0x1p30 * 100) / 100, " GiB"); }
+
+}  // namespace
+
+Recommendation recommend(const ModelConfig& model, const DsConfig& base, const RunShape& run, const Hardware& hw) {
+  Recommendation rec;
+  for (const RungSpec& spec : kLadder) {
+    const bool nvme = spec.optimizer == kNvme || spec.params == kNvme;
+    if (nvme && hw.nvme_capacity == 0) continue;
+    RungVerdict v;
+    v.name = spec.name;
+    v.config = base;
+    ZeroConfig& z = v.config.zero;
+    z.stage = spec.stage;
+    z.offload_optimizer = OffloadConfig{};
+    z.offload_param = OffloadConfig{};
+    z.offload_param.buffer_count = 5;
+    for (auto [target, device] : {std::pair{&z.offload_optimizer, spec.optimizer}, {&z.offload_param, spec.params}}) {
+      target->device = device;
+      target->pin_memory = device != kNone;
+      if (device == kNvme) target->nvme_path = hw.nvme_path;
+    }
+    if (spec.optimizer == kNvme) {
+      // Swap in pieces of 1/16 of a rank's state (1 Mi to 100 M elements), so that the
+      // buffer_count swap buffers stay a small fraction of what moved to NVMe.
+      const size_t partition = PartitionMap(Gpt2Layout(model).flat_size(), run.world_size).partition_size;
+      z.sub_group_size = int64_t(std::clamp<size_t>(partition / 16, size_t(1) << 20, 100'000'000));
+    }
+    if (spec.params == kNvme) z.offload_param.max_in_cpu = 0;  // all of it on NVMe: that is why this rung exists
+    v.estimate = estimate_memory(model, v.config, run);
+    if (spec.stage == 3 && v.estimate.device_total() > hw.gpu_memory) {
+      // DeepSpeed's stage-3 defaults keep up to 1e9 parameters gathered; on a small GPU keep only
+      // the unit in use and the next one (prefetched).
+      const Gpt2Layout layout(model);
+      size_t largest = 0, second = 0;
+      for (int u = 0; u < layout.num_units(); ++u) {
+        const size_t n = layout.unit_size(u);
+        if (n > largest) {
+          second = largest;
+          largest = n;
+        } else {
+          second = std::max(second, n);
+        }
+      }
+      DsConfig tight = v.config;
+      tight.zero.stage3_max_live_parameters = int64_t(largest + second);
+      tight.zero.stage3_max_reuse_distance = int64_t(largest + second);
+      tight.zero.stage3_prefetch_bucket_size = int64_t(second);
+      if (tight.zero.stage3_max_live_parameters < z.stage3_max_live_parameters) {
+        v.config = tight;
+        v.estimate = estimate_memory(model, v.config, run);
+        v.name += cat(", stage3_max_live_parameters ", largest + second);
+      }
+    }
+    const double per_node = run.ranks_per_node;
+    if (v.estimate.device_total() > hw.gpu_memory) {
+      v.why_not = cat("device ", gib(double(v.estimate.device_total())), " > ", gib(double(hw.gpu_memory)));
+    } else if (double(v.estimate.host_total()) * per_node > double(hw.cpu_memory)) {
+      v.why_not = cat("host ", gib(double(v.estimate.host_total()) * per_node), " per node > ", gib(double(hw.cpu_memory)));
+    } else if (double(v.estimate.nvme_total()) * per_node > double(hw.nvme_capacity) && nvme) {
+      v.why_not = cat("NVMe ", gib(double(v.estimate.nvme_total()) * per_node), " per node > ", gib(double(hw.nvme_capacity)));
+    } else {
+      v.fits = true;
+    }
+    rec.rungs.push_back(std::move(v));
+    if (rec.rungs.back().fits) {
+      rec.chosen = int(rec.rungs.size()) - 1;
+      break;
+    }
+  }
+  return rec;
+}
+
+boost::json::object ds_config_json(const DsConfig& c) {
+  namespace json = boost::json;
+  json::object out;
+  out["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
+  out["gradient_accumulation_steps"] = "auto";
+  out["gradient_clipping"] = "auto";
+  out["bf16"] = json::object{{"enabled", c.bf16}};
+  out["fp16"] = json::object{{"enabled", c.fp16.enabled}};
+  out["optimizer"] = json::object{
+      {"type", "AdamW"},
+      {"params", json::object{{"lr", "auto"}, {"betas", "auto"}, {"eps", "auto"}, {"weight_decay", "auto"}}}};
+  const ZeroConfig& z = c.zero;
+  json::object zero{{"stage", z.stage},
+                    {"overlap_comm", z.stage >= 2},
+                    {"contiguous_gradients", true},
+                    {"reduce_bucket_size", z.reduce_bucket_size},
+                    {"allgather_bucket_size", z.allgather_bucket_size}};
+  if (z.stage == 3) {
+    zero["stage3_prefetch_bucket_size"] = z.stage3_prefetch_bucket_size;
+    zero["stage3_param_persistence_threshold"] = z.stage3_param_persistence_threshold;
+    zero["stage3_max_live_parameters"] = z.stage3_max_live_parameters;
+    zero["stage3_max_reuse_distance"] = z.stage3_max_reuse_distance;
+  }
+  auto offload = [](const OffloadConfig& o, bool params) {
+    json::object b{{"device", o.device == kNvme ? "nvme" : "cpu"}, {"pin_memory", o.pin_memory}};
+    if (o.device == kNvme) b["nvme_path"] = o.nvme_path;
+    b["buffer_count"] = o.buffer_count;
+    if (params && o.device == kNvme) {
+      b["buffer_size"] = o.buffer_size;
+      b["max_in_cpu"] = o.max_in_cpu;
+    }
+    if (!params && o.ratio < 1) b["ratio"] = o.ratio;
+    return b;
+  };
+  if (z.offload_optimizer.enabled()) zero["offload_optimizer"] = offload(z.offload_optimizer, false);
+  if (z.offload_param.enabled()) zero["offload_param"] = offload(z.offload_param, true);
+  const bool nvme = z.offload_optimizer.device == kNvme || z.offload_param.device == kNvme;
+  if (nvme) zero["sub_group_size"] = z.sub_group_size;
+  out["zero_optimization"] = std::move(zero);
+  if (nvme) {
+    out["aio"] = json::object{{"block_size", c.aio.block_size},
+                              {"queue_depth", c.aio.queue_depth},
+                              {"intra_op_parallelism", c.aio.intra_op_parallelism},
+                              {"single_submit", c.aio.single_submit},
+                              {"overlap_events", c.aio.overlap_events}};
+  }
+  return out;
+}
+
+}  // namespace zt

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# zero_estimate against the trainer's own measurement: for several stages, precisions, offload
+# settings and rank counts, the estimated model-state bytes equal what the engine allocated (each
+# kind, on the device and offloaded), activations are within 15 %, and the estimated per-pool
+# totals are within 15 % of the peaks the pools measured over the run. Also: the DeepSpeed table
+# and bad input.
+source "$(dirname "$0")/lib.sh"
+
+ESTIMATE="$ZT_BIN_DIR/tools/zero_estimate"
+MPI=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1)
+DATA=$WORK/data
+mkdir -p "$WORK/nvme"
+"$PREPARE" "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" --output_dir "$DATA" --val_fraction 0.1 2>/dev/null
+cat >"$WORK/nvme.json" <<JSON
+{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"},
+ "zero_optimization": {"stage": 3, "sub_group_size": 100000, "reduce_bucket_size": "auto",
+   "offload_optimizer": {"device": "nvme", "nvme_path": "$WORK/nvme"},
+   "offload_param": {"device": "nvme", "nvme_path": "$WORK/nvme", "max_in_cpu": 50000, "buffer_size": 1e6}}}
+JSON
+
+# check NAME RANKS CONFIG FLAGS...: train 3 steps, estimate the same run, compare.
+check() {
+  local name=$1 ranks=$2 config=$3
+  shift 3
+  local flags=(--per_device_train_batch_size 4 --per_device_eval_batch_size 2 --block_size 64 "$@")
+  if ! "${MPI[@]}" -np "$ranks" "$ZEROTRAIN" --deepspeed "$config" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" \
+      --train_data "$DATA/train_*.bin" --output_dir "$WORK/$name" --max_steps 3 --disable_tqdm "${flags[@]}" \
+      >/dev/null 2>"$WORK/$name.log"; then
+    fail "$name: training failed: $(tail -2 "$WORK/$name.log")"
+    return
+  fi
+  if ! "$ESTIMATE" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --deepspeed "$config" \
+      --num_gpus_per_node "$ranks" "${flags[@]}" --json >"$WORK/$name.estimate.json" 2>"$WORK/$name.elog"; then
+    fail "$name: zero_estimate failed: $(cat "$WORK/$name.elog")"
+    return
+  fi
+  /usr/bin/python3 - "$WORK/$name/metrics.jsonl" "$WORK/$name.estimate.json" "$name" <<'PY' && pass "$name: model states exact, activations and pools within 15 %" || fail "$name"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+start, end = lines[0], lines[-1]
+est = json.load(open(sys.argv[2]))["estimate"]
+name = sys.argv[3]
+for key in ("model_state_bytes", "offloaded_state_bytes"):
+    assert est[key] == start[key], (key, est[key], start[key])
+act_e, act_m = est["activation_bytes"], start["activation_bytes"]
+assert abs(act_e - act_m) <= 0.15 * act_m, ("activations", act_e, act_m)
+measured = end["pool_peak_bytes"]
+report = []
+for pool in ("device", "host", "pinned", "nvme"):
+    e, m = est["pool_bytes"][pool], measured[pool]
+    report.append(f"{pool} {e / 2**20:.2f}/{m / 2**20:.2f} MiB")
+    assert abs(e - m) <= 0.15 * max(m, 1 << 20), (pool, e, m)
+print(f"{name}: estimate/measured {', '.join(report)}")
+PY
+}
+check stage0_fp32 1 "$ZT_SOURCE_DIR/configs/zero0.json"
+check stage1_fp32 2 "$ZT_SOURCE_DIR/configs/zero1.json"
+check stage2_bf16_offload 2 "$ZT_SOURCE_DIR/configs/zero2_offload_cpu.json" --bf16
+check stage3_bf16_ckpt 2 "$ZT_SOURCE_DIR/configs/zero3.json" --bf16 --gradient_checkpointing
+check stage3_nvme 2 "$WORK/nvme.json" --bf16
+
+# DeepSpeed's own printed table for t5-small (60506624 params, largest layer 32128 x 512),
+# from DeepSpeed's estimate_zero3_model_states_mem_needs_all_live on that model.
+"$ESTIMATE" --stage 3 --params 60506624 --largest_layer_params 16449536 >"$WORK/t5.txt" 2>&1
+cat >"$WORK/t5.expected" <<'TXT'
+Estimated memory needed for params, optim states and gradients for a:
+HW: Setup with 1 node, 1 GPU per node.
+SW: Model with 60M total params, 16M largest layer params.
+  per CPU  |  per GPU |   Options
+    1.52GB |   0.06GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1
+    1.52GB |   0.06GB | offload_param=cpu , offload_optimizer=cpu , zero_init=0
+    1.35GB |   0.17GB | offload_param=none, offload_optimizer=cpu , zero_init=1
+    1.35GB |   0.17GB | offload_param=none, offload_optimizer=cpu , zero_init=0
+    0.09GB |   1.08GB | offload_param=none, offload_optimizer=none, zero_init=1
+    0.34GB |   1.08GB | offload_param=none, offload_optimizer=none, zero_init=0
+TXT
+if diff "$WORK/t5.expected" "$WORK/t5.txt" >"$WORK/t5.diff"; then pass "DeepSpeed's t5-small table, line for line"; else fail "t5-small table: $(cat "$WORK/t5.diff")"; fi
+
+# Bad input: one line, exit 2.
+expect_usage_error "negative size" "^zero_estimate: .*--params: must be positive, got '-5M'" "$ESTIMATE" --stage 2 --params=-5M
+expect_usage_error "unknown suffix" "^zero_estimate: .*--params: unknown suffix 'X' in '7X'" "$ESTIMATE" --stage 2 --params 7X
+expect_usage_error "missing model" "^zero_estimate: .*--params N .* or as --config_name" "$ESTIMATE" --stage 2
+expect_usage_error "stage 3 without L" "^zero_estimate: .*--stage 3 needs --largest_layer_params" "$ESTIMATE" --stage 3 --params 1B
+expect_usage_error "half the hardware" "^zero_estimate: .*needs both --gpu_memory and --cpu_memory" \
+  "$ESTIMATE" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --gpu_memory 80GB
+expect_usage_error "bad memory suffix" "^zero_estimate: .*--gpu_memory: unknown suffix 'GiG'" \
+  "$ESTIMATE" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --gpu_memory 80GiG --cpu_memory 1TB
+expect_usage_error "missing value" "^zero_estimate: .*--num_nodes" "$ESTIMATE" --stage 2 --params 1B --num_nodes
+finish

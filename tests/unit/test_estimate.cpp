@@ -1,0 +1,187 @@
+// zero_estimate's pieces: DeepSpeed's model-state formulas over a grid, size parsing, this
+// engine's model-state bytes against DESIGN.md's table, and the recommender's choices.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "config/sizes.h"
+#include "core/error.h"
+#include "zero/memory_estimate.h"
+#include "zero/recommender.h"
+
+namespace zt {
+namespace {
+
+// DeepSpeed's documented per-GPU/per-CPU bytes (docs: "Memory Requirements"), written out here
+// term by term: 16-bit params 2, gradients 2, fp32 master 4, momentum 4, variance 4 bytes.
+TEST(DeepSpeedFormulas, MatchTheDocumentedBytesOverAGrid) {
+  for (double N : {1e6, 2783958016.0, 7e9, 175e9}) {
+    for (double L : {1e5, 65798144.0, 1e9}) {
+      for (int G : {1, 2, 8}) {
+        for (int K : {1, 4}) {
+          const double gpus = double(G) * K;
+          const auto z2 = deepspeed_zero2_rows(N, G, K, 1.5);
+          ASSERT_EQ(z2.size(), 2u);
+          EXPECT_EQ(z2[0].gpu_bytes, int64_t(2 * N));                              // params only
+          EXPECT_EQ(z2[0].cpu_bytes, int64_t(N * std::max(4 * gpus, 16.0) * 1.5));  // fp32 states on CPU
+          EXPECT_EQ(z2[1].gpu_bytes, int64_t(2 * N + std::floor(18 * N / gpus)));
+          EXPECT_EQ(z2[1].cpu_bytes, int64_t(N * 4 * G * 1.5));
+          const auto z3 = deepspeed_zero3_rows(N, L, G, K, 1.5);
+          ASSERT_EQ(z3.size(), 6u);
+          const double per_node = 1.0 / K;
+          EXPECT_EQ(z3[0].gpu_bytes, int64_t(4 * L));
+          EXPECT_EQ(z3[0].cpu_bytes, int64_t(N * 18 * per_node * 1.5));
+          EXPECT_EQ(z3[1].cpu_bytes, int64_t(N * std::max(4.0 * G, 18 * per_node) * 1.5));
+          EXPECT_EQ(z3[2].gpu_bytes, int64_t(4 * L + std::floor(2 * N / gpus)));
+          EXPECT_EQ(z3[2].cpu_bytes, int64_t(N * 16 * per_node * 1.5));
+          EXPECT_EQ(z3[3].cpu_bytes, int64_t(N * std::max(4.0 * G, 16 * per_node) * 1.5));
+          EXPECT_EQ(z3[4].gpu_bytes, int64_t(4 * L + std::floor(18 * N / gpus)));
+          EXPECT_EQ(z3[4].cpu_bytes, int64_t(L * 4 * G * 1.5));
+          EXPECT_EQ(z3[5].cpu_bytes, int64_t(N * 4 * G * 1.5));
+          EXPECT_TRUE(z3[0].offload_param && z3[0].offload_optimizer && z3[0].zero_init);
+          EXPECT_TRUE(!z3[5].offload_param && !z3[5].offload_optimizer && !z3[5].zero_init);
+        }
+      }
+    }
+  }
+}
+
+// HF's DeepSpeed guide prints this for bigscience/T0_3B (2783958016 parameters, a 32128 x 2048
+// shared embedding) on one node with two GPUs.
+TEST(DeepSpeedFormulas, PrintsHfGuidesTable) {
+  const std::string expected =
+      "Estimated memory needed for params, optim states and gradients for a:\n"
+      "HW: Setup with 1 node, 2 GPUs per node.\n"
+      "SW: Model with 2783M total params, 65M largest layer params.\n"
+      "  per CPU  |  per GPU |   Options\n"
+      "   70.00GB |   0.25GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1\n"
+      "   70.00GB |   0.25GB | offload_param=cpu , offload_optimizer=cpu , zero_init=0\n"
+      "   62.23GB |   2.84GB | offload_param=none, offload_optimizer=cpu , zero_init=1\n"
+      "   62.23GB |   2.84GB | offload_param=none, offload_optimizer=cpu , zero_init=0\n"
+      "    0.74GB |  23.58GB | offload_param=none, offload_optimizer=none, zero_init=1\n"
+      "   31.11GB |  23.58GB | offload_param=none, offload_optimizer=none, zero_init=0\n";
+  EXPECT_EQ(deepspeed_table(3, 2783958016.0, 65798144.0, 2, 1, 1.5), expected);
+}
+
+TEST(Sizes, SuffixesAndErrors) {
+  EXPECT_EQ(parse_size("2783M", SizeKind::kCount, "--params"), 2783000000u);
+  EXPECT_EQ(parse_size("1.5B", SizeKind::kCount, "--params"), 1500000000u);
+  EXPECT_EQ(parse_size("7e9", SizeKind::kCount, "--params"), 7000000000u);
+  EXPECT_EQ(parse_size("80GB", SizeKind::kBytesMemory, "--gpu_memory"), 80ull << 30);
+  EXPECT_EQ(parse_size("2TB", SizeKind::kBytesMemory, "--nvme_capacity"), 2ull << 40);
+  EXPECT_EQ(parse_size("5GB", SizeKind::kBytesSI, "--max_shard_size"), 5000000000u);
+  EXPECT_EQ(parse_size("2GiB", SizeKind::kBytesSI, "--max_shard_size"), 2ull << 30);
+  auto error = [](const std::string& text, SizeKind kind) {
+    try {
+      parse_size(text, kind, "--x");
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(error("-5M", SizeKind::kCount), "--x: must be positive, got '-5M'");
+  EXPECT_EQ(error("0", SizeKind::kCount), "--x: must be positive, got '0'");
+  EXPECT_NE(error("7X", SizeKind::kCount).find("unknown suffix 'X'"), std::string::npos);
+  EXPECT_NE(error("80GiG", SizeKind::kBytesMemory).find("unknown suffix 'GiG'"), std::string::npos);
+  EXPECT_EQ(error("lots", SizeKind::kCount), "--x: not a number: 'lots'");
+}
+
+ModelConfig gpt2_small() {
+  ModelConfig m;
+  m.n_layer = 12;
+  m.n_embd = 768;
+  m.n_head = 12;
+  m.n_positions = 1024;
+  m.vocab_size = 50257;
+  return m;
+}
+
+TEST(EngineEstimate, ModelStatesFollowDesignTable) {
+  const ModelConfig m = gpt2_small();
+  EXPECT_EQ(largest_layer_params(m), 50257 * 768);  // the token embedding
+  const size_t flat = Gpt2Layout(m).flat_size();
+  for (int world : {1, 8}) {
+    const double P = double((flat + 16 * world - 1) / (16 * world) * (16 * world)), p = P / world;
+    const double expected[4] = {2 * P + 2 * P + 12 * P, 2 * P + 2 * P + 12 * p, 2 * P + 2 * p + 12 * p, 16 * p};
+    for (int stage = 0; stage <= 3; ++stage) {
+      DsConfig c;
+      c.bf16 = true;
+      c.zero.stage = stage;
+      RunShape run;
+      run.world_size = world;
+      const MemoryEstimate e = estimate_memory(m, c, run);
+      EXPECT_EQ(double(e.device_states.total()), expected[stage]) << "stage " << stage << " world " << world;
+      EXPECT_EQ(e.offloaded_states.total(), 0u);
+    }
+    // Stage 2 with the optimizer on the CPU: 2 P + 2 p on the device; 12 p (+ the 2 p gradient
+    // copy) in pinned memory.
+    DsConfig c;
+    c.bf16 = true;
+    c.zero.stage = 2;
+    c.zero.offload_optimizer.device = OffloadConfig::Device::kCpu;
+    c.zero.offload_optimizer.pin_memory = true;
+    RunShape run;
+    run.world_size = world;
+    const MemoryEstimate e = estimate_memory(m, c, run);
+    EXPECT_EQ(double(e.device_states.total()), 2 * P + 2 * p);
+    EXPECT_EQ(double(e.offloaded_states.total()), 14 * p);
+    EXPECT_GE(double(e.by_pool[int(Pool::kPinned)]), 14 * p);
+  }
+}
+
+TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
+  const ModelConfig m = gpt2_small();
+  DsConfig base;
+  base.bf16 = true;
+  base.train_micro_batch_size_per_gpu = 1;
+  RunShape run;
+  run.world_size = run.ranks_per_node = 8;
+  run.micro_batch = run.eval_batch = 1;
+  run.seq_len = 128;
+  Hardware hw;
+  hw.cpu_memory = 1ull << 40;
+  // Plenty of GPU memory: stage 0, the fastest.
+  hw.gpu_memory = 80ull << 30;
+  Recommendation r = recommend(m, base, run, hw);
+  ASSERT_EQ(r.chosen, 0);
+  EXPECT_EQ(r.rungs[0].name, "stage 0");
+  // Less: every rung before the chosen one overflows the GPU, the chosen one fits.
+  for (uint64_t gpu : {2000ull << 20, 1100ull << 20, 900ull << 20, 800ull << 20}) {
+    hw.gpu_memory = gpu;
+    r = recommend(m, base, run, hw);
+    ASSERT_GE(r.chosen, 0) << gpu;
+    for (int i = 0; i < r.chosen; ++i) {
+      EXPECT_FALSE(r.rungs[size_t(i)].fits);
+      EXPECT_GT(r.rungs[size_t(i)].estimate.device_total(), gpu);
+    }
+    EXPECT_LE(r.rungs[size_t(r.chosen)].estimate.device_total(), gpu);
+  }
+  // A GPU too small for anything on the device: offload; with too little host memory for that
+  // and no NVMe, nothing fits; with NVMe, the NVMe rungs.
+  hw.gpu_memory = 900ull << 20;
+  hw.cpu_memory = 1ull << 30;
+  r = recommend(m, base, run, hw);
+  EXPECT_EQ(r.chosen, -1);
+  for (const RungVerdict& v : r.rungs) EXPECT_EQ(v.name.find("NVMe"), std::string::npos) << v.name;
+  hw.nvme_capacity = 1ull << 40;
+  r = recommend(m, base, run, hw);
+  ASSERT_GE(r.chosen, 0);
+  EXPECT_NE(r.rungs[size_t(r.chosen)].name.find("NVMe"), std::string::npos);
+  EXPECT_EQ(r.rungs[size_t(r.chosen)].config.zero.offload_optimizer.device, OffloadConfig::Device::kNvme);
+  EXPECT_LE(r.rungs[size_t(r.chosen)].estimate.host_total() * 8, hw.cpu_memory);
+  // The ready config is one the trainer accepts, and says what was estimated.
+  const DsConfig& chosen = r.rungs[size_t(r.chosen)].config;
+  AutoValues autos;
+  autos.world_size = 8;
+  autos.hidden_size = 768;
+  const DsConfig back = parse_ds_config(boost::json::value(ds_config_json(chosen)), "recommended.json", autos);
+  EXPECT_EQ(back.zero.stage, chosen.zero.stage);
+  EXPECT_EQ(back.zero.offload_optimizer.device, chosen.zero.offload_optimizer.device);
+  EXPECT_EQ(back.zero.offload_param.device, chosen.zero.offload_param.device);
+  EXPECT_EQ(back.zero.sub_group_size, chosen.zero.sub_group_size);
+  EXPECT_EQ(back.zero.stage3_max_live_parameters, chosen.zero.stage3_max_live_parameters);
+  EXPECT_TRUE(back.bf16);
+}
+
+}  // namespace
+}  // namespace zt
