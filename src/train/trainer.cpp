@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "model/gpt2_layout.h"
 #include "train/metrics.h"
 #include "train/output_dir.h"
+#include "train/preemption.h"
 #include "train/progress.h"
 #include "zero/engine.h"
 
@@ -336,6 +338,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     log_info("step 0: eval_loss ", last_eval);
   }
 
+  PreemptionWatch preemption;
   for (int64_t step = first_step; step <= args.max_steps; ++step) {
     Stopwatch step_clock;
     note_run_peaks();  // the previous step's window (its eval and checkpoint included)
@@ -359,7 +362,11 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     const StepOutcome outcome = engine.step();
     timers.stop("step");
     position.next_sample += uint64_t(ds.train_batch_size);
-    last_loss = comm.all_reduce_sum(loss_sum / double(accumulation)) / double(world_size);
+    // One reduction for the step's loss and for whether any rank was told to stop (SIGTERM).
+    std::vector<double> reduced{loss_sum / double(accumulation), preemption.signal() != 0 ? 1.0 : 0.0};
+    comm.all_reduce_doubles(reduced, false);
+    last_loss = reduced[0] / double(world_size);
+    const bool preempted = reduced[1] > 0;
 
     const double step_ms = step_clock.ms();
     const double tokens_per_s = double(tokens_per_step) / (step_ms / 1e3);
@@ -398,7 +405,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
       log_info("step ", step, "/", args.max_steps, ": ", summary, " | grad_norm ", outcome.grad_norm,
                outcome.loss_scale != 1 ? cat(" | loss_scale ", outcome.loss_scale) : std::string(), breakdown);
     }
-    if (args.save_steps > 0 && step % args.save_steps == 0) {
+    if ((args.save_steps > 0 && step % args.save_steps == 0) || preempted) {
       progress.clear();
       Stopwatch clock;
       const SavedCheckpoint saved =
@@ -408,6 +415,14 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
                     {{"step", step}, {"path", saved.path}, {"seconds", clock.seconds()}, {"bytes", saved.bytes}});
       log_info("step ", step, ": saved ", saved.path, " (", human_count(double(saved.bytes)), "B in ",
                format_duration(clock.seconds()), ")");
+    }
+    if (preempted) {
+      // The checkpoint above is what the requeued job resumes from; exit 0 so that Slurm's
+      // requeue (and any script around us) sees a clean stop, not a failure.
+      metrics.write("preempted", {{"step", step}, {"signal", preemption.signal()}});
+      log_info("preempted (", preemption.signal() != 0 ? strsignal(preemption.signal()) : "signal on another rank",
+               ") after step ", step, ": checkpoint saved; resume with --resume_from_checkpoint auto");
+      return 0;
     }
     if (eval_windows && args.eval_steps > 0 && step % args.eval_steps == 0) {
       progress.clear();

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# The job scripts on a real Slurm cluster started here (ctest/local_slurm.sh: Debian's slurmctld,
+# slurmd and munge), at one node and at two simulated nodes:
+#  - train_slurm.sbatch trains, saves and exits 0; consolidate.sh and estimate.sh run as jobs;
+#    train_mpirun.sh trains and resumes outside Slurm;
+#  - preemption at several steps: scancel --signal=TERM -> checkpoint, exit 0 -> scontrol requeue
+#    -> the job resumes and finishes with the losses of an uninterrupted run, step for step;
+#  - SIGKILL of one rank at a random step (several seeds): the job ends non-zero within 60 s,
+#    srun names the lost task, and `latest` still loads;
+#  - two nodes with node-local checkpoints: each node holds its own shards, and a second job
+#    resumes from them; with shared storage the checkpoint consolidates.
+# Every sbatch and wait is bounded by a timeout.
+source "$(dirname "$0")/lib.sh"
+
+SLURM="$ZT_SOURCE_DIR/ctest/local_slurm.sh"
+export ZT_SLURM_DIR=$WORK/slurm
+trap 'bash "$SLURM" down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+export ZT_HOME=$ZT_SOURCE_DIR ZT_BIN=$ZT_BIN_DIR ZT_TRAIN_DATA="$WORK/data/train_*.bin"
+"$PREPARE" "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" --output_dir "$WORK/data" --val_fraction 0.1 2>/dev/null
+# A schedule that does not depend on --max_steps, so runs of different lengths compare.
+cat >"$WORK/ds.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"},
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 5, "warmup_type": "linear"}},
+ "zero_optimization": {"stage": 2, "overlap_comm": true}}
+JSON
+export ZT_CONFIG=$WORK/ds.json
+base_args="--block_size 128 --per_device_train_batch_size 8 --bf16"
+cd "$WORK" || exit 1
+
+# wait_job ID SECONDS: waits until the job has ended; prints "STATE EXITCODE".
+wait_job() {
+  local id=$1 limit=$2 state info
+  for ((i = 0; i < limit * 4; i++)); do
+    info=$(scontrol show job "$id" -o 2>/dev/null)
+    state=$(grep -o 'JobState=[A-Z_]*' <<<"$info" | cut -d= -f2)
+    case $state in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY)
+        echo "$state $(grep -o 'ExitCode=[0-9:]*' <<<"$info" | cut -d= -f2)"
+        return 0
+        ;;
+    esac
+    sleep 0.25
+  done
+  echo "TIMEOUT-WAITING $state"
+  return 1
+}
+# wait_step FILE STEP SECONDS: waits until metrics FILE has a step event >= STEP.
+wait_step() {
+  for ((i = 0; i < $3 * 10; i++)); do
+    local last
+    last=$(grep -o '"event":"step","step":[0-9]*' "$1" 2>/dev/null | tail -1 | grep -o '[0-9]*$')
+    [[ -n $last && $last -ge $2 ]] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+losses() { /usr/bin/python3 -c "
+import json, sys
+steps = {}
+for l in map(json.loads, open(sys.argv[1])):
+    if l['event'] == 'step': steps[l['step']] = l['loss']
+print(' '.join(repr(steps[k]) for k in sorted(steps)))" "$1"; }
+
+if ! bash "$SLURM" up 1 >"$WORK/slurm_up.log" 2>&1; then
+  fail "local Slurm did not start: $(tail -5 "$WORK/slurm_up.log")"
+  finish
+  exit 1
+fi
+
+# ---- the job scripts, one node ----
+if ZT_OUTPUT_DIR=$WORK/run1 ZT_SAVE_STEPS=10 ZT_ARGS="$base_args --max_steps 20" \
+   timeout 300 sbatch --wait -n 2 -o "$WORK/run1.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   [[ $(cat "$WORK/run1/latest") == global_step20 ]] && grep -q '"world_size":2' "$WORK/run1/metrics.jsonl"; then
+  pass "train_slurm.sbatch: 2 tasks, 20 steps, checkpoints at 10 and 20"
+else
+  fail "train_slurm.sbatch: $(tail -5 "$WORK/run1.out")"
+fi
+if ZT_OUTPUT_DIR=$WORK/run1 timeout 300 sbatch --wait -o "$WORK/consolidate.out" "$ZT_SOURCE_DIR/jobs/consolidate.sh" >/dev/null &&
+   [[ -s $WORK/run1/hf/model.safetensors && -s $WORK/run1/hf/config.json ]]; then
+  pass "consolidate.sh as a job: model.safetensors from global_step20"
+else
+  fail "consolidate.sh: $(tail -5 "$WORK/consolidate.out")"
+fi
+if ZT_MODEL=$ZT_SOURCE_DIR/configs/models/gpt2-demo.json ZT_GPU_MEMORY=1GB ZT_CPU_MEMORY=4GB \
+   timeout 300 sbatch --wait -n 2 --ntasks-per-node 2 -o "$WORK/estimate.out" "$ZT_SOURCE_DIR/jobs/estimate.sh" >/dev/null &&
+   grep -q 'per CPU  |  per GPU' "$WORK/estimate.out" && grep -q 'HW: Setup with 1 node, 2 GPUs per node' "$WORK/estimate.out" &&
+   grep -q '^recommended: stage 0' "$WORK/estimate.out"; then
+  pass "estimate.sh as a job: 2 tasks per node from Slurm, DeepSpeed's table and a recommendation"
+else
+  fail "estimate.sh: $(tail -5 "$WORK/estimate.out")"
+fi
+if ZT_RANKS=2 ZT_OUTPUT_DIR=$WORK/mpi ZT_SAVE_STEPS=5 ZT_ARGS="$base_args --max_steps 10" \
+     timeout 300 "$ZT_SOURCE_DIR/jobs/train_mpirun.sh" >/dev/null 2>"$WORK/mpi.log" &&
+   ZT_RANKS=2 ZT_OUTPUT_DIR=$WORK/mpi ZT_SAVE_STEPS=5 ZT_ARGS="$base_args --max_steps 15" \
+     timeout 300 "$ZT_SOURCE_DIR/jobs/train_mpirun.sh" >/dev/null 2>"$WORK/mpi2.log" &&
+   grep -q 'resuming from .*global_step10' "$WORK/mpi2.log" && [[ $(cat "$WORK/mpi/latest") == global_step15 ]]; then
+  pass "train_mpirun.sh: 10 steps, then again to 15 resuming from global_step10"
+else
+  fail "train_mpirun.sh: $(tail -3 "$WORK/mpi.log" "$WORK/mpi2.log")"
+fi
+
+# ---- preemption: SIGTERM -> checkpoint -> requeue -> finish, identical losses ----
+ZT_OUTPUT_DIR=$WORK/straight ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps 40" \
+  timeout 300 sbatch --wait -n 2 -o "$WORK/straight.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null
+reference=$(losses "$WORK/straight/metrics.jsonl" 2>/dev/null)
+for at in 4 17; do
+  out=$WORK/preempt$at
+  id=$(ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps 40" \
+       timeout 60 sbatch --parsable -n 2 -o "$out.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch")
+  if ! wait_step "$out/metrics.jsonl" "$at" 120; then fail "preempt at $at: the job never reached step $at"; continue; fi
+  scancel --signal=TERM "$id"
+  first=$(wait_job "$id" 120)
+  stopped=$(grep -o '"event":"preempted","step":[0-9]*' "$out/metrics.jsonl" | grep -o '[0-9]*$')
+  scontrol requeue "$id" 2>>"$out.out"
+  # Slurm holds a requeued job for about two minutes (its EligibleTime); a test need not wait.
+  scontrol update jobid="$id" StartTime=now 2>>"$out.out"
+  second=$(wait_job "$id" 240)
+  got=$(losses "$out/metrics.jsonl")
+  if [[ $first == "COMPLETED 0:0" && -n $stopped && $second == "COMPLETED 0:0" && -n $reference && $got == "$reference" ]] &&
+     grep -q "resuming from the last checkpoint" "$out.out"; then
+    pass "preempted at step $stopped (signal sent at $at): exit 0, requeued, resumed, all 40 losses identical"
+  else
+    fail "preempt at $at: first [$first] stopped at [$stopped] second [$second]; losses equal: $([[ $got == "$reference" ]] && echo yes || echo no); $(tail -4 "$out.out")"
+  fi
+done
+
+# ---- a lost rank: SIGKILL at a random step ----
+for seed in 1 2 3; do
+  out=$WORK/kill$seed
+  victim=$((seed % 2))
+  at=$((3 + (seed * 7) % 11))
+  id=$(ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=2 ZT_ARGS="$base_args --max_steps 100000" \
+       timeout 60 sbatch --parsable -n 2 -o "$out.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch")
+  if ! wait_step "$out/metrics.jsonl" "$at" 120; then fail "kill seed $seed: never reached step $at"; scancel "$id"; continue; fi
+  pid=""
+  for p in $(pgrep -f "src/zerotrain .*$out"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_PROCID=$victim"; then pid=$p; fi
+  done
+  if [[ -z $pid ]]; then fail "kill seed $seed: rank $victim not found"; scancel "$id"; continue; fi
+  start=$SECONDS
+  kill -KILL "$pid"
+  verdict=$(wait_job "$id" 90)
+  elapsed=$((SECONDS - start))
+  if [[ $verdict == FAILED* && $elapsed -le 60 ]] && grep -qE "task $victim: Killed" "$out.out" &&
+     "$ZT_BIN_DIR/tools/zero_to_fp32" "$out" "$out/hf" >/dev/null 2>"$out.export"; then
+    pass "seed $seed: rank $victim killed after step $at: job $verdict in ${elapsed}s, srun named task $victim, $(cat "$out/latest") loads"
+  else
+    fail "kill seed $seed: [$verdict] after ${elapsed}s; $(tail -4 "$out.out") $(cat "$out.export" 2>/dev/null)"
+  fi
+done
+# The last checkpoint of a killed job resumes.
+if ZT_OUTPUT_DIR=$WORK/kill1 ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps $(($(cat "$WORK/kill1/latest" | tr -dc 0-9) + 2))" \
+   timeout 300 sbatch --wait -n 2 -o "$WORK/kill1_resume.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   grep -q 'resuming from the last checkpoint' "$WORK/kill1_resume.out"; then
+  pass "after the lost rank, a new job resumes from latest and finishes"
+else
+  fail "resume after the lost rank: $(tail -4 "$WORK/kill1_resume.out")"
+fi
+
+# ---- two simulated nodes ----
+if ! bash "$SLURM" up 2 >"$WORK/slurm_up2.log" 2>&1; then
+  fail "two-node Slurm did not start: $(tail -5 "$WORK/slurm_up2.log")"
+  finish
+  exit 1
+fi
+sed 's/"zero_optimization"/"checkpoint": {"use_node_local_storage": true}, "zero_optimization"/' "$WORK/ds.json" >"$WORK/ds_local.json"
+nodes=$ZT_SLURM_DIR/nodes
+if ZT_CONFIG=$WORK/ds_local.json ZT_OUTPUT_DIR=/mnt/nodelocal/run ZT_SAVE_STEPS=5 ZT_ARGS="$base_args --max_steps 10" \
+   timeout 300 sbatch --wait -N 2 --ntasks-per-node 1 -o "$WORK/local1.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   [[ -s $nodes/node1/local/run/global_step10/zero_rank_0_optim_states.h5 && -s $nodes/node2/local/run/global_step10/zero_rank_1_optim_states.h5 ]] &&
+   [[ ! -e $nodes/node1/local/run/global_step10/zero_rank_1_optim_states.h5 ]] && grep -q '"num_nodes":2' "$nodes/node1/local/run/metrics.jsonl"; then
+  pass "2 nodes, node-local storage: each node's disk holds its own rank's shard"
+else
+  fail "2 nodes node-local: $(tail -5 "$WORK/local1.out")"
+fi
+if ZT_CONFIG=$WORK/ds_local.json ZT_OUTPUT_DIR=/mnt/nodelocal/run ZT_SAVE_STEPS=5 ZT_ARGS="$base_args --max_steps 15" \
+   timeout 300 sbatch --wait -N 2 --ntasks-per-node 1 -o "$WORK/local2.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   grep -q 'resuming from the last checkpoint' "$WORK/local2.out" && [[ $(cat "$nodes/node2/local/run/latest") == global_step15 ]]; then
+  pass "2 nodes: a second job resumes from the node-local checkpoints and saves step 15 on both"
+else
+  fail "2 nodes node-local resume: $(tail -5 "$WORK/local2.out")"
+fi
+if ZT_OUTPUT_DIR=$WORK/shared2 ZT_SAVE_STEPS=5 ZT_ARGS="$base_args --max_steps 10" \
+   timeout 300 sbatch --wait -N 2 --ntasks-per-node 2 -o "$WORK/shared2.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   ZT_OUTPUT_DIR=$WORK/shared2 timeout 300 sbatch --wait -o "$WORK/shared2c.out" "$ZT_SOURCE_DIR/jobs/consolidate.sh" >/dev/null &&
+   [[ -s $WORK/shared2/hf/model.safetensors ]] && grep -q '"world_size":4' "$WORK/shared2/metrics.jsonl"; then
+  pass "2 nodes x 2 tasks, shared storage: train, save, consolidate"
+else
+  fail "2 nodes shared: $(tail -5 "$WORK/shared2.out" "$WORK/shared2c.out")"
+fi
+finish
