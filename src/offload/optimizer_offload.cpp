@@ -42,13 +42,8 @@ OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config
     aio_ = std::make_unique<AioEngine>(aio);
     buffers_.resize(size_t(std::min<int64_t>(config.buffer_count, int64_t(piece_count()) + 2)));
     for (SwapBuffer& b : buffers_) b.data = DeviceArray<unsigned char>(backend, slot_bytes_, host_pool_);
-    // Fresh moments are zero; the master weights are written by the first load or init.
-    visit(0, count, SwapMode::kWrite, [&](const OffloadPiece& p) {
-      std::memset(p.master, 0, p.n * sizeof(float));
-      std::memset(p.exp_avg, 0, p.n * sizeof(float));
-      std::memset(p.exp_avg_sq, 0, p.n * sizeof(float));
-    });
-    flush();  // a disk that fails now fails at start-up
+    // Nothing to write yet: reserved (fallocated) blocks read back as zeros, which is what fresh
+    // moments are, and the engine's init or load writes every piece before the first step.
   }
   staging_ = DeviceArray<unsigned char>(backend, piece_elements_ * dtype_size(param_dtype), host_pool_);
 }

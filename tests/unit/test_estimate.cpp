@@ -86,15 +86,8 @@ TEST(Sizes, SuffixesAndErrors) {
   EXPECT_EQ(error("lots", SizeKind::kCount), "--x: not a number: 'lots'");
 }
 
-ModelConfig gpt2_small() {
-  ModelConfig m;
-  m.n_layer = 12;
-  m.n_embd = 768;
-  m.n_head = 12;
-  m.n_positions = 1024;
-  m.vocab_size = 50257;
-  return m;
-}
+// The shipped GPT-2 124M config (12 layers, 768 wide, vocab 50257).
+ModelConfig gpt2_small() { return load_model_config(ZT_SOURCE_DIR "/configs/models/gpt2-124M.json"); }
 
 TEST(EngineEstimate, ModelStatesFollowDesignTable) {
   const ModelConfig m = gpt2_small();
