@@ -101,29 +101,55 @@ else
 fi
 
 # ---- preemption: SIGTERM -> checkpoint -> requeue -> finish, identical losses ----
-ZT_OUTPUT_DIR=$WORK/straight ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps 40" \
+ZT_OUTPUT_DIR=$WORK/straight ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps 80" \
   timeout 300 sbatch --wait -n 2 -o "$WORK/straight.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null
 reference=$(losses "$WORK/straight/metrics.jsonl" 2>/dev/null)
 for at in 4 17; do
   out=$WORK/preempt$at
-  id=$(ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps 40" \
+  id=$(ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps 80" \
        timeout 60 sbatch --parsable -n 2 -o "$out.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch")
   if ! wait_step "$out/metrics.jsonl" "$at" 120; then fail "preempt at $at: the job never reached step $at"; continue; fi
-  scancel --signal=TERM "$id"
+  timeout 30 scancel --signal=TERM "$id"
   first=$(wait_job "$id" 120)
   stopped=$(grep -o '"event":"preempted","step":[0-9]*' "$out/metrics.jsonl" | grep -o '[0-9]*$')
-  scontrol requeue "$id" 2>>"$out.out"
+  timeout 30 scontrol requeue "$id" 2>>"$out.out"
   # Slurm holds a requeued job for about two minutes (its EligibleTime); a test need not wait.
-  scontrol update jobid="$id" StartTime=now 2>>"$out.out"
+  timeout 30 scontrol update jobid="$id" StartTime=now 2>>"$out.out"
   second=$(wait_job "$id" 240)
   got=$(losses "$out/metrics.jsonl")
   if [[ $first == "COMPLETED 0:0" && -n $stopped && $second == "COMPLETED 0:0" && -n $reference && $got == "$reference" ]] &&
      grep -q "resuming from the last checkpoint" "$out.out"; then
-    pass "preempted at step $stopped (signal sent at $at): exit 0, requeued, resumed, all 40 losses identical"
+    pass "preempted at step $stopped (signal sent at $at): exit 0, requeued, resumed, all 80 losses identical"
   else
     fail "preempt at $at: first [$first] stopped at [$stopped] second [$second]; losses equal: $([[ $got == "$reference" ]] && echo yes || echo no); $(tail -4 "$out.out")"
   fi
 done
+
+# The same under mpirun (train_mpirun.sh): SIGTERM to mpirun, which forwards it to the ranks.
+# (A long run: a signal that reaches mpirun as the ranks finish leaves it waiting out its grace.)
+out=$WORK/mpi_pre
+ZT_RANKS=2 ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=100000 ZT_ARGS="$base_args --max_steps 100000" \
+  timeout 300 "$ZT_SOURCE_DIR/jobs/train_mpirun.sh" >/dev/null 2>"$out.log" &
+runner=$!
+if wait_step "$out/metrics.jsonl" 9 120; then
+  pkill -TERM -f "^mpirun .*$out" || true
+  wait $runner
+  first=$?
+  stopped=$(grep -o '"event":"preempted","step":[0-9]*' "$out/metrics.jsonl" | grep -o '[0-9]*$')
+  ZT_RANKS=2 ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=100000 ZT_ARGS="$base_args --max_steps $((${stopped:-0} + 3))" \
+    timeout 300 "$ZT_SOURCE_DIR/jobs/train_mpirun.sh" >/dev/null 2>"$out.2.log"
+  second=$?
+  if [[ $first -eq 0 && -n $stopped && $second -eq 0 ]] && grep -q 'stopped by a signal after saving' "$out.log" &&
+     grep -q "resuming from .*global_step$stopped" "$out.2.log"; then
+    pass "train_mpirun.sh: SIGTERM to mpirun -> checkpoint at step $stopped, exit 0; run again -> resumes from it"
+  else
+    fail "train_mpirun.sh preemption: exits $first/$second, stopped at [$stopped]; $(tail -3 "$out.log" "$out.2.log")"
+  fi
+else
+  fail "train_mpirun.sh preemption: never reached step 9"
+  pkill -KILL -f "^mpirun .*$out"
+  wait $runner
+fi
 
 # ---- a lost rank: SIGKILL at a random step ----
 for seed in 1 2 3; do
@@ -132,12 +158,12 @@ for seed in 1 2 3; do
   at=$((3 + (seed * 7) % 11))
   id=$(ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=2 ZT_ARGS="$base_args --max_steps 100000" \
        timeout 60 sbatch --parsable -n 2 -o "$out.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch")
-  if ! wait_step "$out/metrics.jsonl" "$at" 120; then fail "kill seed $seed: never reached step $at"; scancel "$id"; continue; fi
+  if ! wait_step "$out/metrics.jsonl" "$at" 120; then fail "kill seed $seed: never reached step $at"; timeout 30 scancel "$id"; continue; fi
   pid=""
   for p in $(pgrep -f "src/zerotrain .*$out"); do
     if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_PROCID=$victim"; then pid=$p; fi
   done
-  if [[ -z $pid ]]; then fail "kill seed $seed: rank $victim not found"; scancel "$id"; continue; fi
+  if [[ -z $pid ]]; then fail "kill seed $seed: rank $victim not found"; timeout 30 scancel "$id"; continue; fi
   start=$SECONDS
   kill -KILL "$pid"
   verdict=$(wait_job "$id" 90)
