@@ -6,7 +6,8 @@
 #
 # A run stopped with SIGTERM (Ctrl-C sends SIGINT: use `kill -TERM`) saves a checkpoint after its
 # current step and exits 0; run the script again to continue from OUTPUT/latest. mpirun is given
-# ZT_GRACE seconds between forwarding SIGTERM and killing the ranks, for that save.
+# ZT_GRACE seconds between forwarding SIGTERM and killing the ranks, for that save (Open MPI 4.1's
+# mpirun then waits out the whole grace before it exits, even when the ranks are done sooner).
 #
 # Settings (environment):
 #   ZT_HOME        the zerotrain checkout                  (default: this script's repository)

@@ -80,13 +80,8 @@ ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator&
   }
   if (stage_ == 3) {
     if (params_on_nvme) {
-      size_t largest_slice = 0;  // the most of one unit this rank owns
-      for (int u = 0; u < layout.num_units(); ++u) {
-        const size_t lo = std::max(layout.unit_offset(u), partition_.begin(rank_));
-        const size_t hi = std::min(layout.unit_offset(u) + layout.unit_size(u), partition_.end(rank_));
-        if (hi > lo) largest_slice = std::max(largest_slice, hi - lo);
-      }
-      auto swapper = std::make_unique<ParamSwapper>(backend, off_param, config.aio, part, dtype_, largest_slice, rank_);
+      auto swapper = std::make_unique<ParamSwapper>(backend, off_param, config.aio, part, dtype_,
+                                                    largest_owned_slice(layout, partition_, rank_), rank_);
       param_swapper_ = swapper.get();
       param_store_ = std::move(swapper);
     } else {

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/gpt2_layout.h"
 #include "offload/swap_file.h"
+#include "zero/param_gatherer.h"
 #include "zero/partition.h"
 
 namespace zt {
@@ -192,14 +193,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   }
   add(opt_pool, est.offload_buffers);
   if (param_file) {  // ParamSwapper's read buffers, sized for the largest slice a rank reads
-    size_t largest_slice = 0;
-    for (int r = 0; r < run.world_size; ++r) {
-      for (int u = 0; u < layout.num_units(); ++u) {
-        const size_t lo = std::max(layout.unit_offset(u), part.begin(r));
-        const size_t hi = std::min(layout.unit_offset(u) + layout.unit_size(u), part.end(r));
-        if (hi > lo) largest_slice = std::max(largest_slice, hi - lo);
-      }
-    }
+    size_t largest_slice = 0;  // the worst rank's
+    for (int r = 0; r < run.world_size; ++r) largest_slice = std::max(largest_slice, largest_owned_slice(layout, part, r));
     const size_t bytes = size_t(off_param.buffer_count) * (align_up(largest_slice * e) + 3 * kDirectAlignment);
     est.offload_buffers += bytes;
     add(est.offloaded_param_pool, bytes);

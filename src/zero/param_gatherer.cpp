@@ -6,6 +6,16 @@
 
 namespace zt {
 
+size_t largest_owned_slice(const Gpt2Layout& layout, const PartitionMap& partition, int rank) {
+  size_t largest = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const size_t lo = std::max(layout.unit_offset(u), partition.begin(rank));
+    const size_t hi = std::min(layout.unit_offset(u) + layout.unit_size(u), partition.end(rank));
+    if (hi > lo) largest = std::max(largest, hi - lo);
+  }
+  return largest;
+}
+
 ParamGatherer::ParamGatherer(const Gpt2Layout& layout, Backend& backend, Communicator& comm,
                              const PartitionMap& partition, DType dtype, ParamStore& store,
                              const ZeroConfig& config)

@@ -24,6 +24,10 @@
 
 namespace zt {
 
+/// The most elements of one unit that `rank` owns: the largest slice it contributes to a gather
+/// (what a parameter store must be able to hand out at once).
+size_t largest_owned_slice(const Gpt2Layout& layout, const PartitionMap& partition, int rank);
+
 class ParamGatherer {
  public:
   /// `store` holds this rank's parameter partition in `dtype`; it must outlive the gatherer.

@@ -126,9 +126,10 @@ for at in 4 17; do
 done
 
 # The same under mpirun (train_mpirun.sh): SIGTERM to mpirun, which forwards it to the ranks.
-# (A long run: a signal that reaches mpirun as the ranks finish leaves it waiting out its grace.)
+# (A long run: a signal that reaches mpirun as the ranks finish leaves it waiting out its grace.
+# mpirun waits the whole grace (odls_base_sigkill_timeout) before it exits, so keep it short.)
 out=$WORK/mpi_pre
-ZT_RANKS=2 ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=100000 ZT_ARGS="$base_args --max_steps 100000" \
+ZT_GRACE=15 ZT_RANKS=2 ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=100000 ZT_ARGS="$base_args --max_steps 100000" \
   timeout 300 "$ZT_SOURCE_DIR/jobs/train_mpirun.sh" >/dev/null 2>"$out.log" &
 runner=$!
 if wait_step "$out/metrics.jsonl" 9 120; then
