@@ -19,6 +19,7 @@
 #include "config/json_pretty.h"
 #include "config/json_reader.h"
 #include "config/model_config.h"
+#include "config/tool_options.h"
 #include "config/sizes.h"
 #include "core/error.h"
 #include "core/tool_main.h"
@@ -115,16 +116,7 @@ int run(int argc, char** argv) {
     ("nvme_path", po::value(&nvme_path), "recommender: nvme_path for the NVMe rungs (default /local_nvme)")
     ("json", po::bool_switch(&as_json), "print one JSON object instead of text");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, opts), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw UsageError(e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!parse_tool_command_line(argc, argv, opts, vm)) return 0;
   ZT_USAGE_CHECK(gpus_per_node >= 1, "--num_gpus_per_node must be >= 1, got ", gpus_per_node);
   ZT_USAGE_CHECK(num_nodes >= 1, "--num_nodes must be >= 1, got ", num_nodes);
   ZT_USAGE_CHECK(factor > 0, "--additional_buffer_factor must be positive, got ", factor);

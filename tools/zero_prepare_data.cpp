@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/json_reader.h"
+#include "config/tool_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/tool_main.h"
@@ -42,21 +43,10 @@ int run(int argc, char** argv) {
     ("overwrite", po::bool_switch(&overwrite), "replace existing shards in output_dir");
   po::options_description hidden;
   hidden.add_options()("input", po::value(&inputs));
-  po::options_description all;
-  all.add(opts).add(hidden);
   po::positional_options_description positional;
   positional.add("input", -1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw zt::UsageError(e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!zt::parse_tool_command_line(argc, argv, opts, vm, hidden, positional)) return 0;
   ZT_USAGE_CHECK(!inputs.empty(), "no INPUT text file given");
   ZT_USAGE_CHECK(!output_dir.empty(), "--output_dir is required");
   ZT_USAGE_CHECK(val_fraction >= 0 && val_fraction < 1, "--val_fraction must be in [0, 1), got ", val_fraction);

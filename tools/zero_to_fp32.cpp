@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export_hf.h"
 #include "config/model_config.h"
+#include "config/tool_options.h"
 #include "config/sizes.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -40,21 +41,10 @@ int run(int argc, char** argv) {
     ("hdf5", po::bool_switch(&hdf5), "write model.h5 (a dataset per tensor, HF names) instead of safetensors");
   po::options_description hidden;
   hidden.add_options()("checkpoint", po::value(&checkpoint))("output", po::value(&output));
-  po::options_description all;
-  all.add(opts).add(hidden);
   po::positional_options_description positional;
   positional.add("checkpoint", 1).add("output", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw zt::UsageError(e.what());
-  }
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
+  if (!zt::parse_tool_command_line(argc, argv, opts, vm, hidden, positional)) return 0;
   ZT_USAGE_CHECK(!checkpoint.empty() && !output.empty(), "usage: zero_to_fp32 CHECKPOINT_DIR OUTPUT_DIR [options]");
   const zt::DType dtype = zt::parse_dtype(dtype_name_arg);
   const uint64_t shard_limit = zt::parse_size(max_shard, zt::SizeKind::kBytesSI, "--max_shard_size");

@@ -190,19 +190,21 @@ void H5File::set_attribute(const std::string& name, const std::string& value) {
   ZT_H5_CHECK(H5Awrite(attr.get(), type.get(), padded.data()), path_, ": attribute ", name);
 }
 
-int64_t H5File::int_attribute(const std::string& name) const {
+void H5File::read_scalar_attribute(const std::string& name, hid_t type, void* out) const {
   if (H5Aexists(file_.get(), name.c_str()) <= 0) throw UsageError(cat(path_, ": missing attribute '", name, "'"));
   H5Id attr(H5Aopen(file_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  ZT_H5_CHECK(H5Aread(attr.get(), type, out), path_, ": attribute ", name);
+}
+
+int64_t H5File::int_attribute(const std::string& name) const {
   int64_t value = 0;
-  ZT_H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_INT64, &value), path_, ": attribute ", name);
+  read_scalar_attribute(name, H5T_NATIVE_INT64, &value);
   return value;
 }
 
 double H5File::double_attribute(const std::string& name) const {
-  if (H5Aexists(file_.get(), name.c_str()) <= 0) throw UsageError(cat(path_, ": missing attribute '", name, "'"));
-  H5Id attr(H5Aopen(file_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
   double value = 0;
-  ZT_H5_CHECK(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value), path_, ": attribute ", name);
+  read_scalar_attribute(name, H5T_NATIVE_DOUBLE, &value);
   return value;
 }
 

@@ -75,6 +75,7 @@ class H5File {
  private:
   void write_raw(const std::string& name, const void* data, size_t count, hid_t type);
   H5Id create_dataset(const std::string& name, size_t count, hid_t type);
+  void read_scalar_attribute(const std::string& name, hid_t type, void* out) const;
   void read_raw(const std::string& name, size_t offset, size_t count, void* out, hid_t type) const;
   H5Id file_;
   std::string path_;
