@@ -8,7 +8,8 @@ packages=(
   build-essential cmake pkg-config
   libopenmpi-dev openmpi-bin
   libhdf5-dev zlib1g-dev
-  libboost-json1.81-dev libboost-program-options1.81-dev
+  libboost1.81-dev libboost-json1.81-dev libboost-program-options1.81-dev
+  libprotobuf-dev protobuf-compiler
   libopenblas-openmp-dev libopenblas0-openmp
   liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -7,6 +7,9 @@ find_package(ZLIB REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
 find_package(Threads REQUIRED)
+# Protocol Buffers (libprotobuf and protoc) for the TensorBoard event files; Boost.CRC (header
+# only, in libboost1.81-dev) for their CRC-32C.
+find_package(Protobuf REQUIRED)
 
 # OpenBLAS, the OpenMP build. Debian installs pthread, OpenMP and serial builds side by side and
 # picks one through alternatives; two threading layers on the same cores spin against each other

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -97,7 +98,7 @@ uint32_t file_crc32(const std::string& path) {
 
 SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
                                 const DsConfig& ds, Communicator& comm, const TrainingPosition& position,
-                                const NodePlacement& placement) {
+                                const NodePlacement& placement, int64_t keep_last) {
   const int rank = comm.rank(), world = comm.size();
   const std::string tag = cat("global_step", position.step);
   const std::string dir = (fs::path(output_dir) / tag).string();
@@ -208,7 +209,7 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
   files[size_t(3 * rank + 2)] = double(placement.node);
   comm.all_reduce_doubles(files, false);
   crash_point();  // every rank durable, nothing published
-  SavedCheckpoint saved{dir, 0};
+  SavedCheckpoint saved{dir, 0, {}};
   for (int r = 0; r < world; ++r) saved.bytes += uint64_t(files[size_t(3 * r)]);
   // model_states.h5 lives on rank 0's node; every manifest writer needs its size and checksum.
   std::vector<double> model_file{0.0, 0.0};
@@ -267,7 +268,36 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
   comm.barrier()->wait();
   if (node_writer) write_text_atomically((fs::path(output_dir) / "latest").string(), tag);
   comm.barrier()->wait();
+  if (node_writer && keep_last > 0) saved.removed = rotate_checkpoints(output_dir, position.step, keep_last);
   return saved;
+}
+
+std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64_t keep_step, int64_t limit) {
+  std::vector<std::pair<int64_t, fs::path>> complete;  // other than keep_step, newest first
+  std::vector<fs::path> doomed;
+  for (const auto& entry : fs::directory_iterator(output_dir)) {
+    const std::string name = entry.path().filename().string();
+    char* end = nullptr;
+    if (!entry.is_directory() || name.rfind("global_step", 0) != 0) continue;
+    const long long step = std::strtoll(name.c_str() + 11, &end, 10);
+    if (end == name.c_str() + 11 || *end != '\0' || step == keep_step) continue;
+    if (fs::exists(entry.path() / "manifest.json")) {
+      complete.emplace_back(step, entry.path());
+    } else if (step < keep_step) {
+      doomed.push_back(entry.path());  // an interrupted save: no reader would take it
+    }
+  }
+  std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = size_t(std::max<int64_t>(limit - 1, 0)); i < complete.size(); ++i) doomed.push_back(complete[i].second);
+  std::vector<std::string> removed;
+  for (const fs::path& dir : doomed) {
+    std::error_code ec;
+    fs::remove(dir / "manifest.json", ec);
+    if (!ec) fs::remove_all(dir, ec);
+    if (ec) throw Error(cat(dir.string(), ": cannot remove (--save_total_limit): ", ec.message()));
+    removed.push_back(dir.string());
+  }
+  return removed;
 }
 
 std::string agree_on_latest(const std::string& output_dir, Communicator& comm) {

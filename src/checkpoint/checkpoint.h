@@ -48,12 +48,21 @@ struct NodePlacement {
 struct SavedCheckpoint {
   std::string path;
   uint64_t bytes = 0;
+  std::vector<std::string> removed;  ///< older checkpoints rotated out (this file system's)
 };
 
-/// Writes OUTPUT/global_step<N>/ and moves OUTPUT/latest to it. Collective over `comm`.
+/// Writes OUTPUT/global_step<N>/ and moves OUTPUT/latest to it. With `keep_last` > 0 (HF's
+/// --save_total_limit), then rotate_checkpoints() on every file system written. Collective.
 SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
                                 const DsConfig& ds, Communicator& comm, const TrainingPosition& position,
-                                const NodePlacement& placement = {});
+                                const NodePlacement& placement = {}, int64_t keep_last = 0);
+
+/// Once `latest` names global_step<keep_step>: removes every complete checkpoint under
+/// output_dir but the `limit` newest (global_step<keep_step> always stays), and the directories
+/// of saves interrupted before it. A checkpoint loses its manifest first, so a crash in the
+/// middle of a removal leaves a directory that no reader takes for complete. Returns what it
+/// removed.
+std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64_t keep_step, int64_t limit);
 
 /// With node-local storage the nodes may disagree on `latest` after a crash between their
 /// updates: every rank reads its node's, and all take the oldest tag (every node still holds it

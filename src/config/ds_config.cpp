@@ -6,6 +6,7 @@
 #include "config/json_reader.h"
 #include "config/json_section.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace zt {
 
@@ -51,6 +52,18 @@ void read_bucket(JsonSection& s, std::string_view key, int64_t& out, int64_t aut
   s.read(key, out, 1);
 }
 
+// Adam switches of DeepSpeed's FusedAdam / DeepSpeedCPUAdam / torch.optim that select nothing
+// here. The torch.optim-only ones are refused: DeepSpeed passes them only with torch_adam.
+void neutral_adam_params(JsonSection& p) {
+  p.neutral("amsgrad", {false}, "zerotrain's Adam has no AMSGrad variant, DeepSpeed's default");
+  p.neutral("torch_adam", {false}, "zerotrain steps with its own fused Adam, DeepSpeed's default");
+  p.neutral("fp32_optimizer_states", {true}, "Adam moments are always fp32, DeepSpeed's default");
+  p.neutral("set_grad_none", {true, false}, "it only chooses how FusedAdam clears gradients; the math is the same");
+  p.neutral("max_grad_norm", {}, "DeepSpeed refuses it too; use gradient_clipping");
+  p.not_implemented({"fused", "foreach", "capturable", "maximize", "differentiable"},
+                    "torch.optim switches, which DeepSpeed passes only with torch_adam: true");
+}
+
 OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   OptimizerConfig o;
   // Without an optimizer section the trainer still needs one: AdamW from the HF flags, which is
@@ -73,12 +86,12 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   } else {
     static const char* kDeepSpeedOptimizers[] = {"lamb", "onebitadam", "zerooneadam", "onebitlamb",
                                                  "adagrad", "sgd", "lion", "muadam", "muadamw",
-                                                 "musgd", "cpu_adam", "fusedadam"};
+                                                 "musgd", "muon", "cpu_adam", "fusedadam"};
     for (const char* known : kDeepSpeedOptimizers) {
       if (lower == known) s.fail("type", cat("optimizer '", type, "' is not implemented by zerotrain (Adam and AdamW are)"));
     }
-    s.fail("type", cat("unknown optimizer '", type, "'; the closest known is '",
-                       closest_key(type, {"Adam", "AdamW"}), "'"));
+    s.fail("type", cat("unknown optimizer '", type, "'; did you mean '",
+                       closest_key(type, {"Adam", "AdamW"}), "'?"));
   }
 
   JsonSection p = s.child("params");
@@ -105,111 +118,129 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   read_auto(p, "weight_decay", o.weight_decay, autos.weight_decay, "--weight_decay", 0.0);
   p.read("adam_w_mode", o.adam_w_mode);
   p.read("bias_correction", o.bias_correction);
-  bool flag = false;
-  if (p.read("amsgrad", flag) && flag) p.fail("amsgrad", "AMSGrad is not implemented by zerotrain");
-  if (p.read("torch_adam", flag) && flag) {
-    p.fail("torch_adam", "zerotrain has its own fused Adam; torch_adam: true is not implemented");
-  }
-  p.not_implemented({"fused", "foreach", "capturable", "maximize", "set_grad_none", "fp32_optimizer_states"},
-                    "PyTorch optimizer switches have no meaning here");
+  neutral_adam_params(p);
   p.finish();
+  s.neutral("legacy_fusion", {false}, "zerotrain has one fused Adam kernel, DeepSpeed's default");
   s.finish();
   // Only "AdamW" forces decoupled decay; "Adam" follows adam_w_mode (default true), as DeepSpeed.
   if (o.type == OptimizerConfig::Type::kAdamW) o.adam_w_mode = true;
   return o;
 }
 
-SchedulerConfig parse_scheduler(JsonSection s, const AutoValues& autos) {
+// HF Trainer's own scheduler (transformers.get_scheduler), used when the config has none.
+SchedulerConfig trainer_scheduler(const AutoValues& autos) {
   SchedulerConfig c;
-  if (!s.present()) {
-    // No DeepSpeed scheduler: HF Trainer's own, from --lr_scheduler_type.
-    static const std::vector<std::string> kNames = {"linear", "cosine", "constant", "constant_with_warmup"};
-    const std::string& name = autos.lr_scheduler_type.value;
-    auto it = std::find(kNames.begin(), kNames.end(), name);
-    if (it == kNames.end()) {
-      throw UsageError(cat("--lr_scheduler_type: '", name, "' is not implemented; the closest known is '",
-                           closest_key(name, kNames), "'"));
-    }
-    c.trainer_type = SchedulerConfig::TrainerType(it - kNames.begin());
-    c.warmup_num_steps = autos.warmup_steps.value;
-    c.total_num_steps = autos.max_steps.value;
-    return c;
+  static const std::vector<std::string> kNames = {"linear", "cosine", "constant", "constant_with_warmup"};
+  const std::string& name = autos.lr_scheduler_type.value;
+  auto it = std::find(kNames.begin(), kNames.end(), name);
+  if (it == kNames.end()) {
+    throw UsageError(cat("--lr_scheduler_type: '", name, "' is not implemented; did you mean '",
+                         closest_key(name, kNames), "'?"));
   }
+  c.trainer_type = SchedulerConfig::TrainerType(it - kNames.begin());
+  c.warmup_num_steps = autos.warmup_steps.value;
+  c.total_num_steps = autos.max_steps.value;
+  return c;
+}
+
+void read_warmup_type(JsonSection& p, SchedulerConfig& c) {
+  std::string warmup_type = "log";
+  p.read("warmup_type", warmup_type);
+  if (warmup_type != "log" && warmup_type != "linear") {
+    p.fail("warmup_type", cat("must be \"log\" or \"linear\", got \"", warmup_type, "\""));
+  }
+  c.warmup_type_log = warmup_type == "log";
+}
+
+// DeepSpeed's schedulers raise ValueError for warmup_num_steps <= 0, so an explicit 0 is refused.
+// "auto" passes --warmup_steps through, and its default 0 runs as DeepSpeed's warmup_num_steps 1
+// would: the schedules clamp warmup to max(2, n) either way.
+void read_warmup_steps(JsonSection& p, SchedulerConfig& c, const AutoValues& autos) {
+  read_auto(p, "warmup_num_steps", c.warmup_num_steps, autos.warmup_steps, "--warmup_steps", int64_t(1));
+}
+
+void read_total_steps(JsonSection& p, SchedulerConfig& c, const AutoValues& autos, const char* type) {
+  read_auto(p, "total_num_steps", c.total_num_steps, autos.max_steps, "--max_steps", int64_t(1));
+  if (!p.has("total_num_steps")) p.fail("total_num_steps", cat(type, " needs total_num_steps"));
+}
+
+void parse_warmup_lr(JsonSection& p, SchedulerConfig& c, const AutoValues& autos) {
+  AutoValue<double> zero{0.0};
+  read_auto(p, "warmup_min_lr", c.warmup_min_lr, zero, "(auto: 0)", 0.0);
+  double max_lr = autos.learning_rate.value;
+  if (p.is_auto("warmup_max_lr")) {
+    p.mark_read("warmup_max_lr");
+    c.warmup_max_lr = autos.learning_rate.value;
+  } else if (p.read("warmup_max_lr", max_lr, 0.0)) {
+    c.warmup_max_lr = max_lr;
+  } else if (c.type == SchedulerConfig::Type::kWarmupDecayLR) {
+    c.warmup_max_lr = 0.001;  // WarmupDecayLR's own default; only WarmupLR falls back to the optimizer's lr
+  }
+  read_warmup_steps(p, c, autos);
+  read_warmup_type(p, c);
+  if (c.type == SchedulerConfig::Type::kWarmupDecayLR) read_total_steps(p, c, autos, "WarmupDecayLR");
+}
+
+void parse_warmup_cosine_lr(JsonSection& p, SchedulerConfig& c, const AutoValues& autos) {
+  read_total_steps(p, c, autos, "WarmupCosineLR");
+  read_warmup_steps(p, c, autos);
+  p.read("warmup_min_ratio", c.warmup_min_ratio, 0.0, 1.0);
+  p.read("cos_min_ratio", c.cos_min_ratio, 0.0, 1.0);
+  read_warmup_type(p, c);
+}
+
+void parse_one_cycle(JsonSection& p, SchedulerConfig& c) {
+  if (!p.read("cycle_min_lr", c.cycle_min_lr, 0.0)) p.fail("cycle_min_lr", "OneCycle needs cycle_min_lr");
+  if (!p.read("cycle_max_lr", c.cycle_max_lr, 0.0)) p.fail("cycle_max_lr", "OneCycle needs cycle_max_lr");
+  p.read("decay_lr_rate", c.decay_lr_rate, 0.0);
+  p.read("cycle_first_step_size", c.cycle_first_step_size, 1);
+  int64_t v = 0;
+  // DeepSpeed allows an empty second half (the cycle then only rises).
+  if (p.read("cycle_second_step_size", v, 0)) c.cycle_second_step_size = v;
+  p.read("cycle_first_stair_count", c.cycle_first_stair_count, 0);
+  if (p.read("cycle_second_stair_count", v, 0)) c.cycle_second_stair_count = v;
+  p.read("decay_step_size", c.decay_step_size, 0);
+  p.read("cycle_momentum", c.cycle_momentum);
+  p.read("cycle_min_mom", c.cycle_min_mom, 0.0, 1.0);
+  p.read("cycle_max_mom", c.cycle_max_mom, 0.0, 1.0);
+  p.read("decay_mom_rate", c.decay_mom_rate, 0.0);
+}
+
+void parse_lr_range_test(JsonSection& p, SchedulerConfig& c) {
+  p.read("lr_range_test_min_lr", c.lr_range_test_min_lr, 0.0);
+  p.read("lr_range_test_step_size", c.lr_range_test_step_size, 1);
+  p.read("lr_range_test_step_rate", c.lr_range_test_step_rate, 0.0);
+  p.read("lr_range_test_staircase", c.lr_range_test_staircase);
+}
+
+SchedulerConfig parse_scheduler(JsonSection s, const AutoValues& autos) {
+  if (!s.present()) return trainer_scheduler(autos);
   if (autos.lr_scheduler_type.explicit_flag) {
     s.fail("type", "the config has a scheduler, so --lr_scheduler_type would be ignored; drop one of them");
   }
+  SchedulerConfig c;
   std::string type;
   if (!s.read("type", type)) s.fail("type", "the scheduler needs a type");
   static const std::vector<std::string> kTypes = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
                                                   "OneCycle", "LRRangeTest"};
   auto it = std::find(kTypes.begin(), kTypes.end(), type);
   if (it == kTypes.end()) {
-    s.fail("type", cat("unknown scheduler '", type, "'; the closest known is '", closest_key(type, kTypes), "'"));
+    s.fail("type", cat("unknown scheduler '", type, "'; did you mean '", closest_key(type, kTypes), "'?"));
   }
   c.type = SchedulerConfig::Type(1 + (it - kTypes.begin()));
   JsonSection p = s.child("params");
   using T = SchedulerConfig::Type;
-  auto read_warmup_type = [&] {
-    std::string warmup_type = "log";
-    p.read("warmup_type", warmup_type);
-    if (warmup_type != "log" && warmup_type != "linear") {
-      p.fail("warmup_type", cat("must be \"log\" or \"linear\", got \"", warmup_type, "\""));
-    }
-    c.warmup_type_log = warmup_type == "log";
-  };
-  AutoValue<int64_t> max_steps = autos.max_steps;
   switch (c.type) {
     case T::kWarmupLR:
-    case T::kWarmupDecayLR: {
-      AutoValue<double> zero{0.0};
-      read_auto(p, "warmup_min_lr", c.warmup_min_lr, zero, "(auto: 0)", 0.0);
-      double max_lr = autos.learning_rate.value;
-      if (p.is_auto("warmup_max_lr")) {
-        p.mark_read("warmup_max_lr");
-        c.warmup_max_lr = autos.learning_rate.value;
-      } else if (p.read("warmup_max_lr", max_lr, 0.0)) {
-        c.warmup_max_lr = max_lr;
-      }
-      read_auto(p, "warmup_num_steps", c.warmup_num_steps, autos.warmup_steps, "--warmup_steps", int64_t(0));
-      read_warmup_type();
-      if (c.type == T::kWarmupDecayLR) {
-        read_auto(p, "total_num_steps", c.total_num_steps, max_steps, "--max_steps", int64_t(1));
-        if (!p.has("total_num_steps")) p.fail("total_num_steps", "WarmupDecayLR needs total_num_steps");
-      }
-      break;
-    }
-    case T::kWarmupCosineLR:
-      read_auto(p, "total_num_steps", c.total_num_steps, max_steps, "--max_steps", int64_t(1));
-      if (!p.has("total_num_steps")) p.fail("total_num_steps", "WarmupCosineLR needs total_num_steps");
-      read_auto(p, "warmup_num_steps", c.warmup_num_steps, autos.warmup_steps, "--warmup_steps", int64_t(0));
-      p.read("warmup_min_ratio", c.warmup_min_ratio, 0.0, 1.0);
-      p.read("cos_min_ratio", c.cos_min_ratio, 0.0, 1.0);
-      read_warmup_type();
-      break;
-    case T::kOneCycle: {
-      if (!p.read("cycle_min_lr", c.cycle_min_lr, 0.0)) p.fail("cycle_min_lr", "OneCycle needs cycle_min_lr");
-      if (!p.read("cycle_max_lr", c.cycle_max_lr, 0.0)) p.fail("cycle_max_lr", "OneCycle needs cycle_max_lr");
-      p.read("decay_lr_rate", c.decay_lr_rate, 0.0);
-      p.read("cycle_first_step_size", c.cycle_first_step_size, 1);
-      int64_t v = 0;
-      if (p.read("cycle_second_step_size", v, 1)) c.cycle_second_step_size = v;
-      p.read("cycle_first_stair_count", c.cycle_first_stair_count, 0);
-      if (p.read("cycle_second_stair_count", v, 0)) c.cycle_second_stair_count = v;
-      p.read("decay_step_size", c.decay_step_size, 0);
-      p.read("cycle_momentum", c.cycle_momentum);
-      p.read("cycle_min_mom", c.cycle_min_mom, 0.0, 1.0);
-      p.read("cycle_max_mom", c.cycle_max_mom, 0.0, 1.0);
-      p.read("decay_mom_rate", c.decay_mom_rate, 0.0);
-      break;
-    }
-    case T::kLRRangeTest:
-      p.read("lr_range_test_min_lr", c.lr_range_test_min_lr, 0.0);
-      p.read("lr_range_test_step_size", c.lr_range_test_step_size, 1);
-      p.read("lr_range_test_step_rate", c.lr_range_test_step_rate, 0.0);
-      p.read("lr_range_test_staircase", c.lr_range_test_staircase);
-      break;
+    case T::kWarmupDecayLR: parse_warmup_lr(p, c, autos); break;
+    case T::kWarmupCosineLR: parse_warmup_cosine_lr(p, c, autos); break;
+    case T::kOneCycle: parse_one_cycle(p, c); break;
+    case T::kLRRangeTest: parse_lr_range_test(p, c); break;
     case T::kTrainer: break;
   }
+  // Every DeepSpeed schedule takes it; another value resumes a schedule mid-way, which zerotrain
+  // does from its checkpoints instead.
+  p.neutral("last_batch_iteration", {-1}, "the schedule starts at step 0, or where --resume_from_checkpoint left it");
   p.finish();
   s.finish();
   return c;
@@ -225,11 +256,26 @@ Fp16Config parse_fp16(JsonSection s, const AutoValues& autos) {
   s.read("hysteresis", c.hysteresis, 1);
   s.read("consecutive_hysteresis", c.consecutive_hysteresis);
   s.read("min_loss_scale", c.min_loss_scale, 0.0);
-  bool flag = false;
-  if (s.read("auto_cast", flag) && flag) s.fail("auto_cast", "auto_cast: true is not implemented by zerotrain");
-  s.not_implemented({"fp16_master_weights_and_grads"}, "master weights are always fp32");
+  s.neutral("auto_cast", {false}, "the model runs in fp16 as a whole, without autocasting inputs, DeepSpeed's default");
+  s.neutral("fp16_master_weights_and_grads", {false}, "master weights are always fp32, DeepSpeed's default");
   s.finish();
   return c;
+}
+
+// "bf16", or DeepSpeed's older name "bfloat16".
+void parse_bf16(JsonSection& top, const AutoValues& autos, DsConfig& c) {
+  if (top.has("bf16") && top.has("bfloat16")) top.fail("bfloat16", "is the old name of bf16; give one of them");
+  top.mark_read("bf16");
+  top.mark_read("bfloat16");
+  JsonSection b = top.child(top.has("bfloat16") ? "bfloat16" : "bf16");
+  c.bf16 = autos.bf16.value;
+  read_auto_bool(b, "enabled", c.bf16, autos.bf16, "--bf16");
+  b.neutral("immediate_grad_update", {false, true},
+            "it only moves when BF16_Optimizer adds each micro-step's gradient; the sum is the same");
+  b.read("check_grad_overflow", c.bf16_check_grad_overflow);
+  b.neutral("bf16_master_weights_and_grads", {false}, "master weights and gradients for the step are fp32");
+  b.neutral("bf16_optimizer_states", {false}, "Adam moments are always fp32, DeepSpeed's default");
+  b.finish();
 }
 
 OffloadConfig parse_offload(JsonSection s, bool params) {
@@ -256,6 +302,9 @@ OffloadConfig parse_offload(JsonSection s, bool params) {
     s.read("pipeline_read", pipeline);
     s.read("pipeline_write", pipeline);
     s.read("fast_init", pipeline);
+    s.neutral("super_offload", {false},
+              "the CPU steps the offloaded state with zerotrain's CPU Adam, DeepSpeed's default");
+    s.inert("cpuadam_cores_perc", "DeepSpeed reads it only with super_offload; the CPU Adam uses the OpenMP threads");
   }
   if (o.device == OffloadConfig::Device::kNvme && o.nvme_path.empty()) {
     s.fail("nvme_path", "device \"nvme\" needs nvme_path (a directory on the NVMe drive)");
@@ -284,32 +333,42 @@ AioConfig parse_aio(JsonSection s) {
   }
   s.read("single_submit", a.single_submit);
   s.read("overlap_events", a.overlap_events);
-  bool flag = false;
-  if (s.read("use_gds", flag) && flag) s.fail("use_gds", "GPUDirect Storage is not implemented by zerotrain");
+  s.neutral("use_gds", {false}, "NVMe swaps go through host memory with io_uring, DeepSpeed's default");
   s.finish();
   return a;
 }
 
-ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
-  ZeroConfig z;
-  s.read("stage", z.stage, 0, 3);
-  s.read("contiguous_gradients", z.contiguous_gradients);
-  s.read("overlap_comm", z.overlap_comm);
-  s.read("reduce_scatter", z.reduce_scatter);
-  s.read("allgather_partitions", z.allgather_partitions);
-  int64_t hidden_sq = autos.hidden_size * autos.hidden_size;
-  read_bucket(s, "reduce_bucket_size", z.reduce_bucket_size, hidden_sq);
-  read_bucket(s, "allgather_bucket_size", z.allgather_bucket_size, hidden_sq);
-  // Stage 3 limits; "auto" as HF Trainer fills them: 0.9 h^2 for prefetch, 10 h for persistence.
-  s.read("stage3_max_live_parameters", z.stage3_max_live_parameters, 1);
-  s.read("stage3_max_reuse_distance", z.stage3_max_reuse_distance, 0);
-  read_bucket(s, "stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, int64_t(0.9 * double(hidden_sq)));
-  if (s.is_auto("stage3_param_persistence_threshold")) {
-    s.mark_read("stage3_param_persistence_threshold");
+// DeepSpeed's ZeRO config takes each stage3_* key under its pydantic field name too
+// ("prefetch_bucket_size"). Returns the name present (or `name`); both at once is an error.
+const char* pick_name(JsonSection& s, const char* name, const char* field_name) {
+  if (s.has(name) && s.has(field_name)) s.fail(field_name, cat("is another name of ", name, "; give one of them"));
+  s.mark_read(name);
+  s.mark_read(field_name);
+  return s.has(field_name) ? field_name : name;
+}
+
+void read_stage3_limits(JsonSection& s, ZeroConfig& z, const AutoValues& autos) {
+  const int64_t hidden_sq = autos.hidden_size * autos.hidden_size;
+  s.read(pick_name(s, "stage3_max_live_parameters", "max_live_parameters"), z.stage3_max_live_parameters, 1);
+  s.read(pick_name(s, "stage3_max_reuse_distance", "max_reuse_distance"), z.stage3_max_reuse_distance, 0);
+  // "auto" as HF Trainer fills them: 0.9 h^2 for prefetch, 10 h for persistence.
+  read_bucket(s, pick_name(s, "stage3_prefetch_bucket_size", "prefetch_bucket_size"), z.stage3_prefetch_bucket_size,
+              int64_t(0.9 * double(hidden_sq)));
+  const char* persistence = pick_name(s, "stage3_param_persistence_threshold", "param_persistence_threshold");
+  if (s.is_auto(persistence)) {
     z.stage3_param_persistence_threshold = 10 * autos.hidden_size;
   } else {
-    s.read("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, 0);
+    s.read(persistence, z.stage3_param_persistence_threshold, 0);
   }
+  s.read(pick_name(s, "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save"),
+         z.stage3_gather_16bit_weights_on_model_save);
+  bool legacy_name = false;  // DeepSpeed's older spelling of the same switch
+  if (s.read("stage3_gather_fp16_weights_on_model_save", legacy_name)) {
+    z.stage3_gather_16bit_weights_on_model_save = z.stage3_gather_16bit_weights_on_model_save || legacy_name;
+  }
+}
+
+void read_offload(JsonSection& s, ZeroConfig& z) {
   z.offload_optimizer = parse_offload(s.child("offload_optimizer"), false);
   z.offload_param = parse_offload(s.child("offload_param"), true);
   s.read("sub_group_size", z.sub_group_size, 1);
@@ -319,23 +378,87 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   if (z.offload_param.enabled() && z.stage != 3) {
     s.fail("offload_param", cat("needs ZeRO stage 3 (stage ", z.stage, " keeps every parameter on each rank)"));
   }
-  s.read("stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save);
-  bool legacy_name = false;  // DeepSpeed's older spelling of the same switch
-  if (s.read("stage3_gather_fp16_weights_on_model_save", legacy_name)) {
-    z.stage3_gather_16bit_weights_on_model_save = z.stage3_gather_16bit_weights_on_model_save || legacy_name;
-  }
-  s.not_implemented({"elastic_checkpoint", "load_from_fp32_weights"},
-                    "zerotrain checkpoints always load from the fp32 master weights at any world size; drop the key");
-  s.not_implemented({"stage3_model_persistence_threshold", "round_robin_gradients"},
-                    "no equivalent in zerotrain's flat-buffer engine");
-  s.not_implemented({"cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory"},
-                    "deprecated in DeepSpeed; use offload_optimizer / offload_param");
-  s.not_implemented({"zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
-                     "zero_quantized_gradients", "mics_shard_size", "mics_hierarchical_params_gather",
-                     "memory_efficient_linear", "pipeline_loading_checkpoint", "override_module_apply",
-                     "use_all_reduce_for_fetch_params", "ignore_unused_parameters", "legacy_stage1",
-                     "stage3_module_granularity_threshold", "log_trace_cache_warnings"},
-                    "ZeRO++/MiCS and module-hook options have no equivalent here");
+}
+
+// ZeRO++, MiCS, LoCo and ZenFlow: changes to what is communicated or stepped, none implemented.
+void neutral_zero_plus_plus(JsonSection& s) {
+  s.neutral("zero_hpz_partition_size", {1},
+            "no ZeRO++ hpZ: parameters are partitioned over all ranks, DeepSpeed's default");
+  s.neutral("zero_quantized_weights", {false},
+            "no ZeRO++ qwZ: parameters are gathered unquantized, DeepSpeed's default");
+  s.neutral("zero_quantized_nontrainable_weights", {false},
+            "every parameter is trained in its dtype, DeepSpeed's default");
+  s.neutral("zero_quantized_gradients", {false},
+            "no ZeRO++ qgZ: gradients are reduced unquantized, DeepSpeed's default");
+  s.neutral("zeropp_loco_param", {nullptr}, "LoCo applies to quantized gradients only, which zerotrain does not send");
+  s.neutral("mics_shard_size", {-1}, "no MiCS: parameters are partitioned over all ranks, DeepSpeed's default");
+  s.neutral("mics_hierarchical_params_gather", {false}, "there is no MiCS, DeepSpeed's default");
+  s.neutral("zenflow", {nullptr}, "no ZenFlow: the optimizer steps every gradient each step, DeepSpeed's default");
+}
+
+// ZeRO options of DeepSpeed's engine that zerotrain's flat-buffer engine has no counterpart for:
+// accepted at DeepSpeed's default, refused otherwise.
+void neutral_zero_keys(JsonSection& s) {
+  s.neutral("use_multi_rank_bucket_allreduce", {true},
+            "DeepSpeed's default; it only picks how DeepSpeed's stage 1/2 batches its reduce calls");
+  s.neutral("load_from_fp32_weights", {true},
+            "checkpoints always restore the fp32 master weights, DeepSpeed's default");
+  s.neutral("elastic_checkpoint", {false}, "checkpoints reshard to any world size without it, DeepSpeed's default");
+  s.neutral("cpu_offload", {false}, "deprecated; offload_optimizer: {\"device\": \"cpu\"} is the current key");
+  s.neutral("cpu_offload_param", {false}, "deprecated; offload_param: {\"device\": \"cpu\"} is the current key");
+  s.inert("cpu_offload_use_pin_memory",
+          "deprecated and ignored by DeepSpeed; pin_memory of the offload blocks is read");
+  s.neutral(pick_name(s, "stage3_model_persistence_threshold", "model_persistence_threshold"),
+            {int64_t(9223372036854775807)}, "sys.maxsize puts no cap on persistent parameters, DeepSpeed's default");
+  s.neutral(pick_name(s, "stage3_module_granularity_threshold", "module_granularity_threshold"), {0},
+            "stage 3 gathers per transformer block, DeepSpeed's default");
+  s.neutral(pick_name(s, "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"), {false},
+            "stage 3 gathers with all-gather, DeepSpeed's default");
+  s.neutral(pick_name(s, "stage3_allgather_sequential", "allgather_sequential"), {false},
+            "stage 3 gathers through buckets, DeepSpeed's default");
+  s.neutral("ignore_unused_parameters", {true, false}, "GPT-2 uses every parameter, so the check never fires");
+  s.neutral("legacy_stage1", {false}, "there is one stage-1 implementation, DeepSpeed's default");
+  s.neutral("round_robin_gradients", {false},
+            "gradient partitions go to the host as their buckets are reduced, DeepSpeed's default");
+  s.neutral("memory_efficient_linear", {true},
+      "DeepSpeed's default; a torch linear that suits ZeRO-3's module hooks, which zerotrain has none of");
+  s.neutral("pipeline_loading_checkpoint", {false}, "there is no pipeline parallelism, DeepSpeed's default");
+  s.neutral("override_module_apply", {true},
+            "DeepSpeed's default; it patches torch's Module.apply, which zerotrain has no use for");
+  s.neutral("log_trace_cache_warnings", {false}, "there is no trace cache, DeepSpeed's default");
+  s.neutral("enable_sanity_checks", {false}, "DeepSpeed's default; its debug checks are not implemented");
+  s.neutral("save_muon_momentum_buffer_in_memory", {false}, "there is no Muon optimizer, DeepSpeed's default");
+  neutral_zero_plus_plus(s);
+}
+
+// ZeRO-3 leaf modules: classes DeepSpeed gathers as a whole. DeepSpeed's default names MoE blocks
+// GPT-2 does not have; zerotrain gathers per transformer block.
+void neutral_leaf_module(JsonSection& z) {
+  JsonSection s = z.child("leaf_module");
+  const boost::json::array classes = {"transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock",
+                                      "transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock",
+                                      "transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock"};
+  const char* why = "stage 3 gathers per transformer block; DeepSpeed's default names MoE blocks GPT-2 has none of";
+  s.neutral("classes", {classes}, why);
+  s.neutral("names", {boost::json::array{}}, why);
+  s.neutral("name_suffixes", {boost::json::array{}}, why);
+  s.finish();
+}
+
+ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
+  ZeroConfig z;
+  s.read("stage", z.stage, 0, 3);
+  s.read("contiguous_gradients", z.contiguous_gradients);
+  s.read("overlap_comm", z.overlap_comm);
+  s.read("reduce_scatter", z.reduce_scatter);
+  s.read("allgather_partitions", z.allgather_partitions);
+  const int64_t hidden_sq = autos.hidden_size * autos.hidden_size;
+  read_bucket(s, "reduce_bucket_size", z.reduce_bucket_size, hidden_sq);
+  read_bucket(s, "allgather_bucket_size", z.allgather_bucket_size, hidden_sq);
+  read_stage3_limits(s, z, autos);
+  read_offload(s, z);
+  neutral_zero_keys(s);
+  neutral_leaf_module(s);
   s.finish();
   return z;
 }
@@ -411,14 +534,273 @@ void resolve_batch(JsonSection& top, DsConfig& c, const AutoValues& autos) {
   c.train_batch_size = product;
 }
 
+void parse_checkpoint(JsonSection s, DsConfig& c) {
+  s.read("use_node_local_storage", c.checkpoint_node_local);
+  // DeepSpeed upper-cases the mode. zerotrain's tags are agreed collectively before loading, so
+  // every mode behaves as "Fail".
+  std::string tag_validation = "Warn";
+  s.read("tag_validation", tag_validation);
+  std::string mode = tag_validation;
+  std::transform(mode.begin(), mode.end(), mode.begin(), ::toupper);
+  if (mode != "WARN" && mode != "IGNORE" && mode != "FAIL") {
+    s.fail("tag_validation", cat("must be Warn, Ignore or Fail, got \"", tag_validation, "\""));
+  }
+  s.neutral("load_universal", {false},
+            "zerotrain's own checkpoints reshard on load; DeepSpeed's universal format is not read");
+  s.inert("checkpoint_serialization", "it selects torch.save's file format; zerotrain writes HDF5");
+  s.inert_block("writer", {{"type"}, {"decoupled"}, {"io_buffer_size"}, {"io_buffer_double"}, {"show_statistics"},
+                           {"data_parallel"}, {"io_multiplier"}},
+                "it configures DeepSpeed's torch.save writer; zerotrain writes its HDF5 files itself");
+  JsonSection pw = s.child("parallel_write");
+  pw.neutral("pipeline_stage", {false, true},
+             "only pipeline-parallel checkpoints use it; there is no pipeline parallelism");
+  pw.finish();
+  s.finish();
+}
+
+// DeepSpeed's dtype names (DtypeEnum): fp32/float32/float, fp16/float16/half, bf16/bfloat16, with
+// or without "torch.". Null: not given.
+std::optional<DType> read_ds_dtype(JsonSection& s, std::string_view key) {
+  std::string name;
+  if (!s.read(key, name)) return std::nullopt;
+  if (name.rfind("torch.", 0) == 0) name = name.substr(6);
+  try {
+    return parse_dtype(name);
+  } catch (const UsageError& e) {
+    s.fail(key, e.what());
+  }
+}
+
+// data_types: DeepSpeed's defaults (null) follow the fp16/bf16 switches, as zerotrain does; an
+// explicit dtype is accepted when it is that one.
+void parse_data_types(JsonSection s, DType param) {
+  const std::string why = cat("gradients accumulate and parameters are held in the ", dtype_name(param),
+                              " of the fp16/bf16 switches, DeepSpeed's default");
+  for (const char* key : {"grad_accum_dtype", "param_dtype"}) {
+    const boost::json::value* v = s.raw(key);
+    if (!v || v->is_null()) continue;
+    const std::optional<DType> d = read_ds_dtype(s, key);
+    if (*d != param) s.fail(key, cat(describe_json(*v), " is not implemented: ", why));
+    s.notice(key, cat(describe_json(*v), " accepted; changes nothing here (", why, ")"));
+  }
+  if (read_ds_dtype(s, "buffer_dtype")) {
+    s.inert("buffer_dtype", "zerotrain's GPT-2 has no floating-point buffers to cast");
+  }
+  s.finish();
+}
+
+// "tensorboard" and "csv_monitor": rank 0 writes the training scalars under output_path/job_name.
+MonitorConfig parse_monitor(JsonSection s) {
+  MonitorConfig m;
+  s.read("enabled", m.enabled);
+  s.read("output_path", m.output_path);
+  s.read("job_name", m.job_name);
+  s.finish();
+  return m;
+}
+
+void parse_monitors(JsonSection& top, DsConfig& c) {
+  c.tensorboard = parse_monitor(top.child("tensorboard"));
+  c.csv_monitor = parse_monitor(top.child("csv_monitor"));
+  const char* offline = "these machines have no network; use tensorboard or csv_monitor";
+  top.disabled_block("wandb", "enabled", {false}, true, {{"enabled"}, {"group"}, {"team"}, {"project"}}, offline);
+  top.disabled_block("comet", "enabled", {false}, true,
+                     {{"enabled"}, {"samples_log_interval"}, {"project"}, {"workspace"}, {"api_key"},
+                      {"experiment_name"}, {"experiment_key"}, {"online"}, {"mode"}},
+                     offline);
+  top.disabled_block("comms_logger", "enabled", {false}, true,
+                     {{"enabled"}, {"prof_all"}, {"prof_ops"}, {"verbose"}, {"debug"}},
+                     "collective bytes per kind are in every step event of metrics.jsonl");
+  top.disabled_block("flops_profiler", "enabled", {false}, true,
+                     {{"enabled"}, {"recompute_fwd_factor"}, {"profile_step"}, {"module_depth"}, {"top_modules"},
+                      {"detailed"}, {"output_file"}},
+                     "the step events of metrics.jsonl carry gflops; there is no per-module profile");
+  JsonSection timers = top.child("timers");
+  JsonSection throughput = timers.child("throughput");
+  throughput.neutral("enabled", {true}, "samples per second are always measured, DeepSpeed's default");
+  throughput.neutral("synchronized", {true}, "step times are taken after the step's work is done, DeepSpeed's default");
+  throughput.finish();
+  timers.finish();
+}
+
+// Top-level switches of DeepSpeed's engine at values that change nothing here.
+void neutral_top_keys(JsonSection& top, int world_size) {
+  const char* divide = "gradients are summed and divided by the world size after reducing, DeepSpeed's default";
+  top.neutral("prescale_gradients", {false}, divide);
+  top.neutral("gradient_predivide_factor", {1.0}, divide);
+  top.neutral("gradient_allreduce_op", {"mean"}, divide);
+  top.neutral("sparse_gradients", {false}, "embedding gradients are dense, DeepSpeed's default");
+  top.neutral("disable_allgather", {false}, "updated partitions are all-gathered, DeepSpeed's default");
+  top.neutral("managed_gradient_accumulation", {true},
+              "the engine accumulates micro-steps itself, DeepSpeed's default");
+  top.neutral("graph_harvesting", {false}, "there are no CUDA graphs, DeepSpeed's default");
+  top.neutral("dump_state", {false}, "DeepSpeed's default; the start event of metrics.jsonl records the setup");
+  top.neutral("memory_breakdown", {false}, "DeepSpeed's default; pool peaks are in every step event of metrics.jsonl");
+  top.neutral("zero_allow_untested_optimizer", {false, true},
+              "it only lifts DeepSpeed's guard against client optimizers");
+  top.neutral("zero_force_ds_cpu_optimizer", {true, false},
+              "offloaded state is always stepped by zerotrain's CPU Adam");
+  top.neutral("sequence_parallel_size", {1}, "there is no sequence parallelism, DeepSpeed's default");
+  // deepspeed.initialize builds a (data, sequence) mesh from the two; with every rank data-parallel
+  // that is plain data parallelism.
+  top.neutral("data_parallel_size", {world_size}, "data parallelism spans every rank");
+  top.neutral("seq_parallel_communication_data_type", {"fp32", "fp16", "bf16"},
+              "only sequence-parallel communication uses it, and there is none");
+  top.neutral("use_data_before_expert_parallelism", {false, true},
+              "only expert parallelism uses it, and there is none");
+  top.neutral("datastates_ckpt", {false}, "checkpoints are written by zerotrain's HDF5 writer, DeepSpeed's default");
+  top.neutral("log_level", {nullptr}, "DeepSpeed's default; ZT_LOG_LEVEL sets zerotrain's");
+  top.inert("dataloader_drop_last", "only DeepSpeed's own data loader reads it; batches here are drawn by step");
+  top.inert("vocabulary_size", "DeepSpeed only warns when it is not a multiple of 8");
+  top.inert("fp32_allreduce", "DeepSpeed 0.19 no longer reads it; communication_data_type sets the reduction dtype");
+}
+
+// Blocks read only by code zerotrain's model does not have; DeepSpeed's engine ignores them for
+// an HF GPT-2 too, at any value.
+void inert_model_blocks(JsonSection& top) {
+  top.inert_block("activation_checkpointing",
+                  {{"partition_activations"}, {"number_checkpoints"}, {"contiguous_memory_optimization"},
+                   {"synchronize_checkpoint_boundary"}, {"profile"}, {"cpu_checkpointing"}},
+                  "only models calling deepspeed.checkpointing read it, HF GPT-2 does not; "
+                  "use --gradient_checkpointing");
+  top.inert_block("sparse_attention",
+                  {{"mode"}, {"block"}, {"different_layout_per_head"}, {"num_local_blocks"}, {"num_global_blocks"},
+                   {"attention"}, {"horizontal_global_attention"}, {"num_different_global_patterns"},
+                   {"num_random_blocks"}, {"local_window_blocks"}, {"global_block_indices"},
+                   {"global_block_end_indices"}, {"num_sliding_window_blocks"}},
+                  "only models built from DeepSpeed's SparseSelfAttention read it; GPT-2's attention stays dense");
+  top.inert_block("pipeline",
+                  {{"stages"}, {"partition"}, {"seed_layers"}, {"activation_checkpoint_interval"},
+                   {"pipe_partitioned"}, {"grad_partitioned"}, {"use_reentrant"}},
+                  "only DeepSpeed's PipelineModule reads it, which HF Trainer never builds");
+  top.inert_block("eigenvalue",
+                  {{"enabled"}, {"verbose"}, {"max_iter"}, {"tol"}, {"stability"}, {"gas_boundary_resolution"},
+                   {"layer_name"}, {"layer_num"}},
+                  "DeepSpeed 0.19 reads eigenvalue only inside quantize_training");
+}
+
+// compression_training: each technique is switched by shared_parameters.enabled (layer_reduction
+// by its own enabled); different_groups holds user-named groups, whose contents are not checked.
+void disabled_compression(JsonSection& top) {
+  JsonSection s = top.child("compression_training");
+  const char* why = "zerotrain trains the full-precision, unpruned model";
+  const std::vector<KnownKey> pruning = {{"enabled"}, {"method"}, {"schedule_offset"}};
+  const std::vector<std::pair<const char*, std::vector<KnownKey>>> techniques = {
+      {"weight_quantization",
+       {{"enabled"}, {"quantizer_kernel"}, {"schedule_offset"}, {"quantize_groups"}, {"quantize_verbose"},
+        {"quantization_type"}, {"quantize_weight_in_forward"}, {"rounding"},
+        {"fp16_mixed_quantize", {{"enabled"}, {"quantize_change_ratio"}}}}},
+      {"activation_quantization", {{"enabled"}, {"quantization_type"}, {"range_calibration"}, {"schedule_offset"}}},
+      {"sparse_pruning",
+       {{"enabled"}, {"method"}, {"schedule_offset"}, {"schedule_offset_end"}, {"schedule_offset_stride"},
+        {"block_pattern"}, {"dense_ratio"}, {"excluded_modules"}}},
+      {"row_pruning", pruning},
+      {"head_pruning", {{"enabled"}, {"method"}, {"schedule_offset"}, {"num_heads"}}},
+      {"channel_pruning", pruning}};
+  for (const auto& [name, keys] : techniques) {
+    JsonSection t = s.child(name);
+    t.disabled_block("shared_parameters", "enabled", {false}, true, keys, why);
+    t.mark_read("different_groups");
+    t.finish();
+  }
+  s.disabled_block("layer_reduction", "enabled", {false}, true,
+                   {{"enabled"}, {"keep_number_layer"}, {"module_name_prefix"}, {"teacher_layer"},
+                    {"other_module_name"}},
+                   why);
+  s.finish();
+}
+
+// DeepSpeed features switched by one key: accepted whole while off, refused when on.
+void disabled_features(JsonSection& top) {
+  const char* scope = "outside zerotrain's data-parallel ZeRO training of one model";
+  top.disabled_block("amp", "enabled", {false}, true,
+                     {{"enabled"}, {"opt_level"}, {"cast_model_type"}, {"patch_torch_functions"},
+                      {"keep_batchnorm_fp32"}, {"master_weights"}, {"loss_scale"}, {"cast_model_outputs"},
+                      {"num_losses"}, {"verbosity"}, {"min_loss_scale"}, {"max_loss_scale"}},
+                     "NVIDIA Apex AMP; use fp16 or bf16");
+  top.disabled_block("torch_autocast", "enabled", {false}, true,
+                     {{"enabled"}, {"dtype"}, {"lower_precision_safe_modules"}},
+                     "the whole model runs in the dtype of fp16/bf16; use those");
+  top.disabled_block("autotuning", "enabled", {false}, true,
+                     {{"enabled"}, {"fast"}, {"results_dir"}, {"exps_dir"}, {"overwrite"}, {"start_profile_step"},
+                      {"end_profile_step"}, {"metric"}, {"metric_path"}, {"tuner_type"}, {"tuner_early_stopping"},
+                      {"tuner_num_trials"}, {"arg_mappings"},
+                      {"model_info", {{"profile"}, {"num_params"}, {"hidden_size"}, {"num_layers"}}},
+                      {"model_info_path"}, {"mp_size"}, {"max_train_batch_size"}, {"min_train_batch_size"},
+                      {"max_train_micro_batch_size_per_gpu"}, {"min_train_micro_batch_size_per_gpu"},
+                      {"num_tuning_micro_batch_sizes"}},
+                     "zero_estimate --gpu_memory/--cpu_memory recommends a configuration instead");
+  top.disabled_block("elasticity", "enabled", {false}, true,
+                     {{"enabled"}, {"max_train_batch_size"}, {"micro_batch_sizes"}, {"min_gpus"}, {"max_gpus"},
+                      {"min_time"}, {"version"}, {"prefer_larger_batch"}, {"ignore_non_elastic_batch_info"},
+                      {"model_parallel_size"}, {"num_gpus_per_node"}},
+                     "the batch sizes are the configured ones; resume at another world size reshards instead");
+  top.disabled_block("nebula", "enabled", {false}, true,
+                     {{"enabled"}, {"persistent_storage_path"}, {"persistent_time_interval"},
+                      {"num_of_version_in_retention"}, {"enable_nebula_load"}, {"nebula_load_path"}},
+                     "checkpoints are written by zerotrain's HDF5 writer");
+  top.disabled_block("hybrid_engine", "enabled", {false}, true,
+                     {{"enabled"}, {"max_out_tokens"}, {"inference_tp_size"}, {"release_inference_cache"},
+                      {"pin_parameters"}, {"tp_gather_partition_size"}, {"enable_cuda_graph"}},
+                     "there is no RLHF generation engine");
+  top.disabled_block("progressive_layer_drop", "enabled", {false}, true, {{"enabled"}, {"theta"}, {"gamma"}},
+                     "every layer runs every step");
+  top.disabled_block("curriculum_learning", "enabled", {false}, true,
+                     {{"enabled"}, {"curriculum_type"}, {"min_difficulty"}, {"max_difficulty"}, {"schedule_type"},
+                      {"schedule_config"}},
+                     "batches are drawn by step at the full --block_size");
+  top.disabled_block("data_efficiency", "enabled", {false}, true,
+                     {{"enabled"}, {"seed"},
+                      {"data_sampling", {{"enabled"}, {"num_epochs"}, {"num_workers"}, {"pin_memory"},
+                                         {"curriculum_learning"}, {"dynamic_batching"}}},
+                      {"data_routing", {{"enabled"}, {"random_ltd"}}}},
+                     "batches are drawn by step at the full --block_size and every token runs every layer");
+  top.disabled_block("quantize_training", "enabled", {false}, true,
+                     {{"enabled"}, {"quantize_verbose"}, {"quantizer_kernel"}, {"quantize-algo"}, {"quantize_bits"},
+                      {"quantize_schedule"}, {"quantize_groups"}, {"fp16_mixed_quantize"},
+                      {"eigenvalue", {{"enabled"}, {"verbose"}, {"max_iter"}, {"tol"}, {"stability"},
+                                      {"gas_boundary_resolution"}, {"layer_name"}, {"layer_num"}}}},
+                     "zerotrain trains the full-precision model");
+  top.disabled_block("expert_parallel", "enabled", {false}, true,
+                     {{"enabled"}, {"autoep_size"}, {"expert_tensor_parallel_size"}, {"validate_folding_routing"},
+                      {"preset_model"}, {"moe_layer_pattern"}, {"expert_pattern"}, {"router_pattern"},
+                      {"use_grouped_mm"}, {"disable_triton_grouped_mm"}, {"route_norm"}, {"route_scale"},
+                      {"score_apply"}, {"combine_impl"}, {"num_expert_groups"}, {"num_limited_groups"},
+                      {"score_func"}, {"top_k"}, {"routed_scaling_factor"}, {"expert_w1"}, {"expert_w2"},
+                      {"num_experts_attr"}, {"top_k_attr"}, {"has_shared_experts"}, {"shared_experts_pattern"},
+                      {"shared_experts_gate_pattern"}},
+                     "GPT-2 has no experts");
+  // DeepSpeed's WeightQuantConfig is on by default once the block is there.
+  top.disabled_block("weight_quantization", "enabled", {false}, false,
+                     {{"enabled"}, {"num_bits"}, {"q_type"}, {"q_groups"}, {"quantized_initialization"},
+                      {"post_init_quant"}},
+                     "parameters are held in the dtype of fp16/bf16, unquantized");
+  top.disabled_block("compile", "deepcompile", {false}, true,
+                     {{"deepcompile"}, {"free_activation"}, {"free_activation_threshold"}, {"offload_activation"},
+                      {"offload_activation_pin_memory"}, {"offload_opt_states"}, {"double_buffer"},
+                      {"symmetric_memory"}, {"debug_log"}, {"offload_parameters"}, {"sync_before_reduce"},
+                      {"sync_after_reduce"}, {"sync_before_allgather"}, {"sync_after_allgather"},
+                      {"keep_int_input_tensors"}, {"keep_all_input_tensors"}, {"passes"}},
+                     "there is no torch.compile; the kernels are zerotrain's own");
+  // autotp_size 0 is DeepSpeed's "off"; 1 is a tensor-parallel group of one rank, also no split.
+  top.disabled_block("tensor_parallel", "autotp_size", {0, 1}, true,
+                     {{"autotp_size"}, {"dtype"}, {"tp_overlap_comm"},
+                      {"tp", {{"tp_size"}, {"tp_grain_size"}, {"mpu"}, {"tp_group"}}},
+                      {"tensor_parallel", {{"tp_size"}, {"tp_grain_size"}, {"mpu"}, {"tp_group"}}},
+                      {"injection_policy_tuple"}, {"partition_config"}, {"preset_model"}, {"keep_module_on_host"},
+                      {"replace_with_kernel_inject"}, {"kernel_inject"}},
+                     scope);
+  disabled_compression(top);
+}
+
 }  // namespace
 
 DsConfig parse_ds_config(const boost::json::value& json, const std::string& source,
                          const AutoValues& autos) {
   if (!json.is_object()) throw UsageError(cat(source, ": the config must be a JSON object"));
-  JsonSection top(&json.get_object(), "", source);
   DsConfig c;
   c.source = source;
+  JsonSection top(&json.get_object(), "", source, &c.notices);
   resolve_batch(top, c, autos);
   top.read("steps_per_print", c.steps_per_print, 1);
   top.read("wall_clock_breakdown", c.wall_clock_breakdown);
@@ -427,60 +809,25 @@ DsConfig parse_ds_config(const boost::json::value& json, const std::string& sour
   c.optimizer = parse_optimizer(top.child("optimizer"), autos);
   c.scheduler = parse_scheduler(top.child("scheduler"), autos);
   c.fp16 = parse_fp16(top.child("fp16"), autos);
-  {
-    JsonSection b = top.child("bf16");
-    c.bf16 = autos.bf16.value;
-    read_auto_bool(b, "enabled", c.bf16, autos.bf16, "--bf16");
-    b.not_implemented({"immediate_grad_update", "check_grad_overflow"}, "bf16 always keeps fp32 master weights here");
-    b.finish();
-  }
+  parse_bf16(top, autos, c);
   if (c.fp16.enabled && c.bf16) top.fail("bf16", "fp16 and bf16 cannot both be enabled");
   c.zero = parse_zero(top.child("zero_optimization"), autos);
-  std::string comm_type;
-  if (top.read("communication_data_type", comm_type)) {
-    try {
-      c.communication_data_type = parse_dtype(comm_type);
-    } catch (const UsageError& e) {
-      top.fail("communication_data_type", e.what());
-    }
-  }
-  top.not_implemented({"prescale_gradients", "gradient_predivide_factor"},
-                      "zerotrain sums gradients and divides by the world size after reducing (DeepSpeed's default)");
-  top.not_implemented({"sparse_gradients", "fp32_allreduce", "disable_allgather",
-                       "seq_parallel_communication_data_type"},
-                      "use communication_data_type / allgather_partitions");
-  {
-    JsonSection ck = top.child("checkpoint");
-    ck.read("use_node_local_storage", c.checkpoint_node_local);
-    std::string tag_validation = "Warn";
-    if (ck.read("tag_validation", tag_validation) && tag_validation != "Warn" && tag_validation != "Ignore" &&
-        tag_validation != "Fail") {
-      ck.fail("tag_validation", cat("must be Warn, Ignore or Fail, got \"", tag_validation, "\""));
-    }
-    // zerotrain's tags are agreed collectively before loading, so every mode behaves as "Fail".
-    ck.not_implemented({"load_universal", "parallel_write"}, "zerotrain checkpoints reshard on load as they are");
-    ck.finish();
-  }
+  c.communication_data_type = read_ds_dtype(top, "communication_data_type");
+  parse_checkpoint(top.child("checkpoint"), c);
+  parse_data_types(top.child("data_types"), c.param_dtype());
   c.aio = parse_aio(top.child("aio"));
-  top.not_implemented({"amp"}, "use fp16 or bf16");
-  top.not_implemented({"activation_checkpointing"}, "use --gradient_checkpointing (per-block recompute)");
-  top.not_implemented({"flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "communication_logger",
-                       "memory_breakdown", "dump_state"},
-                      "monitoring goes to OUTPUT/metrics.jsonl");
-  top.not_implemented({"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer"},
-                      "zerotrain has only its built-in Adam/AdamW");
-  top.not_implemented({"sparse_attention", "pipeline", "curriculum_learning", "data_efficiency",
-                       "compression_training", "elasticity", "autotuning", "quantize_training", "eigenvalue",
-                       "progressive_layer_drop", "hybrid_engine", "weight_quantization", "nebula",
-                       "data_types", "torch_autocast", "graph_harvesting",
-                       "use_data_before_expert_parallelism", "tensor_parallel"},
-                      "outside zerotrain's data-parallel ZeRO scope");
+  parse_monitors(top, c);
+  neutral_top_keys(top, autos.world_size);
+  inert_model_blocks(top);
+  disabled_features(top);
   top.finish();
   return c;
 }
 
 DsConfig load_ds_config(const std::string& path, const AutoValues& autos) {
-  return parse_ds_config(read_json_file(path), path, autos);
+  DsConfig c = parse_ds_config(read_json_file(path), path, autos);
+  for (const auto& line : c.notices) log_info(line);
+  return c;
 }
 
 }  // namespace zt

@@ -1,13 +1,16 @@
 // The DeepSpeed configuration (ds_config.json) as typed structs. Parsing is strict: an unknown key
-// is an error naming its path and the closest known key; a DeepSpeed key zerotrain does not
-// implement is an error that says so; "auto" is resolved from the trainer's HF-style flags
-// (AutoValues). Defaults are DeepSpeed's.
+// is an error naming its path and "did you mean" the closest known key; a DeepSpeed key zerotrain does not act on
+// is accepted with a notice at a value that changes nothing here (DeepSpeed's default, a disabled
+// feature) and is an error naming key, value and why at any other; "auto" is resolved from the
+// trainer's HF-style flags (AutoValues). Defaults are DeepSpeed's. docs/ds_config.md lists every
+// key of DeepSpeed 0.19.6 with its row.
 #pragma once
 
 #include <boost/json/value.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -36,7 +39,7 @@ struct SchedulerConfig {
   TrainerType trainer_type = TrainerType::kConstant;
   // WarmupLR / WarmupDecayLR / WarmupCosineLR
   double warmup_min_lr = 0.0;
-  std::optional<double> warmup_max_lr;  ///< unset: the optimizer's lr (current DeepSpeed)
+  std::optional<double> warmup_max_lr;  ///< unset: the optimizer's lr (WarmupLR; WarmupDecayLR's is 0.001)
   int64_t warmup_num_steps = 1000;
   bool warmup_type_log = true;  ///< "log" (default) or "linear"
   int64_t total_num_steps = 0;  ///< WarmupDecayLR, WarmupCosineLR (required)
@@ -108,6 +111,14 @@ struct ZeroConfig {
   int64_t sub_group_size = 1'000'000'000;
 };
 
+/// DeepSpeed's "tensorboard" and "csv_monitor" blocks: rank 0 writes the training scalars under
+/// output_path/job_name, as DeepSpeed's monitors do. Defaults are DeepSpeed's.
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;                   ///< "" : relative to the working directory
+  std::string job_name = "DeepSpeedJobName";
+};
+
 struct DsConfig {
   std::string source;  ///< the file it came from, for messages
   int64_t train_batch_size = 0;
@@ -120,11 +131,18 @@ struct DsConfig {
   SchedulerConfig scheduler;
   Fp16Config fp16;
   bool bf16 = false;
+  /// bf16.check_grad_overflow (DeepSpeed 0.19's default true): skip a step whose gradient is not
+  /// finite, as fp16 does; false: such a gradient ends the run with an error.
+  bool bf16_check_grad_overflow = true;
   ZeroConfig zero;
   AioConfig aio;
   std::optional<DType> communication_data_type;
   /// checkpoint.use_node_local_storage: each node writes its ranks' files to its own disk.
   bool checkpoint_node_local = false;
+  MonitorConfig tensorboard, csv_monitor;
+  /// One line per key that was accepted because its value changes nothing here (DeepSpeed's
+  /// default, or a disabled feature); the trainer prints them once on rank 0.
+  std::vector<std::string> notices;
 
   /// The dtype parameters and gradients are held in: fp16, bf16 or fp32.
   DType param_dtype() const { return fp16.enabled ? DType::kF16 : bf16 ? DType::kBF16 : DType::kF32; }

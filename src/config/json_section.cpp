@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -35,8 +37,47 @@ std::string closest_key(std::string_view key, const std::vector<std::string>& ca
   return best;
 }
 
-JsonSection::JsonSection(const boost::json::object* object, std::string path, std::string source)
-    : object_(object), path_(std::move(path)), source_(std::move(source)) {}
+// The shortest decimal that reads back as the same double, as Python prints floats.
+static std::string shortest_double(double d) {
+  char buf[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // 1.0 stays a float
+  return s;
+}
+
+std::string describe_json(const boost::json::value& v) {
+  if (v.is_double()) return shortest_double(v.get_double());
+  if (v.is_array()) {
+    std::string out = "[";
+    for (const auto& item : v.get_array()) out += (out.size() > 1 ? ", " : "") + describe_json(item);
+    return out + "]";
+  }
+  if (v.is_object()) {
+    std::string out = "{";
+    for (const auto& [key, item] : v.get_object()) {
+      out += cat(out.size() > 1 ? ", " : "", boost::json::serialize(boost::json::string(key)), ": ", describe_json(item));
+    }
+    return out + "}";
+  }
+  return boost::json::serialize(v);
+}
+
+// Numbers compare by value whatever their JSON kind (DeepSpeed reads 1 and 1.0 alike).
+static bool same_json(const boost::json::value& a, const boost::json::value& b) {
+  if (a.is_number() && b.is_number()) return a.to_number<double>() == b.to_number<double>();
+  return a == b;
+}
+
+// The kind of value a key takes, for "expected ..." messages: numbers are one kind.
+static int json_kind(const boost::json::value& v) { return v.is_number() ? -1 : int(v.kind()); }
+
+JsonSection::JsonSection(const boost::json::object* object, std::string path, std::string source,
+                         std::vector<std::string>* notices)
+    : object_(object), path_(std::move(path)), source_(std::move(source)), notices_(notices) {}
 
 std::string JsonSection::key_path(std::string_view key) const {
   return path_.empty() ? std::string(key) : cat(path_, ".", key);
@@ -67,8 +108,13 @@ const boost::json::value* JsonSection::find(std::string_view key) {
   return &it->value();
 }
 
-static std::string describe(const boost::json::value& v) {
-  return boost::json::serialize(v);
+static std::string describe(const boost::json::value& v) { return describe_json(v); }
+
+const boost::json::value* JsonSection::raw(std::string_view key) {
+  read_.emplace(key);
+  if (!object_) return nullptr;
+  auto it = object_->find(key);
+  return it == object_->end() ? nullptr : &it->value();
 }
 
 bool JsonSection::read(std::string_view key, bool& out) {
@@ -149,11 +195,80 @@ bool JsonSection::read_numbers(std::string_view key, std::vector<double>& out, s
 JsonSection JsonSection::child(std::string_view key) {
   const auto* v = find(key);
   if (v && !v->is_object()) fail(key, cat("expected an object, got ", describe(*v)));
-  return JsonSection(v ? &v->get_object() : nullptr, key_path(key), source_);
+  return JsonSection(v ? &v->get_object() : nullptr, key_path(key), source_, notices_);
 }
 
 void JsonSection::not_implemented(std::initializer_list<const char*> keys, const std::string& why) {
   for (const char* k : keys) unimplemented_.emplace_back(k, why);
+}
+
+void JsonSection::notice(std::string_view key, std::string_view what) const {
+  if (notices_) notices_->push_back(cat(source_, ": ", key_path(key), ": ", what));
+}
+
+void JsonSection::neutral(std::string_view key, std::initializer_list<boost::json::value> values,
+                          std::string_view why) {
+  const boost::json::value* v = raw(key);
+  if (!v) return;
+  for (const auto& n : values) {
+    if (same_json(*v, n)) {
+      notice(key, cat(describe(*v), " accepted; changes nothing here (", why, ")"));
+      return;
+    }
+  }
+  if (v->is_null()) return;  // DeepSpeed reads null as the default
+  if (v->is_string() && v->get_string() == "auto") find(key);  // the usual "auto" error
+  if (values.size() > 0 && !values.begin()->is_null() && json_kind(*v) != json_kind(*values.begin())) {
+    fail(key, cat("expected a value like ", describe(*values.begin()), ", got ", describe(*v)));
+  }
+  fail(key, cat(describe(*v), " is not implemented: ", why));
+}
+
+void JsonSection::inert(std::string_view key, std::string_view why) {
+  const boost::json::value* v = raw(key);
+  if (v) notice(key, cat(describe(*v), " accepted; changes nothing here (", why, ")"));
+}
+
+void JsonSection::known(const std::vector<KnownKey>& keys) {
+  for (const auto& k : keys) {
+    if (k.inner.empty()) {
+      mark_read(k.name);
+      continue;
+    }
+    JsonSection nested = child(k.name);
+    nested.known(k.inner);
+    nested.finish();
+  }
+}
+
+void JsonSection::disabled_block(std::string_view key, std::string_view switch_key,
+                                 std::initializer_list<boost::json::value> off, bool off_when_absent,
+                                 const std::vector<KnownKey>& keys, std::string_view why) {
+  JsonSection block = child(key);
+  if (!block.present()) return;
+  const boost::json::value* on = block.raw(switch_key);
+  if (on && on->is_null()) on = nullptr;  // DeepSpeed reads null as the default
+  const bool is_off = on ? std::any_of(off.begin(), off.end(), [&](const auto& o) { return same_json(*on, o); })
+                         : off_when_absent;
+  if (!is_off) {
+    if (!on) block.fail(switch_key, cat("absent, which DeepSpeed reads as on, is not implemented: ", why));
+    block.fail(switch_key, cat(describe(*on), " is not implemented: ", why));
+  }
+  block.known(keys);
+  block.finish();
+  if (on) {
+    block.notice(switch_key, cat(describe(*on), " accepted; changes nothing here (", why, ")"));
+  } else {
+    notice(key, cat("accepted with ", switch_key, " absent (off); changes nothing here (", why, ")"));
+  }
+}
+
+void JsonSection::inert_block(std::string_view key, const std::vector<KnownKey>& keys, std::string_view why) {
+  JsonSection block = child(key);
+  if (!block.present()) return;
+  block.known(keys);
+  block.finish();
+  notice(key, cat("accepted; changes nothing here (", why, ")"));
 }
 
 void JsonSection::mark_read(std::string_view key) { read_.emplace(key); }
@@ -163,13 +278,13 @@ void JsonSection::finish() const {
   for (const auto& [key, value] : *object_) {
     if (read_.count(key)) continue;
     for (const auto& [name, why] : unimplemented_) {
-      if (name == key) fail(key, cat("DeepSpeed key not implemented by zerotrain: ", why));
+      if (name == key) fail(key, cat(describe(value), " is not implemented: ", why));
     }
     std::vector<std::string> known(read_.begin(), read_.end());
     for (const auto& u : unimplemented_) known.push_back(u.first);
     std::string hint = closest_key(key, known);
     fail(key, hint.empty() ? std::string("unknown key")
-                           : cat("unknown key; the closest known key is '", key_path(hint), "'"));
+                           : cat("unknown key; did you mean '", key_path(hint), "'?"));
   }
 }
 

@@ -1,6 +1,10 @@
 // Strict, typed access to one JSON object of a config file. Every key read is recorded; finish()
 // then rejects whatever was not read: a DeepSpeed key zerotrain does not implement gets an error
-// that says so, anything else is unknown and gets the closest known key as a suggestion.
+// that says so, anything else is unknown and gets "did you mean" the closest known key.
+//
+// DeepSpeed keys zerotrain does not act on go through neutral(), disabled_block() or
+// inert_block(): at a value that changes nothing here they are accepted and one notice line is
+// recorded (the caller prints it); at any other value they are an error naming key, value and why.
 #pragma once
 
 #include <boost/json.hpp>
@@ -16,13 +20,24 @@ namespace zt {
 
 /// Levenshtein distance, for "did you mean" suggestions.
 size_t edit_distance(std::string_view a, std::string_view b);
+/// A JSON value as a user would write it, for messages: true, 0.001, "fp32", [1, 2].
+std::string describe_json(const boost::json::value& v);
 /// The candidate closest to `key` by edit distance (empty when there are no candidates).
 std::string closest_key(std::string_view key, const std::vector<std::string>& candidates);
+
+/// A name a block may hold, for checking the names of a block whose values are not read (a
+/// disabled DeepSpeed feature). Non-empty `inner`: the value is an object holding those names.
+struct KnownKey {
+  std::string name;
+  std::vector<KnownKey> inner = {};
+};
 
 class JsonSection {
  public:
   /// `object` may be null (the section is absent): every read then leaves its default.
-  JsonSection(const boost::json::object* object, std::string path, std::string source);
+  /// `notices` collects the lines of accepted no-op keys; children share it.
+  JsonSection(const boost::json::object* object, std::string path, std::string source,
+              std::vector<std::string>* notices = nullptr);
 
   bool present() const { return object_ != nullptr; }
   bool has(std::string_view key) const;
@@ -46,8 +61,31 @@ class JsonSection {
   JsonSection child(std::string_view key);
 
   /// Marks keys that DeepSpeed knows but zerotrain does not implement. If present they are
-  /// errors in finish(), with `why`.
+  /// errors in finish(): "<path>: <value> is not implemented: <why>".
   void not_implemented(std::initializer_list<const char*> keys, const std::string& why);
+
+  /// A DeepSpeed key zerotrain does not act on. At one of `values` (DeepSpeed's default, or a
+  /// value that changes nothing here) it is accepted with the notice "<path>: <value> accepted;
+  /// changes nothing here (<why>)"; any other value fails "<path>: <value> is not implemented:
+  /// <why>", so `why` says what zerotrain does. Null counts as absent unless listed. Numbers
+  /// compare by value (1 == 1.0).
+  void neutral(std::string_view key, std::initializer_list<boost::json::value> values, std::string_view why);
+  /// neutral() for a key whose every value changes nothing here (it acts only on machinery that
+  /// does not exist here). Still one notice.
+  void inert(std::string_view key, std::string_view why);
+  /// A DeepSpeed feature block zerotrain does not have, switched by `switch_key` (usually
+  /// "enabled"). Absent, or with the switch absent and `off_when_absent`, or at one of `off`: the
+  /// block is accepted whole with one notice and only its names are checked against `keys`
+  /// (at every level given). Otherwise "<path>.<switch>: <value> is not implemented: <why>".
+  void disabled_block(std::string_view key, std::string_view switch_key, std::initializer_list<boost::json::value> off,
+                      bool off_when_absent, const std::vector<KnownKey>& keys, std::string_view why);
+  /// A block that acts only through code zerotrain does not have (a model calling into
+  /// deepspeed.checkpointing, ...): accepted whole at any value with one notice; names checked.
+  void inert_block(std::string_view key, const std::vector<KnownKey>& keys, std::string_view why);
+  /// Marks `keys` as known without reading their values; nested names are checked.
+  void known(const std::vector<KnownKey>& keys);
+  /// Records "<source>: <path.key>: <what>" as a notice.
+  void notice(std::string_view key, std::string_view what) const;
   /// Marks a key as known and consumed without reading it (the caller checked it by hand).
   void mark_read(std::string_view key);
   /// Rejects every key not read. Call after all reads.
@@ -55,6 +93,8 @@ class JsonSection {
 
   /// "zero_optimization.stage": the dotted path of a key, for messages.
   std::string key_path(std::string_view key) const;
+  /// The raw value of a present key (null included), or nullptr; marks the key read.
+  const boost::json::value* raw(std::string_view key);
   /// Throws UsageError "<source>: <path.key>: <what>".
   [[noreturn]] void fail(std::string_view key, const std::string& what) const;
 
@@ -63,6 +103,7 @@ class JsonSection {
 
   const boost::json::object* object_;
   std::string path_, source_;
+  std::vector<std::string>* notices_;
   std::set<std::string, std::less<>> read_;
   std::vector<std::pair<std::string, std::string>> unimplemented_;  // key, why
 };

@@ -41,32 +41,65 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (s.read("model_type", text) && text != "gpt2") {
     s.fail("model_type", cat("only gpt2 is supported, got \"", text, "\""));
   }
-  int n_inner = 0;
+  int n_inner = 0;  // null (transformers 5 writes it so) means 4 * n_embd
   if (s.read("n_inner", n_inner, 1) && n_inner != 4 * m.n_embd) {
     s.fail("n_inner", cat("only the GPT-2 MLP width 4 * n_embd (", 4 * m.n_embd, ") is supported"));
   }
+  // Switches that change the math, each accepted only at the value GPT-2 itself uses.
   bool flag = true;
-  if (s.read("tie_word_embeddings", flag) && !flag) s.fail("tie_word_embeddings", "the lm_head is always tied to wte");
-  if (s.read("scale_attn_weights", flag) && !flag) s.fail("scale_attn_weights", "attention is always scaled by 1/sqrt(head size)");
-  flag = false;
-  if (s.read("scale_attn_by_inverse_layer_idx", flag) && flag) s.fail("scale_attn_by_inverse_layer_idx", "not implemented");
-  if (s.read("reorder_and_upcast_attn", flag) && flag) s.fail("reorder_and_upcast_attn", "not implemented");
-  if (s.read("add_cross_attention", flag) && flag) s.fail("add_cross_attention", "not implemented");
+  if (s.read("tie_word_embeddings", flag) && !flag) s.fail("tie_word_embeddings", "false is not implemented: the lm_head is always tied to wte");
+  if (s.read("scale_attn_weights", flag) && !flag) s.fail("scale_attn_weights", "false is not implemented: attention is always scaled by 1/sqrt(head size)");
+  for (const char* key : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"}) {
+    flag = false;
+    if (s.read(key, flag) && flag) s.fail(key, "true is not implemented (it changes the attention)");
+  }
+  // Objects that change the model unless empty or null.
+  const boost::json::object& keys = json.get_object();
+  if (const auto* v = keys.if_contains("pruned_heads"); v && !v->is_null() && !(v->is_object() && v->get_object().empty())) {
+    s.fail("pruned_heads", "pruned attention heads are not implemented (every layer has n_head heads)");
+  }
+  if (const auto* v = keys.if_contains("quantization_config"); v && !v->is_null()) {
+    s.fail("quantization_config", "quantized weights are not implemented; give the unquantized model");
+  }
+  s.mark_read("pruned_heads");
+  s.mark_read("quantization_config");
+  // The dtype the weights are stored in ("dtype" since transformers 5, "torch_dtype" before). It
+  // does not decide the training precision: that is the DeepSpeed config's fp16/bf16.
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    std::string name;
+    if (s.read(key, name) && name != "float32" && name != "float16" && name != "bfloat16" && name != "float64" &&
+        name != "auto") {
+      s.fail(key, cat("\"", name, "\" is not a dtype HF writes (float32, float16, bfloat16)"));
+    }
+  }
   // Dropout: zerotrain trains without it (as llm.c does). HF's GPT-2 configs carry 0.1; say so once.
   double dropout = 0;
   bool any_dropout = false;
   for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"}) {
     if (s.read(key, dropout, 0.0, 1.0) && dropout > 0 && std::string(key) != "summary_first_dropout") any_dropout = true;
   }
-  if (any_dropout) log_warn(source, ": dropout is not implemented; training runs without it (as with *_pdrop = 0)");
-  // Metadata HF writes into every config.json; it does not change the model.
-  for (const char* key : {"architectures", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype",
-                          "transformers_version", "use_cache", "task_specific_params", "summary_type",
-                          "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-                          "_name_or_path", "id2label", "label2id", "output_past", "gradient_checkpointing"}) {
+  // What else PretrainedConfig and GPT2Config write (transformers 4.x and 5): metadata, token ids,
+  // the classification head of GPT2DoubleHeads (summary_*), generation defaults and output
+  // switches. None of it changes the language model's math.
+  for (const char* key :
+       {"architectures", "model_type", "transformers_version", "_name_or_path", "_commit_hash", "_attn_implementation",
+        "_attn_implementation_autoset", "attn_implementation", "use_bfloat16", "use_cache", "output_past",
+        "gradient_checkpointing", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+        "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "tokenizer_class", "prefix",
+        "task_specific_params", "finetuning_task", "problem_type", "id2label", "label2id", "num_labels",
+        "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels", "return_dict",
+        "output_hidden_states", "output_attentions", "torchscript", "tf_legacy_loss", "is_decoder",
+        "is_encoder_decoder", "tie_encoder_decoder", "chunk_size_feed_forward", "cross_attention_hidden_size",
+        "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+        "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
+        "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
+        "output_scores", "return_dict_in_generate", "remove_invalid_values", "exponential_decay_length_penalty",
+        "suppress_tokens", "begin_suppress_tokens"}) {
     s.mark_read(key);
   }
   s.finish();
+  // After validation, so that a refused config gets its one line and nothing else.
+  if (any_dropout) log_warn(source, ": dropout is not implemented; training runs without it (as with *_pdrop = 0)");
   return m;
 }
 

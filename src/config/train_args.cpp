@@ -73,7 +73,9 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     ("max_grad_norm", po::value(&a.max_grad_norm), "global-norm clipping threshold (default 1.0, 0 disables)")
     ("bf16", flag(bf16), "train in bf16 with fp32 master weights")
     ("fp16", flag(fp16), "train in fp16 with fp32 master weights and loss scaling")
-    ("save_steps", po::value(&a.save_steps), "checkpoint every N steps")
+    ("save_steps", po::value(&a.save_steps), "checkpoint every N steps (and always at the end)")
+    ("save_strategy", po::value(&a.save_strategy), "steps (default: every --save_steps and at the end) or no")
+    ("save_total_limit", po::value(&a.save_total_limit), "keep only the N newest checkpoints (default: all)")
     ("logging_steps", po::value(&a.logging_steps), "write a metrics.jsonl step line every N steps (default 1)")
     ("seed", po::value(&a.seed), "seed for initialisation and data order (default 42)")
     ("resume_from_checkpoint", po::value(&a.resume_from_checkpoint), "checkpoint directory, or auto")
@@ -105,7 +107,7 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     while (!name.empty() && name[0] == '-') name.erase(0, 1);
     std::vector<std::string> known;
     for (const auto& o : opts.options()) known.push_back(o->long_name());
-    throw UsageError(cat("unknown flag --", name, "; the closest known flag is --", closest_key(name, known)));
+    throw UsageError(cat("unknown flag --", name, "; did you mean --", closest_key(name, known), "?"));
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
@@ -140,6 +142,12 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   ZT_USAGE_CHECK(a.max_grad_norm >= 0, "--max_grad_norm must be >= 0");
   ZT_USAGE_CHECK(a.logging_steps >= 1, "--logging_steps must be >= 1");
   ZT_USAGE_CHECK(a.save_steps >= 0, "--save_steps must be >= 0");
+  ZT_USAGE_CHECK(a.save_strategy == "steps" || a.save_strategy == "no", "--save_strategy '", a.save_strategy,
+                 "' is not implemented: \"steps\" (every --save_steps and at the end) or \"no\"",
+                 a.save_strategy == "epoch" ? " (zerotrain counts steps, not epochs)" : "");
+  ZT_USAGE_CHECK(a.save_strategy == "steps" || (!a.given("save_steps") && !a.given("save_total_limit")),
+                 "--save_strategy no saves nothing; drop --save_steps/--save_total_limit or the strategy");
+  ZT_USAGE_CHECK(a.save_total_limit >= 0, "--save_total_limit must be >= 1 (or 0 for all), got ", a.save_total_limit);
   ZT_USAGE_CHECK(a.eval_steps >= 0, "--eval_steps must be >= 0");
   ZT_USAGE_CHECK(a.max_eval_samples >= 0, "--max_eval_samples must be >= 0");
   ZT_USAGE_CHECK(a.block_size >= 0, "--block_size must be >= 0");

@@ -31,6 +31,10 @@ struct TrainArgs {
   double max_grad_norm = 1.0;
   bool bf16 = false, fp16 = false;
   int64_t save_steps = 0;
+  /// HF's --save_strategy: "steps" saves every --save_steps (when > 0) and at the end of
+  /// training; "no" saves nothing, not even on SIGINT/SIGTERM.
+  std::string save_strategy = "steps";
+  int64_t save_total_limit = 0;  ///< keep the N newest checkpoints (0: all)
   int64_t logging_steps = 1;
   uint64_t seed = 42;
   std::string resume_from_checkpoint;

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <mutex>
 
+#include <unistd.h>
+
 namespace zt {
 
 namespace {
@@ -19,6 +21,7 @@ LogLevel g_level = [] {
   return LogLevel::kInfo;
 }();
 std::mutex g_mutex;
+std::string g_status;  // the live status line, "" when none is drawn
 }  // namespace
 
 void set_log_program(const std::string& name) { g_program = name; }
@@ -30,8 +33,20 @@ void log_line(LogLevel level, const std::string& message) {
   if (level <= LogLevel::kInfo && g_rank != 0) return;
   static const char* kTags[] = {"debug: ", "", "warning: ", "error: "};
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::fprintf(stderr, "%s: %s%s\n", g_program.c_str(), kTags[int(level)], message.c_str());
+  const char* clear = g_status.empty() ? "" : "\r\033[K";
+  std::fprintf(stderr, "%s%s: %s%s\n%s", clear, g_program.c_str(), kTags[int(level)], message.c_str(),
+               g_status.c_str());
   std::fflush(stderr);
+}
+
+bool log_is_terminal() { return isatty(STDERR_FILENO) != 0; }
+
+void set_status_line(const std::string& text) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (text.empty() && g_status.empty()) return;
+  std::fprintf(stderr, "\r\033[K%s", text.c_str());
+  std::fflush(stderr);
+  g_status = text;
 }
 
 }  // namespace zt

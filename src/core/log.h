@@ -18,6 +18,16 @@ void set_log_rank(int rank);
 void set_log_level(LogLevel level);
 void log_line(LogLevel level, const std::string& message);
 
+/// Whether stderr is a terminal, so that a live status line can be redrawn in place. Under
+/// mpirun it is not: orted gives a rank's stdout a pty whether or not mpirun's own output is a
+/// terminal, so a rank cannot tell, and a line drawn there would end up glued to log lines in
+/// a redirected log.
+bool log_is_terminal();
+/// Sets the live status line drawn below the log (the progress line); "" removes it. Every
+/// log_line clears it, prints, and draws it again, so the two never share a line. Only where
+/// log_is_terminal().
+void set_status_line(const std::string& text);
+
 template <typename... Args>
 void log_info(const Args&... args) { log_line(LogLevel::kInfo, cat(args...)); }
 template <typename... Args>

@@ -41,6 +41,9 @@ void LossScaler::update(bool overflow) {
 }
 
 void LossScaler::restore(const State& s) {
+  // A scale of 0 would zero every gradient and make the norm NaN; no step ever produces one.
+  ZT_CHECK(std::isfinite(s.scale) && s.scale > 0, "loss scale ", s.scale, " is not a positive number");
+  ZT_CHECK(s.cur_hysteresis >= 0, "loss scaler hysteresis ", s.cur_hysteresis, " is negative");
   scale_ = s.scale;
   cur_iter_ = s.cur_iter;
   last_overflow_iter_ = s.last_overflow_iter;

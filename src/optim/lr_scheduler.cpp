@@ -29,6 +29,27 @@ double LrScheduler::trainer_factor(int64_t step) const {
   }
 }
 
+// OneCycle's position in the cycle, 0 at cycle_min_lr and 1 at cycle_max_lr. A stair count holds
+// it flat over that many stairs per half, counted from the integer batch offset as DeepSpeed does.
+double LrScheduler::one_cycle_scale(int64_t it) const {
+  const double first = double(c_.cycle_first_step_size);
+  const double second = c_.cycle_second_step_size ? double(*c_.cycle_second_step_size) : first;
+  const double total = first + second, step_ratio = first / total;
+  const double batch_iteration = double(it + 1);
+  const double x = 1.0 + batch_iteration / total - std::floor(1.0 + batch_iteration / total);
+  const bool rising = x <= step_ratio;
+  double scale = rising ? x / step_ratio : (x - 1.0) / (step_ratio - 1.0);
+  const int64_t stairs = rising ? c_.cycle_first_stair_count
+                                : c_.cycle_second_stair_count.value_or(c_.cycle_first_stair_count);
+  if (stairs > 0) {
+    const double in_cycle = std::fmod(batch_iteration, total);
+    const double position = in_cycle <= first ? in_cycle * double(stairs) / first
+                                              : (total - in_cycle) * double(stairs) / second;
+    scale = std::floor(position) / double(stairs);
+  }
+  return scale;
+}
+
 ScheduledValues LrScheduler::values_at(int64_t it) const {
   using T = SchedulerConfig::Type;
   ScheduledValues v;
@@ -64,9 +85,12 @@ ScheduledValues LrScheduler::values_at(int64_t it) const {
       if (it < warmup_steps_) {
         ratio = c_.warmup_min_ratio + warmup_gamma(it) * (1.0 - c_.warmup_min_ratio);
       } else {
-        double real_last_step = double(it - warmup_steps_ + 1);
-        double real_total_steps = double(c_.total_num_steps - warmup_steps_);
-        double cosine = (1.0 + std::cos(M_PI * real_last_step / real_total_steps)) / 2.0;
+        // DeepSpeed clamps the progress to 1, so the lr stays at cos_min_ratio after
+        // total_num_steps, and its max(1, ...) covers total_num_steps <= warmup.
+        const double real_last_step = double(it - warmup_steps_ + 1);
+        const double real_total_steps = double(std::max<int64_t>(1, c_.total_num_steps - warmup_steps_));
+        const double progress = std::min(1.0, real_last_step / real_total_steps);
+        const double cosine = (1.0 + std::cos(M_PI * progress)) / 2.0;
         ratio = std::max(0.0, c_.cos_min_ratio + (1.0 - c_.cos_min_ratio) * cosine);
       }
       v.lr = base_lr_ * ratio;
@@ -74,8 +98,7 @@ ScheduledValues LrScheduler::values_at(int64_t it) const {
     }
     case T::kOneCycle: {
       const double first = double(c_.cycle_first_step_size);
-      const double second = c_.cycle_second_step_size ? double(*c_.cycle_second_step_size) : first;
-      const double total = first + second, step_ratio = first / total;
+      const double total = first + (c_.cycle_second_step_size ? double(*c_.cycle_second_step_size) : first);
       if (it < 0) {  // construction: lr = cycle_min_lr, betas = (cycle_min_mom, 0.99)
         v.lr = c_.cycle_min_lr;
         if (c_.cycle_momentum) {
@@ -85,10 +108,7 @@ ScheduledValues LrScheduler::values_at(int64_t it) const {
         break;
       }
       if (double(it) < total) {
-        double batch_iteration = double(it + 1);
-        double cycle = std::floor(1.0 + batch_iteration / total);
-        double x = 1.0 + batch_iteration / total - cycle;
-        double scale = x <= step_ratio ? x / step_ratio : (x - 1.0) / (step_ratio - 1.0);
+        const double scale = one_cycle_scale(it);
         v.lr = c_.cycle_min_lr + (c_.cycle_max_lr - c_.cycle_min_lr) * scale;
         if (c_.cycle_momentum) {
           v.beta1 = c_.cycle_max_mom - (c_.cycle_max_mom - c_.cycle_min_mom) * scale;

@@ -37,6 +37,7 @@ class LrScheduler {
  private:
   double warmup_gamma(int64_t it) const;
   double trainer_factor(int64_t step) const;
+  double one_cycle_scale(int64_t it) const;
   SchedulerConfig c_;
   double base_lr_;
   int64_t warmup_steps_;  // max(2, warmup_num_steps), as DeepSpeed

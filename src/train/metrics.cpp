@@ -1,6 +1,7 @@
 #include "train/metrics.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -17,16 +18,36 @@ MetricsWriter::~MetricsWriter() {
   if (file_) std::fclose(file_);
 }
 
+namespace {
+
+// JSON has no NaN or infinity (Boost.JSON would write the invalid tokens NaN and Infinity): such
+// a value becomes null and its dotted key goes into `names`, so that every line parses.
+void null_nonfinite(boost::json::object& object, const std::string& prefix, boost::json::array& names) {
+  for (auto& [key, value] : object) {
+    if (value.is_double() && !std::isfinite(value.get_double())) {
+      value = nullptr;
+      names.emplace_back(prefix + std::string(key));
+    } else if (value.is_object()) {
+      null_nonfinite(value.get_object(), prefix + std::string(key) + ".", names);
+    }
+  }
+}
+
+}  // namespace
+
 void MetricsWriter::write(const std::string& event, boost::json::object fields) {
   if (!file_) return;
   boost::json::object line;
   line["event"] = event;
   for (auto& [key, value] : fields) line[key] = std::move(value);
+  boost::json::array nonfinite;
+  null_nonfinite(line, "", nonfinite);
+  if (!nonfinite.empty()) line["nonfinite"] = std::move(nonfinite);
   std::string text = boost::json::serialize(line);
   text += '\n';
   ZT_CHECK(std::fwrite(text.data(), 1, text.size(), file_) == text.size(), path_, ": write failed: ",
            std::strerror(errno));
-  std::fflush(file_);
+  ZT_CHECK(std::fflush(file_) == 0, path_, ": write failed: ", std::strerror(errno));
 }
 
 }  // namespace zt

@@ -1,10 +1,9 @@
 #include "train/progress.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace zt {
 
@@ -18,9 +17,7 @@ std::string format_duration(double seconds) {
 }
 
 ProgressLine::ProgressLine(int64_t total_steps, bool enabled)
-    : total_(total_steps),
-      out_(isatty(STDERR_FILENO) ? stderr : isatty(STDOUT_FILENO) ? stdout : nullptr),
-      enabled_(enabled && out_ != nullptr) {}
+    : total_(total_steps), enabled_(enabled && log_is_terminal()) {}
 
 ProgressLine::~ProgressLine() { clear(); }
 
@@ -32,17 +29,12 @@ void ProgressLine::update(int64_t step, const std::string& summary) {
   bar.resize(width, '.');
   double elapsed = clock_.seconds();
   double eta = step > 0 ? elapsed / double(step) * double(total_ - step) : 0.0;
-  std::fprintf(out_, "\r\033[K[%s] %lld/%lld %s | %s<%s", bar.c_str(), (long long)step, (long long)total_,
-               summary.c_str(), format_duration(elapsed).c_str(), format_duration(eta).c_str());
-  std::fflush(out_);
-  drawn_ = true;
+  set_status_line(cat("[", bar, "] ", step, "/", total_, " ", summary, " | ", format_duration(elapsed), "<",
+                      format_duration(eta)));
 }
 
 void ProgressLine::clear() {
-  if (!enabled_ || !drawn_) return;
-  std::fprintf(out_, "\r\033[K");
-  std::fflush(out_);
-  drawn_ = false;
+  if (enabled_) set_status_line("");
 }
 
 }  // namespace zt

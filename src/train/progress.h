@@ -1,10 +1,10 @@
-// The live progress line on a terminal (one line, rewritten in place), like tqdm in HF Trainer.
-// Drawn on stderr when it is a terminal, else on stdout when that is (under mpirun only stdout
-// gets a pty); off otherwise or with --disable_tqdm, and log lines then carry the progress.
+// The live progress line on a terminal (one line, redrawn in place), like tqdm in HF Trainer.
+// Drawn on stderr below the log (core/log's status line), only when stderr is a terminal: under
+// mpirun it is not (see log_is_terminal), and log lines every steps_per_print carry the progress.
+// Off with --disable_tqdm.
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <string>
 
 #include "core/timer.h"
@@ -17,15 +17,13 @@ class ProgressLine {
   ~ProgressLine();
   /// Redraws the line for `step` of the total with the given summary text.
   void update(int64_t step, const std::string& summary);
-  /// Clears the line so that a log line can be printed cleanly.
+  /// Removes the line (log lines need not: they are printed above it).
   void clear();
   bool enabled() const { return enabled_; }
 
  private:
   int64_t total_;
-  std::FILE* out_;
   bool enabled_;
-  bool drawn_ = false;
   Stopwatch clock_;
 };
 

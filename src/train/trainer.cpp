@@ -27,8 +27,9 @@
 #include "model/gpt2.h"
 #include "model/gpt2_layout.h"
 #include "train/metrics.h"
+#include "train/monitor.h"
 #include "train/output_dir.h"
-#include "train/preemption.h"
+#include "train/stop_signals.h"
 #include "train/progress.h"
 #include "zero/engine.h"
 
@@ -88,6 +89,44 @@ Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
   return s;
 }
 
+// Where the engine's state comes from. Resuming: weights, moments, optimizer step, schedule and
+// loss scaler from the checkpoint, written at any world size and stage. Pretrained (HF weights,
+// e.g. zero_to_fp32's output): the master weights only. Otherwise GPT-2's initialisation. What
+// a source does not carry starts as the config says (ZeroEngine::load), on every path alike.
+StateSource starting_state(Setup& setup, const Gpt2Layout& layout, uint64_t seed) {
+  if (setup.resume) {
+    CheckpointReader& ckpt = *setup.resume;
+    return {[&ckpt](StateField f, size_t lo, size_t hi, float* out) { ckpt.read(f, lo, hi, out); }, true,
+            ckpt.engine_state()};
+  }
+  if (setup.pretrained) {
+    const SafetensorsReader& weights = *setup.pretrained;
+    return {[&weights, &layout](StateField, size_t lo, size_t hi, float* out) {
+      for (const auto& p : layout.params()) {
+        const size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
+        if (b > a) weights.read(pretrained_name(weights, p.name), a - p.offset, b - a, out + (a - lo));
+      }
+    }, false, std::nullopt};
+  }
+  return gpt2_init_source(layout, seed);
+}
+
+// What DeepSpeed's monitors get after step k (train/monitor.h), indexed by the samples seen so
+// far: the loss averaged over ranks (metrics.jsonl's, as DeepSpeed's pipeline engine writes
+// train_loss), and, as its engine writes them, the lr and fp16 loss scale the next step will use.
+// DeepSpeed's dynamic loss scale is a Python int until it first changes, which its CSVs show.
+std::vector<MonitorEvent> step_events(double loss, const ZeroEngine& engine, const DsConfig& ds, uint64_t samples,
+                                      bool& scale_changed) {
+  std::vector<MonitorEvent> events{{kMonitorTrainLoss, loss, int64_t(samples)},
+                                   {kMonitorLr, engine.next_lr(), int64_t(samples)}};
+  if (ds.fp16.enabled) {
+    const double scale = engine.loss_scale();
+    scale_changed = scale_changed || scale != std::ldexp(1.0, ds.fp16.initial_scale_power);
+    events.push_back({kMonitorLossScale, scale, int64_t(samples), ds.fp16.loss_scale == 0 && !scale_changed});
+  }
+  return events;
+}
+
 // All ranks learn whether any rank failed; the lowest failing rank prints its message.
 bool agree_on_failure(Communicator& comm, const std::string& error) {
   const double mine = error.empty() ? double(comm.size()) : double(comm.rank());
@@ -138,12 +177,26 @@ double evaluate(Gpt2Model<float>& model, ZeroEngine& engine, Communicator& comm,
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
+// "124.44M", "4.33B": a count, with the suffixes HF uses for model sizes.
 std::string human_count(double x) {
   char buf[32];
   if (x >= 1e9) std::snprintf(buf, sizeof(buf), "%.2fB", x / 1e9);
   else if (x >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", x / 1e6);
   else if (x >= 1e3) std::snprintf(buf, sizeof(buf), "%.1fk", x / 1e3);
   else std::snprintf(buf, sizeof(buf), "%.0f", x);
+  return buf;
+}
+
+// "37.11 MB", "4.33 GB": bytes, decimal units as `ls -h --si` and DeepSpeed's logs print them.
+std::string human_bytes(double x) {
+  static const char* kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  int u = 0;
+  while (x >= 1000 && u < 5) {
+    x /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", x, kUnits[u]);
   return buf;
 }
 
@@ -212,9 +265,13 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   const Gpt2Layout layout(model_config);
   // The engine reserves its memory and NVMe swap files here: a bad nvme_path or a full disk on
   // any rank ends every rank now, before metrics.jsonl or a step is written.
+  // Rank 0 creates the monitors' directories and files here too (DeepSpeed's tensorboard and
+  // csv_monitor blocks).
   std::unique_ptr<ZeroEngine> engine_holder;
+  std::unique_ptr<MonitorMaster> monitors;
   try {
     engine_holder = std::make_unique<ZeroEngine>(layout, *backend, comm, ds);
+    monitors = std::make_unique<MonitorMaster>(ds.tensorboard, ds.csv_monitor, rank == 0);
   } catch (const UsageError& e) {
     error = e.what();
   }
@@ -223,32 +280,15 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   MetricsWriter metrics(rank == 0 ? args.output_dir + "/metrics.jsonl" : std::string(), setup.resume.has_value());
   DataPosition position;
   int64_t first_step = 1;
+  engine.load(starting_state(setup, layout, args.seed));
   if (setup.resume) {
-    // Weights, moments, optimizer step, schedule, loss scaler and data position, from any
-    // world size and stage.
-    CheckpointReader& ckpt = *setup.resume;
-    engine.load([&](StateField f, size_t lo, size_t hi, float* out) { ckpt.read(f, lo, hi, out); },
-                ckpt.engine_state());
+    const CheckpointReader& ckpt = *setup.resume;
     position.next_sample = ckpt.position().data_position;
     first_step = ckpt.position().step + 1;
     log_info("resumed from ", ckpt.dir(), " (step ", ckpt.position().step, ", saved by ", ckpt.saved_world_size(),
              " rank(s) at stage ", ckpt.saved_stage(), ")");
   } else if (setup.pretrained) {
-    // HF weights (e.g. zero_to_fp32's output): the master weights from the file, fresh moments.
-    const SafetensorsReader& weights = *setup.pretrained;
-    engine.load(
-        [&](StateField f, size_t lo, size_t hi, float* out) {
-          std::fill(out, out + (hi - lo), 0.0f);  // moments start at zero; padding stays zero
-          if (f != StateField::kMaster) return;
-          for (const auto& p : layout.params()) {
-            const size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
-            if (b > a) weights.read(pretrained_name(weights, p.name), a - p.offset, b - a, out + (a - lo));
-          }
-        },
-        EngineState{});
     log_info("initialised from ", args.model_name_or_path);
-  } else {
-    engine.init_params(args.seed);
   }
   const int eval_batch = int(args.per_device_eval_batch_size);
   Gpt2Model<float> model(layout, *backend, backend->ops(), std::max(micro_batch, eval_batch), seq_len,
@@ -315,8 +355,10 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     const double eval_loss = evaluate(model, engine, comm, *eval_windows, eval_batch, seq_len);
     metrics.write("eval", {{"step", step}, {"eval_loss", eval_loss}, {"windows", eval_windows->count()},
                            {"seconds", clock.seconds()}});
+    monitors->write_events({{kMonitorEvalLoss, eval_loss, int64_t(position.next_sample)}});
     return eval_loss;
   };
+  bool loss_scale_changed = false;
 
   // ---- the training loop ----
   const int64_t tokens_per_step = ds.train_batch_size * seq_len;
@@ -338,7 +380,9 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     log_info("step 0: eval_loss ", last_eval);
   }
 
-  PreemptionWatch preemption;
+  StopSignals stop(rank == 0);
+  const bool saving = args.save_strategy != "no";
+  int64_t steps_run = 0;
   for (int64_t step = first_step; step <= args.max_steps; ++step) {
     Stopwatch step_clock;
     note_run_peaks();  // the previous step's window (its eval and checkpoint included)
@@ -358,15 +402,18 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
       model.backward(engine, engine.backward_scale());
       timers.stop("backward");
     }
-    timers.start("step");
+    timers.start("optimizer_step");
     const StepOutcome outcome = engine.step();
-    timers.stop("step");
+    timers.stop("optimizer_step");
     position.next_sample += uint64_t(ds.train_batch_size);
-    // One reduction for the step's loss and for whether any rank was told to stop (SIGTERM).
-    std::vector<double> reduced{loss_sum / double(accumulation), preemption.signal() != 0 ? 1.0 : 0.0};
+    ++steps_run;
+    // One reduction for the step's loss and for whether any rank was told to stop (SIGTERM,
+    // SIGUSR1: preempted; SIGINT: interrupted).
+    std::vector<double> reduced{loss_sum / double(accumulation), stop.preemption() != 0 ? 1.0 : 0.0,
+                                stop.interrupted() != 0 ? 1.0 : 0.0};
     comm.all_reduce_doubles(reduced, false);
     last_loss = reduced[0] / double(world_size);
-    const bool preempted = reduced[1] > 0;
+    const bool preempted = reduced[1] > 0, interrupted = reduced[2] > 0;
 
     const double step_ms = step_clock.ms();
     const double tokens_per_s = double(tokens_per_step) / (step_ms / 1e3);
@@ -389,15 +436,17 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
                                  {"all_gather", cs.all_gather}, {"broadcast", cs.broadcast}}}};
       if (engine.stage() == 3) line["live_parameters_peak"] = engine.peak_live_parameters();
       if (ds.wall_clock_breakdown) {
-        for (const auto& [name, ms] : timers.totals()) line[name + "_ms"] = ms;
+        for (const auto& [name, ms] : timers.totals()) line[name + "_ms"] = ms;  // forward, backward, optimizer_step
       }
       metrics.write("step", std::move(line));
+    }
+    if (monitors->enabled()) {
+      monitors->write_events(step_events(last_loss, engine, ds, position.next_sample, loss_scale_changed));
     }
     char summary[160];
     std::snprintf(summary, sizeof(summary), "loss %.4f | lr %.3g | %s tok/s | %.1f GFLOP/s%s", last_loss,
                   outcome.lr, human_count(tokens_per_s).c_str(), gflops, outcome.skipped ? " | skipped" : "");
     if (step % ds.steps_per_print == 0 || step == args.max_steps) {
-      progress.clear();
       std::string breakdown;
       if (ds.wall_clock_breakdown) {
         for (const auto& [name, ms] : timers.totals()) breakdown += cat(" | ", name, " ", int(ms + 0.5), " ms");
@@ -405,27 +454,36 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
       log_info("step ", step, "/", args.max_steps, ": ", summary, " | grad_norm ", outcome.grad_norm,
                outcome.loss_scale != 1 ? cat(" | loss_scale ", outcome.loss_scale) : std::string(), breakdown);
     }
-    if ((args.save_steps > 0 && step % args.save_steps == 0) || preempted) {
-      progress.clear();
+    // Checkpoints: every --save_steps, at the end of training, and when stopped by a signal.
+    std::string saved_path;
+    if (saving && ((args.save_steps > 0 && step % args.save_steps == 0) || step == args.max_steps || preempted ||
+                   interrupted)) {
       Stopwatch clock;
       const SavedCheckpoint saved =
           save_checkpoint(args.output_dir, engine, layout, ds, comm, TrainingPosition{step, position.next_sample, data_seed},
-                          NodePlacement{place.node, place.local_rank, place.num_nodes, ds.checkpoint_node_local});
+                          NodePlacement{place.node, place.local_rank, place.num_nodes, ds.checkpoint_node_local},
+                          args.save_total_limit);
       metrics.write("checkpoint",
                     {{"step", step}, {"path", saved.path}, {"seconds", clock.seconds()}, {"bytes", saved.bytes}});
-      log_info("step ", step, ": saved ", saved.path, " (", human_count(double(saved.bytes)), "B in ",
+      log_info("step ", step, ": saved ", saved.path, " (", human_bytes(double(saved.bytes)), " in ",
                format_duration(clock.seconds()), ")");
+      for (const std::string& old : saved.removed) log_info("removed ", old, " (--save_total_limit ", args.save_total_limit, ")");
+      saved_path = saved.path;
     }
-    if (preempted) {
-      // The checkpoint above is what the requeued job resumes from; exit 0 so that Slurm's
-      // requeue (and any script around us) sees a clean stop, not a failure.
-      metrics.write("preempted", {{"step", step}, {"signal", preemption.signal()}});
-      log_info("preempted (", preemption.signal() != 0 ? strsignal(preemption.signal()) : "signal on another rank",
-               ") after step ", step, ": checkpoint saved; resume with --resume_from_checkpoint auto");
-      return 0;
+    if (preempted || interrupted) {
+      // Preempted: the checkpoint above is what the requeued job resumes from; exit 0 so that
+      // Slurm's requeue (and any script around us) sees a clean stop. Interrupted: 130, as a
+      // program stopped by Ctrl-C.
+      const char* what = interrupted ? "interrupted" : "preempted";
+      const int signal = interrupted ? stop.interrupted() : stop.preemption();  // 0: signalled elsewhere
+      metrics.write(what, {{"step", step}, {"signal", signal}, {"checkpoint", saved_path}});
+      log_info(what, " (", signal != 0 ? strsignal(signal) : "signal on another rank", ") after step ", step,
+               saved_path.empty() ? std::string(": no checkpoint (--save_strategy no)")
+                                  : cat(": checkpoint saved in ", saved_path, "; resume with --resume_from_checkpoint auto"));
+      monitors->close();
+      return interrupted ? 130 : 0;
     }
     if (eval_windows && args.eval_steps > 0 && step % args.eval_steps == 0) {
-      progress.clear();
       last_eval = run_eval(step);
       log_info("step ", step, ": eval_loss ", last_eval);
     }
@@ -446,23 +504,29 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   std::vector<double> buf{double(buffers.buckets), double(buffers.gather), double(buffers.working),
                           double(buffers.offload)};
   comm.all_reduce_doubles(buf, true);
-  metrics.write("end", {{"steps", args.max_steps},
-                        {"loss", last_loss},
-                        {"seconds", run_clock.seconds()},
-                        {"last_step_pool_peak_bytes", pool_json(peaks)},
-                        {"pool_peak_bytes", pool_json(whole_run)},
-                        {"buffer_bytes",
-                         {{"buckets", uint64_t(buf[0])}, {"gather", uint64_t(buf[1])}, {"working", uint64_t(buf[2])},
-                          {"offload", uint64_t(buf[3])}}},
-                        {"live_parameters_peak", engine.peak_live_parameters()}});
-  log_info("done in ", format_duration(run_clock.seconds()), ": final loss ", last_loss,
-           std::isnan(last_eval) ? std::string() : cat(", eval_loss ", last_eval));
-  log_info("memory, peak per rank (max over ranks): device ", human_count(whole_run[0]), "B, host ",
-           human_count(whole_run[1]), "B, pinned ", human_count(whole_run[2]), "B, nvme ", human_count(whole_run[3]),
-           "B (zero_estimate predicts these before launching)");
+  boost::json::object end{{"steps", args.max_steps},
+                          {"seconds", run_clock.seconds()},
+                          {"last_step_pool_peak_bytes", pool_json(peaks)},
+                          {"pool_peak_bytes", pool_json(whole_run)},
+                          {"buffer_bytes",
+                           {{"buckets", uint64_t(buf[0])}, {"gather", uint64_t(buf[1])}, {"working", uint64_t(buf[2])},
+                            {"offload", uint64_t(buf[3])}}},
+                          {"live_parameters_peak", engine.peak_live_parameters()}};
+  if (steps_run > 0) end["loss"] = last_loss;  // an eval-only run (or one resumed at its end) trained nothing
+  metrics.write("end", std::move(end));
+  std::string results;
+  if (steps_run > 0) results = cat("final loss ", last_loss);
+  if (!std::isnan(last_eval)) results += cat(results.empty() ? "" : ", ", "eval_loss ", last_eval);
+  log_info("done in ", format_duration(run_clock.seconds()), results.empty() ? "" : ": ", results);
+  log_info("memory, peak per rank (max over ranks): device ", human_bytes(whole_run[0]), ", host ",
+           human_bytes(whole_run[1]), ", pinned ", human_bytes(whole_run[2]), ", nvme ", human_bytes(whole_run[3]),
+           " (zero_estimate predicts these before launching)");
+  monitors->close();
   log_info("metrics: ", args.output_dir, "/metrics.jsonl");
+  if (!monitors->tensorboard_log_dir().empty()) log_info("tensorboard: ", monitors->tensorboard_log_dir());
+  if (!monitors->csv_log_dir().empty()) log_info("csv_monitor: ", monitors->csv_log_dir());
   log_info("outputs: ", args.output_dir);
-  return 0;
+  return stop.interrupted() != 0 ? 130 : 0;  // Ctrl-C after the last step: everything above was done
 }
 
 }  // namespace zt

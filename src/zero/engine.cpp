@@ -101,49 +101,9 @@ float* ZeroEngine::master_at(size_t flat) {
   return master_.data() + (flat - opt_begin_);
 }
 
-void ZeroEngine::init_params(uint64_t seed) {
-  // Values for [begin, end) of the padded flat buffer; padding past the model is zero.
-  auto fill = [&](float* out, size_t begin, size_t end) {
-    const size_t model_end = std::min(end, layout_.flat_size());
-    if (model_end > begin) init_gpt2_params(layout_, seed, out, begin, model_end);
-    if (end > std::max(begin, model_end)) {
-      std::memset(out + (std::max(begin, model_end) - begin), 0, (end - std::max(begin, model_end)) * sizeof(float));
-    }
-  };
-  const size_t held = stage_ == 3 ? partition_.partition_size : partition_.padded_size;
-  if (offload_) {
-    const size_t base = offload_begin();
-    offload_->visit(0, offload_->size(), SwapMode::kWrite, [&](const OffloadPiece& p) {
-      fill(p.master, base + p.lo, base + p.lo + p.n);
-      std::memset(p.exp_avg, 0, p.n * sizeof(float));
-      std::memset(p.exp_avg_sq, 0, p.n * sizeof(float));
-    });
-  }
-  if (param_swapper_) {
-    // Into the swap file in page-aligned chunks; the master weights were initialised above.
-    const size_t chunk = std::min<size_t>(held, size_t(1) << 20);
-    DeviceArray<float> values(backend_, chunk, Pool::kHost);
-    DeviceArray<unsigned char> rounded(backend_, chunk * elem(), Pool::kHost);
-    for (size_t off = 0; off < held; off += chunk) {
-      const size_t n = std::min(chunk, held - off);
-      fill(values.data(), params_base_ + off, params_base_ + off + n);
-      if (dtype_ != DType::kF32) convert(values.data(), DType::kF32, rounded.data(), dtype_, n);
-      param_swapper_->write(off, n, dtype_ == DType::kF32 ? static_cast<const void*>(values.data()) : rounded.data());
-    }
-    return;
-  }
-  if (dtype_ == DType::kF32) {
-    fill(reinterpret_cast<float*>(params_.data()), params_base_, params_base_ + held);
-    return;
-  }
-  fill(master_.data(), opt_begin_, opt_begin_ + device_count_);
-  // 16-bit parameters, in chunks so that no full fp32 copy of the model is ever made.
-  std::vector<float> chunk(std::min<size_t>(held, size_t(1) << 20));
-  for (size_t off = 0; off < held; off += chunk.size()) {
-    const size_t n = std::min(chunk.size(), held - off);
-    fill(chunk.data(), params_base_ + off, params_base_ + off + n);
-    convert(chunk.data(), DType::kF32, params_.data() + off * elem(), dtype_, n);
-  }
+StateSource gpt2_init_source(const Gpt2Layout& layout, uint64_t seed) {
+  return {[&layout, seed](StateField, size_t lo, size_t hi, float* out) { init_gpt2_params(layout, seed, out, lo, hi); },
+          false, std::nullopt};
 }
 
 double ZeroEngine::backward_scale() const {
@@ -315,15 +275,17 @@ StepOutcome ZeroEngine::step() {
   out.grad_norm = std::sqrt(sum_sq) / out.loss_scale / double(world_);
   const ScheduledValues sched = scheduler_.current();
   out.lr = sched.lr;
-  if (overflow && config_.fp16.enabled) {
-    // DeepSpeed's fp16 optimizer: skip the update, lower the scale, keep the schedule where it is.
+  if (overflow && (config_.fp16.enabled || (config_.bf16 && config_.bf16_check_grad_overflow))) {
+    // DeepSpeed's fp16 and bf16 optimizers: skip the update, keep the schedule where it is, and
+    // (fp16) lower the loss scale.
     out.skipped = true;
     scaler_.update(true);
     grad_ops.zero(grads_.data(), dtype_, grads_.size() / elem());
     return out;
   }
   ZT_CHECK(!overflow, "the gradient norm is not finite (", sum_sq, ") in ", dtype_name(dtype_),
-           " training: the loss diverged; lower the learning rate or enable gradient clipping");
+           " training: the loss diverged; lower the learning rate or enable gradient clipping",
+           config_.bf16 ? " (bf16.check_grad_overflow: true skips such steps)" : "");
   const double clip = clip_coefficient(out.grad_norm, config_.gradient_clipping);
   const double beta1 = sched.beta1.value_or(config_.optimizer.beta1);
   const double beta2 = sched.beta2.value_or(config_.optimizer.beta2);
@@ -436,20 +398,34 @@ EngineState ZeroEngine::state() const {
   return s;
 }
 
-void ZeroEngine::load(const StateReader& read, const EngineState& state) {
+EngineState ZeroEngine::fresh_state() const {
+  EngineState s;
+  s.scaler = LossScaler(config_.fp16).state();  // adam_step 0, scheduler_iteration -1
+  return s;
+}
+
+void ZeroEngine::load(const StateSource& source) {
   const size_t flat = layout_.flat_size();
-  // Reads [lo, hi) of a field into out, zero beyond the model (padding).
+  const bool moments = source.with_moments;
+  // Reads [lo, hi) of a field into out, zero beyond the model (padding) and for moments the
+  // source does not carry.
   auto read_padded = [&](StateField field, size_t lo, size_t hi, float* out) {
-    const size_t model_hi = std::min(hi, flat);
-    if (model_hi > lo) read(field, lo, model_hi, out);
+    const size_t model_hi = field == StateField::kMaster || moments ? std::min(hi, flat) : lo;
+    if (model_hi > lo) source.read(field, lo, model_hi, out);
     if (hi > std::max(lo, model_hi)) std::fill(out + (std::max(lo, model_hi) - lo), out + (hi - lo), 0.0f);
   };
   // This rank's partition of every field (params_, master and moments all cover it at any
   // stage), then the parameters rounded from the master weights.
   const size_t lo = partition_.begin(rank_), hi = std::min(partition_.end(rank_), offload_begin());
+  if (!moments) {  // the whole device range, not just the partition: no all-gather of zeros below
+    opt_ops_.zero(exp_avg_.data(), DType::kF32, device_count_);
+    opt_ops_.zero(exp_avg_sq_.data(), DType::kF32, device_count_);
+  }
   if (hi > lo) {
-    read_padded(StateField::kExpAvg, lo, hi, exp_avg_.data() + (lo - opt_begin_));
-    read_padded(StateField::kExpAvgSq, lo, hi, exp_avg_sq_.data() + (lo - opt_begin_));
+    if (moments) {
+      read_padded(StateField::kExpAvg, lo, hi, exp_avg_.data() + (lo - opt_begin_));
+      read_padded(StateField::kExpAvgSq, lo, hi, exp_avg_sq_.data() + (lo - opt_begin_));
+    }
     read_padded(StateField::kMaster, lo, hi, master_at(lo));
     if (dtype_ != DType::kF32) convert(master_at(lo), DType::kF32, param_at(lo), dtype_, hi - lo);
   }
@@ -465,8 +441,10 @@ void ZeroEngine::load(const StateReader& read, const EngineState& state) {
   }
   if (world_ > 1 && stage_ == 0) {
     // Stage 0 keeps everything whole on every rank.
-    all_gather_flat(exp_avg_.data(), DType::kF32);
-    all_gather_flat(exp_avg_sq_.data(), DType::kF32);
+    if (moments) {
+      all_gather_flat(exp_avg_.data(), DType::kF32);
+      all_gather_flat(exp_avg_sq_.data(), DType::kF32);
+    }
     if (dtype_ != DType::kF32) all_gather_flat(master_.data(), DType::kF32);
   }
   if (world_ > 1 && stage_ <= 2) all_gather_flat(params_.data(), dtype_);  // stages 0-2 hold every parameter
@@ -474,9 +452,10 @@ void ZeroEngine::load(const StateReader& read, const EngineState& state) {
   micro_step_ = 0;
   if (gatherer_) gatherer_->invalidate();
   for (auto& s : weight_slots_) s.unit = -1;
-  adam_.set_step_count(state.adam_step);
-  scheduler_.set_last_batch_iteration(state.scheduler_iteration);
-  scaler_.restore(state.scaler);
+  const EngineState counters = source.counters.value_or(fresh_state());
+  adam_.set_step_count(counters.adam_step);
+  scheduler_.set_last_batch_iteration(counters.scheduler_iteration);
+  scaler_.restore(counters.scaler);
 }
 
 }  // namespace zt

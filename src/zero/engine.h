@@ -76,6 +76,17 @@ enum class StateField { kMaster, kExpAvg, kExpAvgSq };
 /// Fills out[0, hi - lo) with elements [lo, hi) of a field (hi <= the model's flat size).
 using StateReader = std::function<void(StateField field, size_t lo, size_t hi, float* out)>;
 
+/// What an engine starts from. Every way of building one (fresh initialisation, pretrained
+/// weights, resuming at the same or another layout) goes through ZeroEngine::load with one of
+/// these, so the starting state has a single definition: whatever the source does not carry
+/// starts as the config says, never from a default-constructed EngineState (whose loss scale of
+/// 0 once made every fine-tuning step NaN).
+struct StateSource {
+  StateReader read;                     ///< serves kMaster; the moments too when with_moments
+  bool with_moments = false;            ///< false: exp_avg and exp_avg_sq start at zero
+  std::optional<EngineState> counters;  ///< empty: step 0, the schedule's start, the config's loss scale
+};
+
 /// What one optimizer step did.
 struct StepOutcome {
   double grad_norm = 0;   ///< global L2 norm of the unscaled, averaged gradient, before clipping
@@ -84,13 +95,15 @@ struct StepOutcome {
   bool skipped = false;   ///< fp16 overflow (seen alike on every rank): no update applied
 };
 
+/// GPT-2's initialisation from `seed` (init_gpt2_params), with fresh moments and counters.
+StateSource gpt2_init_source(const Gpt2Layout& layout, uint64_t seed);
+
 class ZeroEngine final : public ParamSource<float> {
  public:
   ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator& comm, const DsConfig& config);
 
-  /// GPT-2 initialisation from `seed`. Each rank initialises only what it holds: at stage 3 the
-  /// full model never exists on any rank.
-  void init_params(uint64_t seed);
+  /// load(gpt2_init_source(layout, seed)). At stage 3 the full model never exists on any rank.
+  void init_params(uint64_t seed) { load(gpt2_init_source(layout_, seed)); }
 
   /// The factor backward must multiply d(loss) by: loss_scale / gradient_accumulation_steps.
   double backward_scale() const;
@@ -105,6 +118,10 @@ class ZeroEngine final : public ParamSource<float> {
   BufferBytes buffer_bytes() const;
   /// Stage 3: the most parameters held gathered at once so far (0 at other stages).
   size_t peak_live_parameters() const { return gatherer_ ? gatherer_->peak_live_elements() : 0; }
+  /// The learning rate and loss scale the next step will use (after a step: DeepSpeed's get_lr()
+  /// and cur_scale, which its monitors log).
+  double next_lr() const { return scheduler_.current().lr; }
+  double loss_scale() const { return scaler_.scale(); }
   int stage() const { return stage_; }
   DType param_dtype() const { return dtype_; }
   const PartitionMap& partition() const { return partition_; }
@@ -120,13 +137,15 @@ class ZeroEngine final : public ParamSource<float> {
   /// into `out`. Collective (stage 3's partitions); a copy at other stages.
   void gather_params(size_t lo, size_t hi, void* out);
   EngineState state() const;
-  /// Replaces the model states. Each rank reads only its own partition of the master weights and
-  /// moments through `read` (so a checkpoint on node-local disks loads as long as each node has
-  /// its ranks' shards); what a stage holds beyond its partition is all-gathered, and 16-bit
-  /// parameters are rounded from the master weights exactly as a step writes them. Gradients are
-  /// zeroed and gathered copies dropped. Any world size or stage may have written what `read`
-  /// serves: the flat layout is the same. Collective.
-  void load(const StateReader& read, const EngineState& state);
+  /// The counters of an engine that has not stepped yet, as the config sets them.
+  EngineState fresh_state() const;
+  /// Replaces the model states and counters. Each rank reads only its own partition of the
+  /// master weights (and moments) through `source.read` (so a checkpoint on node-local disks
+  /// loads as long as each node has its ranks' shards); what a stage holds beyond its partition
+  /// is all-gathered, and 16-bit parameters are rounded from the master weights exactly as a
+  /// step writes them. Gradients are zeroed and gathered copies dropped. Any world size or stage
+  /// may have written what the source serves: the flat layout is the same. Collective.
+  void load(const StateSource& source);
 
   // ParamSource<float>
   const float* acquire_weights(int unit) override;

@@ -157,9 +157,6 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
     const size_t file = psize > resident ? align_up((round_up(psize, page) - resident) * e) : 0;
     moved.params = resident * e + file;
     param_file = file > 0;
-    // Initialisation writes the partition in chunks of up to 1 Mi elements, made in fp32 and
-    // rounded: transient, but part of the peak.
-    add(Pool::kHost, std::min(psize, size_t(1) << 20) * (4 + (sixteen ? e : 0)));
     add(est.offloaded_param_pool, resident * e);
     add(Pool::kNvme, file);
   }

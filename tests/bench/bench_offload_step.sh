@@ -34,7 +34,7 @@ done
 run() {
   OMP_NUM_THREADS=$threads build/release/src/zerotrain --deepspeed "$work/$1.json" --config_name "$work/model.json" \
     --train_data "$work/data/train_*.bin" --output_dir "$work/$1" --overwrite_output_dir --block_size 128 \
-    --max_steps "$steps" --disable_tqdm 2>/dev/null
+    --max_steps "$steps" --disable_tqdm --save_strategy no 2>/dev/null
 }
 fio_bw() {  # fio_bw RW BYTES
   fio --name=opt --filename="$work/fio.dat" --direct=1 --ioengine=io_uring --bs=$block --iodepth=$depth --rw="$1" \

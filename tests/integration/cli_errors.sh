@@ -39,12 +39,12 @@ printf '{\n  "train_micro_batch_size_per_gpu": 2,\n  "steps_per_print" 5\n}\n' >
 expect_usage_error "malformed JSON" "bad.json:3:21: malformed JSON" \
   train --deepspeed "$WORK/bad.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o6"
 printf '{"zero_optimization": {"stage": 0, "contigous_gradients": true}}' >"$WORK/typo.json"
-expect_usage_error "misspelled key" "typo.json: zero_optimization.contigous_gradients: unknown key; the closest known key is 'zero_optimization.contiguous_gradients'" \
+expect_usage_error "misspelled key" "typo.json: zero_optimization.contigous_gradients: unknown key; did you mean 'zero_optimization.contiguous_gradients'" \
   train --deepspeed "$WORK/typo.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o7"
 printf '{"gradient_clipping": -1}' >"$WORK/neg.json"
 expect_usage_error "bad value" "neg.json: gradient_clipping: must be >= 0" \
   train --deepspeed "$WORK/neg.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o8"
-expect_usage_error "unknown flag" "unknown flag --learning_rat; the closest known flag is --learning_rate" \
+expect_usage_error "unknown flag" "unknown flag --learning_rat; did you mean --learning_rate" \
   train --learning_rat 1 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9"
 expect_usage_error "missing config" "nope.json: cannot open file" \
   train --deepspeed "$WORK/nope.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o10"

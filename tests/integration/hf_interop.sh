@@ -3,13 +3,7 @@
 # 3 checkpoint written by 2 ranks, and its loss on the fixed eval windows equals ours.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-PYLIB=$ZT_BIN_DIR/pylib
-if [[ ! -f "$PYLIB/.installed" ]] || ! cmp -s "$ZT_SOURCE_DIR/tests/requirements.txt" "$PYLIB/.installed"; then
-  rm -rf "$PYLIB"
-  /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-deps --target "$PYLIB" \
-    -r "$ZT_SOURCE_DIR/tests/requirements.txt" 2>&1 | grep -v "Running pip as the 'root' user" || true
-  cp "$ZT_SOURCE_DIR/tests/requirements.txt" "$PYLIB/.installed"
-fi
+install_pylib
 DATA=$WORK/data
 "$PREPARE" "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" --output_dir "$DATA" --val_fraction 0.1 2>/dev/null
 OMP_NUM_THREADS=1 timeout 300 mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$ZEROTRAIN" \

@@ -8,6 +8,18 @@ trap 'rm -rf "$WORK"' EXIT
 passed=0
 failed=0
 
+# The PyPI test peers (tests/requirements.txt) in $PYLIB, installed once per build directory next
+# to Debian's python3-torch; reinstalled when the pins change.
+PYLIB=$ZT_BIN_DIR/pylib
+install_pylib() {
+  if [[ ! -f "$PYLIB/.installed" ]] || ! cmp -s "$ZT_SOURCE_DIR/tests/requirements.txt" "$PYLIB/.installed"; then
+    rm -rf "$PYLIB"
+    /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-deps --target "$PYLIB" \
+      -r "$ZT_SOURCE_DIR/tests/requirements.txt" 2>&1 | grep -v "Running pip as the 'root' user" || true
+    cp "$ZT_SOURCE_DIR/tests/requirements.txt" "$PYLIB/.installed"
+  fi
+}
+
 pass() { passed=$((passed + 1)); echo "ok: $1"; }
 fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
 

@@ -135,7 +135,8 @@ zerotrain, work, data = sys.argv[1:4]
 budget = 450 * 2**20
 cmd = [zerotrain, "--deepspeed", f"{work}/big.json", "--config_name", f"{work}/big_model.json",
        "--train_data", f"{data}/train_*.bin", "--output_dir", f"{work}/big", "--block_size", "64",
-       "--max_steps", "3", "--disable_tqdm", "--gradient_checkpointing", "--per_device_eval_batch_size", "2"]
+       "--max_steps", "3", "--disable_tqdm", "--gradient_checkpointing", "--per_device_eval_batch_size", "2",
+       "--save_strategy", "no"]
 run = subprocess.run(cmd, capture_output=True, text=True, env={"OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"})
 assert run.returncode == 0, run.stderr[-2000:]
 peak_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024

@@ -4,7 +4,9 @@
 
 #include <boost/json/parse.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "config/ds_config.h"
 #include "config/json_reader.h"
@@ -48,7 +50,7 @@ TEST(DsConfig, UnknownKeyNamesPathAndClosestKey) {
   EXPECT_NE(e.find("zero_optimization.overlap_com: unknown key"), std::string::npos) << e;
   EXPECT_NE(e.find("'zero_optimization.overlap_comm'"), std::string::npos) << e;
   e = error_of(R"({"train_micro_batch_size_per_gpu": 1, "gradient_clippin": 1.0})");
-  EXPECT_NE(e.find("gradient_clippin: unknown key; the closest known key is 'gradient_clipping'"), std::string::npos) << e;
+  EXPECT_NE(e.find("gradient_clippin: unknown key; did you mean 'gradient_clipping'"), std::string::npos) << e;
 }
 
 TEST(DsConfig, WrongTypesAndRanges) {
@@ -67,13 +69,13 @@ TEST(DsConfig, WrongTypesAndRanges) {
 
 TEST(DsConfig, UnimplementedDeepSpeedKeysSaySo) {
   std::string e = error_of(R"({"flops_profiler": {"enabled": true}})");
-  EXPECT_NE(e.find("flops_profiler: DeepSpeed key not implemented by zerotrain"), std::string::npos) << e;
+  EXPECT_NE(e.find("ds.json: flops_profiler.enabled: true is not implemented: "), std::string::npos) << e;
   e = error_of(R"({"optimizer": {"type": "Lamb"}})");
   EXPECT_NE(e.find("'Lamb' is not implemented"), std::string::npos) << e;
   e = error_of(R"({"optimizer": {"type": "AdamX"}})");
   EXPECT_NE(e.find("unknown optimizer 'AdamX'"), std::string::npos) << e;
   e = error_of(R"({"scheduler": {"type": "WarmupCosine"}})");
-  EXPECT_NE(e.find("closest known is 'WarmupCosineLR'"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'WarmupCosineLR'"), std::string::npos) << e;
   e = error_of(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})");
   EXPECT_NE(e.find("zero_optimization.offload_optimizer: needs ZeRO stage 1"), std::string::npos) << e;
   e = error_of(R"({"fp16": {"enabled": true, "auto_cast": true}})");
@@ -183,7 +185,7 @@ TEST(ModelConfig, ValidatesKeys) {
     return std::string("(no error)");
   };
   EXPECT_NE(error(R"({"n_embd": 64, "n_head": 5})").find("divisible"), std::string::npos);
-  EXPECT_NE(error(R"({"n_layers": 2})").find("closest known key is 'n_layer'"), std::string::npos);
+  EXPECT_NE(error(R"({"n_layers": 2})").find("did you mean 'n_layer'"), std::string::npos);
   EXPECT_NE(error(R"({"activation_function": "relu"})").find("activation_function"), std::string::npos);
   EXPECT_NE(error(R"({"n_layer": 0})").find("n_layer: must be >= 1"), std::string::npos);
 }
@@ -294,6 +296,366 @@ TEST(OffloadConfig, RejectsWhatCannotWork) {
   EXPECT_NE(e.find("aio.thread_count"), std::string::npos) << e;
   e = offload_error(R"({"aio": {"queue_dept": 4}})");
   EXPECT_NE(e.find("queue_depth"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// ---- issue 12: every DeepSpeed 0.19.6 key is implemented, accepted as a no-op, or refused ----
+
+const char* kAllNeutral = ZT_SOURCE_DIR "/tests/data/ds_config_all_neutral.json";
+
+AutoValues demo_autos() {
+  AutoValues a;
+  a.hidden_size = 64;
+  a.max_steps = {3, true};
+  return a;
+}
+
+// The key path of a notice "<source>: <path>: <what>".
+std::string notice_path(const std::string& notice, const std::string& source) {
+  const std::string rest = notice.substr(source.size() + 2);
+  return rest.substr(0, rest.find(": "));
+}
+
+// Every neutral key or block in the fixture, once. Adding a neutral key to the parser without a
+// line here (and in the fixture) fails the test, and so does a notice printed twice.
+const std::vector<std::string> kNeutralPaths = {
+    "prescale_gradients", "gradient_predivide_factor", "gradient_allreduce_op", "sparse_gradients",
+    "disable_allgather", "managed_gradient_accumulation", "graph_harvesting", "dump_state", "memory_breakdown",
+    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "sequence_parallel_size", "data_parallel_size",
+    "seq_parallel_communication_data_type", "use_data_before_expert_parallelism", "datastates_ckpt", "log_level",
+    "dataloader_drop_last", "vocabulary_size", "fp32_allreduce",
+    "optimizer.legacy_fusion", "optimizer.params.amsgrad", "optimizer.params.torch_adam",
+    "optimizer.params.fp32_optimizer_states", "optimizer.params.set_grad_none",
+    "scheduler.params.last_batch_iteration",
+    "fp16.auto_cast", "fp16.fp16_master_weights_and_grads",
+    "bf16.immediate_grad_update", "bf16.bf16_master_weights_and_grads",
+    "bf16.bf16_optimizer_states",
+    "data_types.grad_accum_dtype", "data_types.param_dtype", "data_types.buffer_dtype",
+    "zero_optimization.offload_optimizer.super_offload", "zero_optimization.offload_optimizer.cpuadam_cores_perc",
+    "zero_optimization.use_multi_rank_bucket_allreduce", "zero_optimization.load_from_fp32_weights",
+    "zero_optimization.elastic_checkpoint", "zero_optimization.cpu_offload", "zero_optimization.cpu_offload_param",
+    "zero_optimization.cpu_offload_use_pin_memory", "zero_optimization.stage3_model_persistence_threshold",
+    "zero_optimization.stage3_module_granularity_threshold",
+    "zero_optimization.stage3_use_all_reduce_for_fetch_params", "zero_optimization.stage3_allgather_sequential",
+    "zero_optimization.ignore_unused_parameters", "zero_optimization.legacy_stage1",
+    "zero_optimization.round_robin_gradients", "zero_optimization.memory_efficient_linear",
+    "zero_optimization.pipeline_loading_checkpoint", "zero_optimization.override_module_apply",
+    "zero_optimization.log_trace_cache_warnings", "zero_optimization.enable_sanity_checks",
+    "zero_optimization.save_muon_momentum_buffer_in_memory", "zero_optimization.zero_hpz_partition_size",
+    "zero_optimization.zero_quantized_weights", "zero_optimization.zero_quantized_nontrainable_weights",
+    "zero_optimization.zero_quantized_gradients", "zero_optimization.zeropp_loco_param",
+    "zero_optimization.mics_shard_size", "zero_optimization.mics_hierarchical_params_gather",
+    "zero_optimization.zenflow", "zero_optimization.leaf_module.classes", "zero_optimization.leaf_module.names",
+    "zero_optimization.leaf_module.name_suffixes",
+    "aio.use_gds",
+    "checkpoint.load_universal", "checkpoint.checkpoint_serialization", "checkpoint.writer",
+    "checkpoint.parallel_write.pipeline_stage",
+    "wandb.enabled", "comet.enabled", "comms_logger.enabled", "flops_profiler.enabled",
+    "timers.throughput.enabled", "timers.throughput.synchronized",
+    "activation_checkpointing", "sparse_attention", "pipeline", "eigenvalue",
+    "amp.enabled", "torch_autocast.enabled", "autotuning.enabled", "elasticity.enabled", "nebula.enabled",
+    "hybrid_engine.enabled", "progressive_layer_drop.enabled", "curriculum_learning.enabled",
+    "data_efficiency.enabled", "quantize_training.enabled", "expert_parallel.enabled",
+    "weight_quantization.enabled", "compile.deepcompile", "tensor_parallel.autotp_size",
+    "compression_training.weight_quantization.shared_parameters.enabled",
+    "compression_training.activation_quantization.shared_parameters.enabled",
+    "compression_training.sparse_pruning.shared_parameters.enabled",
+    "compression_training.row_pruning.shared_parameters.enabled",
+    "compression_training.head_pruning.shared_parameters.enabled",
+    "compression_training.channel_pruning.shared_parameters.enabled",
+    "compression_training.layer_reduction.enabled"};
+
+TEST(DsConfigKeys, AllNeutralFixtureGivesOneNoticePerNeutralKey) {
+  const DsConfig c = parse_ds_config(read_json_file(kAllNeutral), kAllNeutral, demo_autos());
+  std::map<std::string, int> seen;
+  for (const auto& n : c.notices) {
+    ASSERT_EQ(n.rfind(std::string(kAllNeutral) + ": ", 0), 0u) << n;
+    EXPECT_NE(n.find(" accepted; changes nothing here ("), std::string::npos) << n;
+    EXPECT_EQ(n.find('\n'), std::string::npos) << n;
+    ++seen[notice_path(n, kAllNeutral)];
+  }
+  for (const auto& path : kNeutralPaths) EXPECT_EQ(seen[path], 1) << path;
+  for (const auto& [path, count] : seen) {
+    EXPECT_NE(std::find(kNeutralPaths.begin(), kNeutralPaths.end(), path), kNeutralPaths.end())
+        << "a notice for " << path << " that the test does not expect";
+  }
+  EXPECT_EQ(c.notices.size(), kNeutralPaths.size());
+  // The implemented basics still mean what they say.
+  EXPECT_EQ(c.zero.stage, 0);
+  EXPECT_EQ(c.scheduler.type, SchedulerConfig::Type::kWarmupLR);
+  EXPECT_FALSE(c.tensorboard.enabled);
+}
+
+TEST(DsConfigKeys, LoadPrintsEachNoticeOnce) {
+  testing::internal::CaptureStderr();
+  const DsConfig c = load_ds_config(kAllNeutral, demo_autos());
+  const std::string err = testing::internal::GetCapturedStderr();
+  for (const auto& n : c.notices) {
+    size_t count = 0;
+    for (size_t at = err.find(n); at != std::string::npos; at = err.find(n, at + 1)) ++count;
+    EXPECT_EQ(count, 1u) << n;
+  }
+  EXPECT_EQ(size_t(std::count(err.begin(), err.end(), '\n')), c.notices.size()) << err;
+}
+
+TEST(DsConfigKeys, ParseOnlyCollectsNotices) {
+  testing::internal::CaptureStderr();
+  const DsConfig c = parse(R"({"prescale_gradients": false, "flops_profiler": {"enabled": false}})");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  ASSERT_EQ(c.notices.size(), 2u);
+  EXPECT_EQ(c.notices[0], "ds.json: flops_profiler.enabled: false accepted; changes nothing here (the step events "
+                          "of metrics.jsonl carry gflops; there is no per-module profile)");
+  EXPECT_EQ(c.notices[1], "ds.json: prescale_gradients: false accepted; changes nothing here (gradients are summed "
+                          "and divided by the world size after reducing, DeepSpeed's default)");
+}
+
+// One config per refused value: the error is one line naming the key path and the value.
+struct Refusal {
+  const char* config;
+  const char* line;  // expected after "ds.json: "
+};
+
+const Refusal kRefusals[] = {
+    {R"({"prescale_gradients": true})", "prescale_gradients: true is not implemented: "},
+    {R"({"gradient_predivide_factor": 2})", "gradient_predivide_factor: 2 is not implemented: "},
+    {R"({"gradient_allreduce_op": "sum"})", "gradient_allreduce_op: \"sum\" is not implemented: "},
+    {R"({"sparse_gradients": true})", "sparse_gradients: true is not implemented: "},
+    {R"({"disable_allgather": true})", "disable_allgather: true is not implemented: "},
+    {R"({"managed_gradient_accumulation": false})", "managed_gradient_accumulation: false is not implemented: "},
+    {R"({"graph_harvesting": true})", "graph_harvesting: true is not implemented: "},
+    {R"({"dump_state": true})", "dump_state: true is not implemented: "},
+    {R"({"memory_breakdown": true})", "memory_breakdown: true is not implemented: "},
+    {R"({"sequence_parallel_size": 2})", "sequence_parallel_size: 2 is not implemented: "},
+    {R"({"data_parallel_size": 4})", "data_parallel_size: 4 is not implemented: data parallelism spans every rank"},
+    {R"({"seq_parallel_communication_data_type": "int8"})",
+     "seq_parallel_communication_data_type: \"int8\" is not implemented: "},
+    {R"({"datastates_ckpt": true})", "datastates_ckpt: true is not implemented: "},
+    {R"({"log_level": "info"})", "log_level: \"info\" is not implemented: "},
+    {R"({"optimizer": {"type": "AdamW", "legacy_fusion": true}})", "optimizer.legacy_fusion: true is not implemented: "},
+    {R"({"optimizer": {"type": "AdamW", "params": {"amsgrad": true}}})",
+     "optimizer.params.amsgrad: true is not implemented: "},
+    {R"({"optimizer": {"type": "AdamW", "params": {"torch_adam": true}}})",
+     "optimizer.params.torch_adam: true is not implemented: "},
+    {R"({"optimizer": {"type": "AdamW", "params": {"fp32_optimizer_states": false}}})",
+     "optimizer.params.fp32_optimizer_states: false is not implemented: "},
+    {R"({"optimizer": {"type": "AdamW", "params": {"max_grad_norm": 1.0}}})",
+     "optimizer.params.max_grad_norm: 1.0 is not implemented: DeepSpeed refuses it too; use gradient_clipping"},
+    {R"({"optimizer": {"type": "AdamW", "params": {"fused": true}}})", "optimizer.params.fused: true is not implemented: "},
+    {R"({"scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": 5}}})",
+     "scheduler.params.last_batch_iteration: 5 is not implemented: "},
+    {R"({"fp16": {"auto_cast": true}})", "fp16.auto_cast: true is not implemented: "},
+    {R"({"fp16": {"fp16_master_weights_and_grads": true}})", "fp16.fp16_master_weights_and_grads: true is not implemented: "},
+    {R"({"bf16": {"bf16_master_weights_and_grads": true}})", "bf16.bf16_master_weights_and_grads: true is not implemented: "},
+    {R"({"bf16": {"bf16_optimizer_states": true}})", "bf16.bf16_optimizer_states: true is not implemented: "},
+    {R"({"data_types": {"grad_accum_dtype": "bf16"}})", "data_types.grad_accum_dtype: \"bf16\" is not implemented: "},
+    {R"({"data_types": {"param_dtype": "fp16"}})", "data_types.param_dtype: \"fp16\" is not implemented: "},
+    {R"({"zero_optimization": {"use_multi_rank_bucket_allreduce": false}})",
+     "zero_optimization.use_multi_rank_bucket_allreduce: false is not implemented: "},
+    {R"({"zero_optimization": {"load_from_fp32_weights": false}})",
+     "zero_optimization.load_from_fp32_weights: false is not implemented: "},
+    {R"({"zero_optimization": {"elastic_checkpoint": true}})", "zero_optimization.elastic_checkpoint: true is not implemented: "},
+    {R"({"zero_optimization": {"cpu_offload": true}})", "zero_optimization.cpu_offload: true is not implemented: "},
+    {R"({"zero_optimization": {"cpu_offload_param": true}})", "zero_optimization.cpu_offload_param: true is not implemented: "},
+    {R"({"zero_optimization": {"stage3_model_persistence_threshold": 1000}})",
+     "zero_optimization.stage3_model_persistence_threshold: 1000 is not implemented: "},
+    {R"({"zero_optimization": {"model_persistence_threshold": 1000}})",
+     "zero_optimization.model_persistence_threshold: 1000 is not implemented: "},
+    {R"({"zero_optimization": {"stage3_module_granularity_threshold": 100}})",
+     "zero_optimization.stage3_module_granularity_threshold: 100 is not implemented: "},
+    {R"({"zero_optimization": {"stage3_use_all_reduce_for_fetch_params": true}})",
+     "zero_optimization.stage3_use_all_reduce_for_fetch_params: true is not implemented: "},
+    {R"({"zero_optimization": {"stage3_allgather_sequential": true}})",
+     "zero_optimization.stage3_allgather_sequential: true is not implemented: "},
+    {R"({"zero_optimization": {"legacy_stage1": true}})", "zero_optimization.legacy_stage1: true is not implemented: "},
+    {R"({"zero_optimization": {"round_robin_gradients": true}})",
+     "zero_optimization.round_robin_gradients: true is not implemented: "},
+    {R"({"zero_optimization": {"memory_efficient_linear": false}})",
+     "zero_optimization.memory_efficient_linear: false is not implemented: "},
+    {R"({"zero_optimization": {"pipeline_loading_checkpoint": true}})",
+     "zero_optimization.pipeline_loading_checkpoint: true is not implemented: "},
+    {R"({"zero_optimization": {"override_module_apply": false}})",
+     "zero_optimization.override_module_apply: false is not implemented: "},
+    {R"({"zero_optimization": {"log_trace_cache_warnings": true}})",
+     "zero_optimization.log_trace_cache_warnings: true is not implemented: "},
+    {R"({"zero_optimization": {"enable_sanity_checks": true}})",
+     "zero_optimization.enable_sanity_checks: true is not implemented: "},
+    {R"({"zero_optimization": {"save_muon_momentum_buffer_in_memory": true}})",
+     "zero_optimization.save_muon_momentum_buffer_in_memory: true is not implemented: "},
+    {R"({"zero_optimization": {"zero_hpz_partition_size": 8}})",
+     "zero_optimization.zero_hpz_partition_size: 8 is not implemented: "},
+    {R"({"zero_optimization": {"zero_quantized_weights": true}})",
+     "zero_optimization.zero_quantized_weights: true is not implemented: "},
+    {R"({"zero_optimization": {"zero_quantized_nontrainable_weights": true}})",
+     "zero_optimization.zero_quantized_nontrainable_weights: true is not implemented: "},
+    {R"({"zero_optimization": {"zero_quantized_gradients": true}})",
+     "zero_optimization.zero_quantized_gradients: true is not implemented: "},
+    {R"({"zero_optimization": {"zeropp_loco_param": {"err_beta": 0.8}}})",
+     "zero_optimization.zeropp_loco_param: {\"err_beta\": 0.8} is not implemented: "},
+    {R"({"zero_optimization": {"mics_shard_size": 8}})", "zero_optimization.mics_shard_size: 8 is not implemented: "},
+    {R"({"zero_optimization": {"mics_hierarchical_params_gather": true}})",
+     "zero_optimization.mics_hierarchical_params_gather: true is not implemented: "},
+    {R"({"zero_optimization": {"zenflow": {"topk_ratio": 0.1}}})", "zero_optimization.zenflow: {\"topk_ratio\": 0.1} is not implemented: "},
+    {R"({"zero_optimization": {"leaf_module": {"names": ["h.0"]}}})",
+     "zero_optimization.leaf_module.names: [\"h.0\"] is not implemented: "},
+    {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "super_offload": true}}})",
+     "zero_optimization.offload_optimizer.super_offload: true is not implemented: "},
+    {R"({"aio": {"use_gds": true}})", "aio.use_gds: true is not implemented: "},
+    {R"({"checkpoint": {"load_universal": true}})", "checkpoint.load_universal: true is not implemented: "},
+    {R"({"timers": {"throughput": {"enabled": false}}})", "timers.throughput.enabled: false is not implemented: "},
+    {R"({"timers": {"throughput": {"synchronized": false}}})", "timers.throughput.synchronized: false is not implemented: "},
+    {R"({"wandb": {"enabled": true, "project": "p"}})",
+     "wandb.enabled: true is not implemented: these machines have no network; use tensorboard or csv_monitor"},
+    {R"({"comet": {"enabled": true}})",
+     "comet.enabled: true is not implemented: these machines have no network; use tensorboard or csv_monitor"},
+    {R"({"comms_logger": {"enabled": true}})", "comms_logger.enabled: true is not implemented: "},
+    {R"({"flops_profiler": {"enabled": true}})", "flops_profiler.enabled: true is not implemented: "},
+    {R"({"amp": {"enabled": true}})", "amp.enabled: true is not implemented: "},
+    {R"({"torch_autocast": {"enabled": true}})", "torch_autocast.enabled: true is not implemented: "},
+    {R"({"autotuning": {"enabled": true}})", "autotuning.enabled: true is not implemented: "},
+    {R"({"elasticity": {"enabled": true}})", "elasticity.enabled: true is not implemented: "},
+    {R"({"nebula": {"enabled": true}})", "nebula.enabled: true is not implemented: "},
+    {R"({"hybrid_engine": {"enabled": true}})", "hybrid_engine.enabled: true is not implemented: "},
+    {R"({"progressive_layer_drop": {"enabled": true}})", "progressive_layer_drop.enabled: true is not implemented: "},
+    {R"({"curriculum_learning": {"enabled": true}})", "curriculum_learning.enabled: true is not implemented: "},
+    {R"({"data_efficiency": {"enabled": true}})", "data_efficiency.enabled: true is not implemented: "},
+    {R"({"quantize_training": {"enabled": true}})", "quantize_training.enabled: true is not implemented: "},
+    {R"({"expert_parallel": {"enabled": true}})", "expert_parallel.enabled: true is not implemented: "},
+    {R"({"weight_quantization": {"num_bits": 8}})",
+     "weight_quantization.enabled: absent, which DeepSpeed reads as on, is not implemented: "},
+    {R"({"weight_quantization": {"enabled": true}})", "weight_quantization.enabled: true is not implemented: "},
+    {R"({"compile": {"deepcompile": true}})", "compile.deepcompile: true is not implemented: "},
+    {R"({"tensor_parallel": {"autotp_size": 2}})", "tensor_parallel.autotp_size: 2 is not implemented: "},
+    {R"({"compression_training": {"head_pruning": {"shared_parameters": {"enabled": true}}}})",
+     "compression_training.head_pruning.shared_parameters.enabled: true is not implemented: "},
+    {R"({"compression_training": {"layer_reduction": {"enabled": true}}})",
+     "compression_training.layer_reduction.enabled: true is not implemented: "},
+};
+
+TEST(DsConfigKeys, RefusedValuesNameKeyAndValue) {
+  for (const auto& r : kRefusals) {
+    const std::string e = error_of(r.config);
+    EXPECT_EQ(e.rfind(cat("ds.json: ", r.line), 0), 0u) << r.config << "\n  got: " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+}
+
+TEST(DsConfigKeys, WrongKindOfValueSaysWhatIsExpected) {
+  std::string e = error_of(R"({"prescale_gradients": "no"})");
+  EXPECT_EQ(e, "ds.json: prescale_gradients: expected a value like false, got \"no\"");
+  e = error_of(R"({"flops_profiler": {"enabled": "yes"}})");
+  EXPECT_EQ(e, "ds.json: flops_profiler.enabled: \"yes\" is not implemented: the step events of metrics.jsonl "
+               "carry gflops; there is no per-module profile");
+  e = error_of(R"({"zero_allow_untested_optimizer": "auto"})");
+  EXPECT_NE(e.find("zero_allow_untested_optimizer: \"auto\" is not supported"), std::string::npos) << e;
+}
+
+TEST(DsConfigKeys, TyposSuggestTheClosestKeyAtEveryLevel) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"prescale_gradient": false})", "prescale_gradient: unknown key; did you mean 'prescale_gradients'?"},
+      {R"({"zero_optimization": {"zero_quantized_gradient": false}})",
+       "zero_optimization.zero_quantized_gradient: unknown key; did you mean "
+       "'zero_optimization.zero_quantized_gradients'?"},
+      {R"({"zero_optimization": {"leaf_module": {"name": []}}})",
+       "zero_optimization.leaf_module.name: unknown key; did you mean 'zero_optimization.leaf_module.names'?"},
+      {R"({"flops_profiler": {"enabled": false, "profil_step": 1}})",
+       "flops_profiler.profil_step: unknown key; did you mean 'flops_profiler.profile_step'?"},
+      {R"({"wandb": {"enabled": false, "projet": "x"}})",
+       "wandb.projet: unknown key; did you mean 'wandb.project'?"},
+      {R"({"activation_checkpointing": {"partitioned_activations": true}})",
+       "activation_checkpointing.partitioned_activations: unknown key; did you mean "
+       "'activation_checkpointing.partition_activations'?"},
+      {R"({"data_efficiency": {"data_sampling": {"num_epoch": 1}}})",
+       "data_efficiency.data_sampling.num_epoch: unknown key; did you mean "
+       "'data_efficiency.data_sampling.num_epochs'?"},
+      {R"({"compression_training": {"sparse_pruning": {"shared_parameters": {"dense_ration": 0.5}}}})",
+       "compression_training.sparse_pruning.shared_parameters.dense_ration: unknown key; did you mean "
+       "'compression_training.sparse_pruning.shared_parameters.dense_ratio'?"},
+      {R"({"checkpoint": {"writer": {"typ": "fast"}}})",
+       "checkpoint.writer.typ: unknown key; did you mean 'checkpoint.writer.type'?"},
+      {R"({"tensorboard": {"output_pth": "tb"}})",
+       "tensorboard.output_pth: unknown key; did you mean 'tensorboard.output_path'?"},
+      {R"({"timers": {"throughput": {"enable": true}}})",
+       "timers.throughput.enable: unknown key; did you mean 'timers.throughput.enabled'?"},
+      {R"({"comms_loger": {"enabled": false}})", "comms_loger: unknown key; did you mean 'comms_logger'?"},
+  };
+  for (const auto& [config, line] : cases) EXPECT_EQ(error_of(config), cat("ds.json: ", line)) << config;
+}
+
+TEST(DsConfigKeys, MonitorBlocks) {
+  DsConfig c = parse(R"({"tensorboard": {"enabled": true, "output_path": "runs", "job_name": "demo"},
+                         "csv_monitor": {"enabled": true}})");
+  EXPECT_TRUE(c.tensorboard.enabled);
+  EXPECT_EQ(c.tensorboard.output_path, "runs");
+  EXPECT_EQ(c.tensorboard.job_name, "demo");
+  EXPECT_TRUE(c.csv_monitor.enabled);
+  EXPECT_EQ(c.csv_monitor.output_path, "");  // DeepSpeed's defaults
+  EXPECT_EQ(c.csv_monitor.job_name, "DeepSpeedJobName");
+  EXPECT_TRUE(c.notices.empty());  // implemented keys give no notice
+  c = parse("{}");
+  EXPECT_FALSE(c.tensorboard.enabled);
+  EXPECT_FALSE(c.csv_monitor.enabled);
+  c = parse(R"({"wandb": {"enabled": false, "team": "t", "group": "g", "project": "p"}})");
+  ASSERT_EQ(c.notices.size(), 1u);
+  EXPECT_EQ(c.notices[0].rfind("ds.json: wandb.enabled: false accepted; changes nothing here", 0), 0u) << c.notices[0];
+  for (const char* off : {R"({"comet": {"project": "p"}})", R"({"comet": {"enabled": null}})"}) {
+    c = parse(off);  // enabled absent or null: DeepSpeed's default, off
+    ASSERT_EQ(c.notices.size(), 1u) << off;
+    EXPECT_EQ(c.notices[0].rfind("ds.json: comet: accepted with enabled absent (off)", 0), 0u) << c.notices[0];
+  }
+}
+
+TEST(DsConfigKeys, SchedulerEdgeValuesFollowDeepSpeed) {
+  // DeepSpeed's schedules raise ValueError for warmup_num_steps 0.
+  EXPECT_EQ(error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}})"),
+            "ds.json: scheduler.params.warmup_num_steps: must be >= 1, got 0");
+  EXPECT_NE(error_of(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 9, "warmup_num_steps": 0}}})")
+                .find("warmup_num_steps: must be >= 1"),
+            std::string::npos);
+  // "auto" takes --warmup_steps as given, 0 included (the schedule then warms up as with 1).
+  AutoValues a;
+  a.warmup_steps = {0, false};
+  EXPECT_EQ(parse(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}})", a)
+                .scheduler.warmup_num_steps,
+            0);
+  // WarmupDecayLR's own default warmup_max_lr is 0.001; WarmupLR's is the optimizer's lr.
+  a.learning_rate = {0.5, true};
+  EXPECT_DOUBLE_EQ(*parse(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 9}}})", a)
+                        .scheduler.warmup_max_lr,
+                   0.001);
+  EXPECT_FALSE(parse(R"({"scheduler": {"type": "WarmupLR"}})", a).scheduler.warmup_max_lr.has_value());
+  // OneCycle may have an empty second half.
+  EXPECT_EQ(*parse(R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 1,
+                                                                     "cycle_second_step_size": 0}}})")
+                 .scheduler.cycle_second_step_size,
+            0);
+}
+
+TEST(DsConfigKeys, OtherNamesDeepSpeedAccepts) {
+  // pydantic field names next to the stage3_* aliases, and bf16's old name.
+  DsConfig c = parse(R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 1234, "max_live_parameters": 99,
+                                               "param_persistence_threshold": 7}})");
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 1234);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 99);
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 7);
+  EXPECT_EQ(error_of(R"({"zero_optimization": {"stage3_prefetch_bucket_size": 1, "prefetch_bucket_size": 1}})"),
+            "ds.json: zero_optimization.prefetch_bucket_size: is another name of stage3_prefetch_bucket_size; give one "
+            "of them");
+  EXPECT_TRUE(parse(R"({"bfloat16": {"enabled": true}})").bf16);
+  EXPECT_NE(error_of(R"({"bf16": {"enabled": true}, "bfloat16": {"enabled": true}})").find("bfloat16: is the old name"),
+            std::string::npos);
+  // DeepSpeed upper-cases tag_validation.
+  EXPECT_NO_THROW(parse(R"({"checkpoint": {"tag_validation": "fail"}})"));
+  // data_types that name the dtype in use are accepted.
+  AutoValues bf;
+  bf.bf16 = {true, true};
+  EXPECT_EQ(parse(R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "torch.bfloat16"}})", bf)
+                .notices.size(),
+            1u);
 }
 
 }  // namespace

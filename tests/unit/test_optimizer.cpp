@@ -169,11 +169,14 @@ TEST(Schedulers, WarmupCosineLR) {
     if (it < 5) {
       ratio = 0.1 + (it / 5.0) * 0.9;
     } else {
-      double x = double(it - 5 + 1) / 45.0;
+      // DeepSpeed 0.19 clamps the progress at 1: past total_num_steps the ratio stays at the floor.
+      double x = std::min(1.0, double(it - 5 + 1) / 45.0);
       ratio = std::max(0.0, 0.01 + 0.99 * (1 + std::cos(M_PI * x)) / 2);
     }
     EXPECT_NEAR(s.values_at(it).lr, 2.0 * ratio, 1e-13) << it;
   }
+  EXPECT_DOUBLE_EQ(s.values_at(49).lr, 2.0 * 0.01);  // the last step of the decay reaches the floor
+  EXPECT_DOUBLE_EQ(s.values_at(80).lr, 2.0 * 0.01);  // and stays there
 }
 
 TEST(Schedulers, OneCycleLrAndMomentum) {
@@ -303,6 +306,113 @@ TEST(Schedulers, TrainerSchedulesFollowHf) {
       s.step();
     }
   }
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// ---- edge values, as DeepSpeed 0.19's lr_schedules.py computes them ----
+// Its warmup schedules use W = max(2, warmup_num_steps); gamma(it) = log(it + 1) / log(W) or it / W
+// for it < W. Values written out here are worked by hand from those formulas.
+
+TEST(SchedulerEdges, WarmupOfOneStepIsTwoSteps) {
+  for (int64_t n : {0, 1, 2}) {  // 0 only comes from "auto" with --warmup_steps 0
+    for (bool log : {true, false}) {
+      SchedulerConfig c = warmup(SchedulerConfig::Type::kWarmupLR, log);
+      c.warmup_num_steps = n;
+      LrScheduler s(c, 0);
+      EXPECT_DOUBLE_EQ(s.values_at(-1).lr, 1e-4) << n;
+      EXPECT_DOUBLE_EQ(s.values_at(0).lr, 1e-4) << n;  // gamma(0) = 0 either way
+      // W = 2: log(2) / log(2) = 1, or 1 / 2.
+      EXPECT_DOUBLE_EQ(s.values_at(1).lr, log ? 1e-2 : 1e-4 + (1e-2 - 1e-4) * 0.5) << n;
+      EXPECT_DOUBLE_EQ(s.values_at(2).lr, 1e-2) << n;
+    }
+  }
+}
+
+TEST(SchedulerEdges, WarmupDecayWithTotalNotAfterWarmup) {
+  // gamma after warmup = max(0, (total - it) / max(1, total - W)): with total <= W it is 0 from
+  // the first step after warmup, so the lr drops straight to warmup_min_lr.
+  for (int64_t total : {3, 10}) {
+    SchedulerConfig c = warmup(SchedulerConfig::Type::kWarmupDecayLR, false);
+    c.total_num_steps = total;
+    LrScheduler s(c, 0);
+    EXPECT_NEAR(s.values_at(9).lr, 1e-4 + (1e-2 - 1e-4) * 0.9, 1e-16) << total;  // still warming up
+    EXPECT_DOUBLE_EQ(s.values_at(10).lr, 1e-4) << total;
+    EXPECT_DOUBLE_EQ(s.values_at(50).lr, 1e-4) << total;
+  }
+  SchedulerConfig c = warmup(SchedulerConfig::Type::kWarmupDecayLR, false);
+  c.total_num_steps = 11;  // one decay step: (11 - 10) / max(1, 1) = 1, then 0
+  LrScheduler s(c, 0);
+  EXPECT_DOUBLE_EQ(s.values_at(10).lr, 1e-2);
+  EXPECT_DOUBLE_EQ(s.values_at(11).lr, 1e-4);
+}
+
+TEST(SchedulerEdges, WarmupCosineWithTotalNotAfterWarmup) {
+  SchedulerConfig c;
+  c.type = SchedulerConfig::Type::kWarmupCosineLR;
+  c.warmup_num_steps = 1;  // W = 2
+  c.total_num_steps = 2;   // no decay window: max(1, 2 - 2) = 1 and the progress is clamped to 1
+  c.warmup_min_ratio = 0.2;
+  c.cos_min_ratio = 0.05;
+  c.warmup_type_log = false;
+  LrScheduler s(c, 4.0);
+  EXPECT_DOUBLE_EQ(s.values_at(-1).lr, 0.0);
+  EXPECT_DOUBLE_EQ(s.values_at(0).lr, 4.0 * 0.2);                    // 0.2 + (0 / 2) * 0.8
+  EXPECT_DOUBLE_EQ(s.values_at(1).lr, 4.0 * (0.2 + 0.5 * 0.8));      // 0.2 + (1 / 2) * 0.8
+  for (int it = 2; it < 6; ++it) EXPECT_DOUBLE_EQ(s.values_at(it).lr, 4.0 * 0.05) << it;
+}
+
+TEST(SchedulerEdges, OneCycleStairs) {
+  SchedulerConfig c;
+  c.type = SchedulerConfig::Type::kOneCycle;
+  c.cycle_min_lr = 1e-4;
+  c.cycle_max_lr = 1e-3;
+  c.cycle_first_step_size = 4;
+  c.cycle_second_step_size = 6;
+  c.cycle_first_stair_count = 2;
+  c.cycle_second_stair_count = 3;
+  LrScheduler s(c, 0);
+  // Batch b = it + 1 in the cycle of 10: rising half floor(b * 2 / 4) / 2, falling half
+  // floor((10 - b) * 3 / 6) / 3; b = 10 wraps to 0.
+  const double scale[10] = {0, 0.5, 0.5, 1, 2.0 / 3, 2.0 / 3, 1.0 / 3, 1.0 / 3, 0, 0};
+  for (int it = 0; it < 10; ++it) {
+    ScheduledValues v = s.values_at(it);
+    EXPECT_NEAR(v.lr, 1e-4 + 9e-4 * scale[it], 1e-15) << it;
+    EXPECT_NEAR(*v.beta1, 0.9 - 0.1 * scale[it], 1e-15) << it;
+  }
+  c.cycle_second_stair_count.reset();  // defaults to the first half's count
+  LrScheduler same(c, 0);
+  EXPECT_NEAR(same.values_at(5).lr, 1e-4 + 9e-4 * 0.5, 1e-15);  // floor((10 - 6) * 2 / 6) / 2
+}
+
+TEST(SchedulerEdges, OneCycleWithoutSecondHalf) {
+  SchedulerConfig c;
+  c.type = SchedulerConfig::Type::kOneCycle;
+  c.cycle_min_lr = 0.0;
+  c.cycle_max_lr = 1.0;
+  c.cycle_first_step_size = 4;
+  c.cycle_second_step_size = 0;  // DeepSpeed allows it: the cycle only rises, b / 4
+  c.cycle_momentum = false;
+  LrScheduler s(c, 0);
+  for (int it = 0; it < 3; ++it) EXPECT_DOUBLE_EQ(s.values_at(it).lr, (it + 1) / 4.0) << it;
+  EXPECT_DOUBLE_EQ(s.values_at(4).lr, 0.0);  // after the cycle: cycle_min_lr (no decay set)
+  EXPECT_FALSE(s.values_at(0).beta1.has_value());
+}
+
+TEST(SchedulerEdges, LRRangeTestStepSizeOne) {
+  SchedulerConfig c;
+  c.type = SchedulerConfig::Type::kLRRangeTest;
+  c.lr_range_test_min_lr = 0.5;
+  c.lr_range_test_step_size = 1;
+  c.lr_range_test_step_rate = 0.25;
+  LrScheduler s(c, 0);
+  EXPECT_DOUBLE_EQ(s.values_at(-1).lr, 0.5);
+  EXPECT_DOUBLE_EQ(s.values_at(0).lr, 0.5 * 1.25);  // interval (0 + 1) / 1
+  EXPECT_DOUBLE_EQ(s.values_at(3).lr, 0.5 * 2.0);   // interval 4
 }
 
 }  // namespace

@@ -1,0 +1,43 @@
+#include "train/monitor_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace zt {
+
+MonitorFile::MonitorFile(std::string path, Mode mode) : path_(std::move(path)) {
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (mode == Mode::kAppend ? O_APPEND : O_TRUNC);
+  fd_ = ::open(path_.c_str(), flags, 0666);
+  ZT_USAGE_CHECK(fd_ >= 0, path_, ": cannot open for writing: ", std::strerror(errno));
+}
+
+MonitorFile::~MonitorFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MonitorFile::write(std::string_view bytes) {
+  ZT_CHECK(fd_ >= 0, path_, ": write after close");
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw_error(__FILE__, __LINE__, cat(path_, ": write failed: ", n < 0 ? std::strerror(errno) : "no progress"));
+    }
+    bytes.remove_prefix(size_t(n));
+  }
+}
+
+void MonitorFile::close() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  // Linux releases the descriptor even when close fails, so it is never retried.
+  if (::close(fd) != 0) throw_error(__FILE__, __LINE__, cat(path_, ": close failed: ", std::strerror(errno)));
+}
+
+}  // namespace zt
