@@ -14,7 +14,7 @@
 # node, default 4: more than the cores, so that tests may run 4 tasks), ZT_SLURM_NODE_LOCAL
 # (/mnt/nodelocal). Must run as root.
 #
-# Facts behind the settings (see ../shared/slurm/NOTES.md): Debian's Open MPI only direct-launches
+# Facts behind the settings (see docs/slurm.md): Debian's Open MPI only direct-launches
 # with PMIx, whose Slurm plugin needs libpmix-dev's libpmix.so; declaring more CPUs than the
 # hardware needs SlurmdParameters=config_overrides; without EnforcePartLimits a job that can never
 # fit pends forever; two slurmd sharing /tmp collide on PMIx directories; daemons started with

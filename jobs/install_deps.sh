@@ -17,9 +17,12 @@ packages=(
   # our export, on Debian's PyTorch; the product itself needs neither.
   python3 python3-pip python3-torch
 )
-if [[ "${1:-}" == "--with-bench" ]]; then
-  packages+=(fio time)
-fi
+case ${1:-} in
+  "") ;;
+  --with-bench) packages+=(fio time) ;;
+  -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  *) echo "install_deps: unknown argument '$1' (--with-bench or --help)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The demo: byte-level shards from the shipped corpus, a build, and a few hundred steps of the
-# small demo GPT-2 on 2 MPI ranks with ZeRO stage 2, with a live progress line. Ends by printing
-# where the outputs are.
+# The demo: builds zerotrain and its tools, makes byte-level shards from the shipped corpus, and
+# trains the small demo GPT-2 for a few hundred steps on 2 MPI ranks with ZeRO stage 2, through
+# jobs/train_mpirun.sh (so Ctrl-C saves and stops the same way). Ends by printing where the
+# outputs are and what to run next. Its arguments go to zerotrain, for example
+# `jobs/quickstart.sh --gradient_checkpointing`. A second run starts over.
 #
 # Settings (environment variables):
-#   ZT_OUT       output directory              (default: ./out/quickstart)
+#   ZT_OUT       where the jobs scripts keep their data and runs (default: ./out); the shards go
+#                to $ZT_OUT/data, where jobs/train_mpirun.sh looks by default
 #   ZT_STEPS     optimizer steps               (default: 300)
 #   ZT_RANKS     MPI ranks                     (default: 2)
 #   ZT_STAGE     ZeRO stage, 0-3               (default: 2)
@@ -13,56 +16,54 @@
 #   ZT_CONFIG    DeepSpeed config              (default: configs/zero$ZT_STAGE.json; e.g.
 #                configs/zero2_offload_cpu.json for ZeRO-Offload)
 set -euo pipefail
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 root=$PWD
-out=${ZT_OUT:-$root/out/quickstart}
+out_root=${ZT_OUT:-$root/out}
+out=$out_root/quickstart
+data=$out_root/data
 steps=${ZT_STEPS:-300}
 dtype=${ZT_DTYPE:-fp32}
 ranks=${ZT_RANKS:-2}
 stage=${ZT_STAGE:-2}
 corpus=${ZT_CORPUS:-$root/share/data/tinyshakespeare.txt}
 
-./jobs/install_deps.sh
-echo "== building (build/release)"
-cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)" --target zerotrain zero_prepare_data >/dev/null
-bin=$root/build/release
-
-echo "== preparing byte-level shards from $corpus"
-data=$out/data
-mkdir -p "$data"
-"$bin/tools/zero_prepare_data" "$corpus" --output_dir "$data" --val_fraction 0.1 --overwrite
-
+say() { echo "quickstart: $*" >&2; }
 dtype_flag=()
 case $dtype in
   fp32) ;;
   bf16 | fp16) dtype_flag=(--"$dtype") ;;
-  *) echo "quickstart: ZT_DTYPE must be fp32, bf16 or fp16 (got '$dtype')" >&2; exit 2 ;;
+  *) say "ZT_DTYPE must be fp32, bf16 or fp16 (got '$dtype')"; exit 2 ;;
 esac
-
-[[ -f configs/zero$stage.json ]] || { echo "quickstart: ZT_STAGE must be 0-3 (got '$stage')" >&2; exit 2; }
+[[ -f configs/zero$stage.json ]] || { say "ZT_STAGE must be 0-3 (got '$stage')"; exit 2; }
 config=${ZT_CONFIG:-configs/zero$stage.json}
-[[ -f $config ]] || { echo "quickstart: ZT_CONFIG: $config does not exist" >&2; exit 2; }
+[[ -f $config ]] || { say "ZT_CONFIG: no such file: $config"; exit 2; }
+[[ -f $corpus ]] || { say "ZT_CORPUS: no such file: $corpus"; exit 2; }
 # The global batch stays 16 sequences whatever the rank count; the cores are shared out.
-per_rank=$((16 / ranks))
-((per_rank >= 1 && per_rank * ranks == 16)) || { echo "quickstart: ZT_RANKS must divide 16" >&2; exit 2; }
-threads=$(($(nproc) / ranks))
-((threads >= 1)) || threads=1
-launcher=(mpirun -np "$ranks" --oversubscribe -x OMP_NUM_THREADS="$threads")
-[[ $(id -u) -eq 0 ]] && launcher+=(--allow-run-as-root)
+[[ $ranks =~ ^[1-9][0-9]*$ ]] && ((16 % ranks == 0)) || { say "ZT_RANKS must divide 16 (got '$ranks')"; exit 2; }
+
+./jobs/install_deps.sh
+echo "== building zerotrain and its tools (build/release)"
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$(nproc)" --target zerotrain zero_prepare_data zero_to_fp32 zero_estimate >/dev/null
+
+echo "== preparing byte-level shards from $corpus"
+mkdir -p "$data"
+build/release/tools/zero_prepare_data "$corpus" --output_dir "$data" --val_fraction 0.1 --overwrite
 
 echo "== training configs/models/gpt2-demo.json: $ranks ranks, $config, $steps steps ($dtype)"
-"${launcher[@]}" "$bin/src/zerotrain" \
-  --deepspeed "$config" \
-  --config_name configs/models/gpt2-demo.json \
-  --train_data "$data/train_*.bin" --eval_data "$data/val_*.bin" \
-  --output_dir "$out/run" --overwrite_output_dir \
-  --max_steps "$steps" --per_device_train_batch_size "$per_rank" --block_size 128 \
+ZT_HOME=$root ZT_BIN=$root/build/release ZT_OUT=$out_root ZT_OUTPUT_DIR=$out ZT_RANKS=$ranks ZT_CONFIG=$config \
+ZT_MODEL=$root/configs/models/gpt2-demo.json ZT_TRAIN_DATA="$data/train_*.bin" ZT_EVAL_DATA="$data/val_*.bin" \
+ZT_MAX_STEPS=$steps ZT_SAVE_STEPS=$steps ZT_ARGS="" \
+  ./jobs/train_mpirun.sh --overwrite_output_dir --per_device_train_batch_size $((16 / ranks)) --block_size 128 \
   --learning_rate 3e-3 --warmup_steps 20 --weight_decay 0.1 \
-  --do_eval --eval_on_start --eval_steps 100 --max_eval_samples 256 "${dtype_flag[@]}"
+  --do_eval --eval_on_start --eval_steps 100 --max_eval_samples 256 "${dtype_flag[@]}" "$@"
 
 echo
 echo "== done"
-echo "metrics:  $out/run/metrics.jsonl   (one JSON object per line: start, step, eval, end)"
-echo "outputs:  $out/run"
-echo "data:     $data"
+echo "metrics:     $out/metrics.jsonl   (one JSON object per line: start, step, eval, checkpoint, end)"
+echo "checkpoint:  $out/$(cat "$out/latest")"
+echo "data:        $data"
+echo "next:        jobs/train_mpirun.sh                             train on the same data, in $out_root/mpirun"
+echo "             ZT_OUTPUT_DIR=$out jobs/consolidate.sh   export an HF model to $out/hf"
+echo "             jobs/estimate.sh                                 memory needed for a bigger run"

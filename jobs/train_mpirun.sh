@@ -1,40 +1,47 @@
 #!/usr/bin/env bash
-# Trains with zerotrain under mpirun: one node, or the hosts of a hostfile.
+# Trains with zerotrain under mpirun: one node, or the hosts of a hostfile. The script's
+# arguments go to zerotrain, each in place of the script's own flag of that name.
 #
-#   ZT_RANKS=4 jobs/train_mpirun.sh
-#   ZT_HOSTFILE=hosts ZT_RANKS=16 ZT_THREADS=8 ZT_ARGS="--bf16 --max_steps 5000" jobs/train_mpirun.sh
+#   jobs/train_mpirun.sh                          # right after jobs/quickstart.sh: its data, 300 steps
+#   ZT_RANKS=4 jobs/train_mpirun.sh --bf16 --max_steps 5000
+#   ZT_HOSTFILE=hosts ZT_RANKS=16 ZT_THREADS=8 jobs/train_mpirun.sh --learning_rate 1e-4
 #
-# A run stopped with SIGTERM (Ctrl-C sends SIGINT: use `kill -TERM`) saves a checkpoint after its
-# current step and exits 0; run the script again to continue from OUTPUT/latest. mpirun is given
-# ZT_GRACE seconds between forwarding SIGTERM and killing the ranks, for that save (Open MPI 4.1's
-# mpirun then waits out the whole grace before it exits, even when the ranks are done sooner).
+# Stopping: Ctrl-C (SIGINT) lets every rank finish its step and save, then exits 130; a second
+# Ctrl-C stops at once. SIGTERM to this script saves the same way and exits 0 (a preemption).
+# Either way, run the script again to continue from OUTPUT/latest. (Open MPI's mpirun does not
+# forward SIGINT or SIGTERM to the ranks; the script sends them SIGUSR2 or SIGUSR1 instead.)
 #
 # Settings (environment):
 #   ZT_HOME        the zerotrain checkout                  (default: this script's repository)
 #   ZT_BIN         directory with src/zerotrain            (default: $ZT_HOME/build/release)
+#   ZT_OUT         where the jobs scripts keep their data and runs (default: $ZT_HOME/out)
 #   ZT_RANKS       MPI ranks                               (default: 1)
 #   ZT_HOSTFILE    Open MPI hostfile, optional             (default: this node only)
 #   ZT_THREADS     OpenMP threads per rank                 (default: cores / ranks on one node, else 1)
 #   ZT_CONFIG      DeepSpeed config                        (default: $ZT_HOME/configs/zero2.json)
 #   ZT_MODEL       model config.json (--config_name)       (default: $ZT_HOME/configs/models/gpt2-demo.json)
-#   ZT_TRAIN_DATA  training shards (glob)                  (default: $ZT_HOME/out/data/train_*.bin)
+#   ZT_TRAIN_DATA  training shards (glob)                  (default: $ZT_OUT/data/train_*.bin, quickstart's)
 #   ZT_EVAL_DATA   eval shards (glob), optional
-#   ZT_OUTPUT_DIR  checkpoints and metrics                 (default: $ZT_HOME/out/mpirun)
+#   ZT_OUTPUT_DIR  checkpoints and metrics                 (default: $ZT_OUT/mpirun)
+#   ZT_MAX_STEPS   optimizer steps                         (default: 300)
 #   ZT_SAVE_STEPS  checkpoint every this many steps        (default: 100)
-#   ZT_GRACE       seconds for the SIGTERM checkpoint      (default: 120)
-#   ZT_ARGS        more zerotrain flags
+#   ZT_GRACE       seconds mpirun gives the ranks to save when mpirun itself is signalled rather
+#                  than this script, optional. Open MPI 4.1's mpirun then waits twice that long
+#                  before it exits whenever a job ends early, even after a plain error.
+#   ZT_ARGS        more zerotrain flags, before the script's arguments
 set -uo pipefail
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 
 home=${ZT_HOME:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${ZT_BIN:-$home/build/release}
+out=${ZT_OUTPUT_DIR:-${ZT_OUT:-$home/out}/mpirun}
 ranks=${ZT_RANKS:-1}
-config=${ZT_CONFIG:-$home/configs/zero2.json}
-model=${ZT_MODEL:-$home/configs/models/gpt2-demo.json}
-train_data=${ZT_TRAIN_DATA:-$home/out/data/train_*.bin}
-out=${ZT_OUTPUT_DIR:-$home/out/mpirun}
-save_steps=${ZT_SAVE_STEPS:-100}
-grace=${ZT_GRACE:-120}
-read -r -a extra <<<"${ZT_ARGS:-}"
+
+say() { echo "train_mpirun: $*" >&2; }
+[[ -x $bin/src/zerotrain ]] || { say "no zerotrain under $bin (run jobs/quickstart.sh, or set ZT_BIN)"; exit 2; }
+[[ $ranks =~ ^[1-9][0-9]*$ ]] || { say "ZT_RANKS must be a positive number, got '$ranks'"; exit 2; }
+source "$home/jobs/lib/train_args.sh"
+[[ -n $resuming ]] && say "resuming from $resuming"
 if [[ -n ${ZT_THREADS:-} ]]; then
   threads=$ZT_THREADS
 elif [[ -n ${ZT_HOSTFILE:-} ]]; then
@@ -43,26 +50,47 @@ else
   threads=$(($(nproc) / ranks))
   ((threads >= 1)) || threads=1
 fi
-
-say() { echo "train_mpirun: $*" >&2; }
-[[ -x $bin/src/zerotrain ]] || { say "no zerotrain under $bin (set ZT_BIN or build first)"; exit 2; }
-[[ $ranks =~ ^[1-9][0-9]*$ ]] || { say "ZT_RANKS must be a positive number, got '$ranks'"; exit 2; }
-launcher=(mpirun -np "$ranks" -x OMP_NUM_THREADS="$threads" --mca odls_base_sigkill_timeout "$grace")
+launcher=(mpirun -np "$ranks" -x OMP_NUM_THREADS="$threads")
+[[ -n ${ZT_GRACE:-} ]] && launcher+=(--mca odls_base_sigkill_timeout "$ZT_GRACE")
 [[ -n ${ZT_HOSTFILE:-} ]] && launcher+=(--hostfile "$ZT_HOSTFILE")
 [[ -z ${ZT_HOSTFILE:-} && $ranks -gt $(nproc) ]] && launcher+=(--oversubscribe)
 [[ $(id -u) -eq 0 ]] && launcher+=(--allow-run-as-root)
-args=(--deepspeed "$config" --config_name "$model" --train_data "$train_data" --output_dir "$out"
-      --save_steps "$save_steps" --disable_tqdm)
-[[ -n ${ZT_EVAL_DATA:-} ]] && args+=(--eval_data "$ZT_EVAL_DATA")
-if [[ -e $out/latest ]]; then
-  args+=(--resume_from_checkpoint auto)
-  say "resuming from $out/$(cat "$out/latest")"
-fi
-"${launcher[@]}" "$bin/src/zerotrain" "${args[@]}" "${extra[@]}"
-rc=$?
-# mpirun reports a signalled job as failed even when every rank saved and exited 0.
-if [[ $(tail -n 1 "$out/metrics.jsonl" 2>/dev/null) == *'"event":"preempted"'* ]]; then
-  say "stopped by a signal after saving $(cat "$out/latest"); run again to continue"
+
+# mpirun runs in a process group of its own (job control on), so that a terminal's Ctrl-C reaches
+# only this script, which turns it into the signal mpirun forwards. Its stdin is not the terminal:
+# a background process group that reads the terminal is stopped.
+stop=""
+forward() {  # forward SIGNAL WHAT
+  trapped=1
+  stop=$2
+  local job=${pid:-${!:-}}
+  [[ -n $job ]] || exit 130  # nothing launched yet
+  kill -"$1" "$job" 2>/dev/null
+}
+trap 'forward USR2 interrupted' INT
+trap 'forward USR1 preempted' TERM
+set -m
+"${launcher[@]}" "$bin/src/zerotrain" "${args[@]}" "${user_args[@]}" </dev/null &
+pid=$!
+set +m
+while :; do
+  trapped=0
+  wait "$pid"
+  rc=$?
+  ((trapped)) || break  # a trap ended the wait early: the job is still running
+done
+trap - INT TERM
+
+# mpirun reports a job whose ranks stopped on a signal as failed even when every rank saved.
+last=$(tail -n 1 "$out/metrics.jsonl" 2>/dev/null)
+if [[ $last == *'"event":"preempted"'* || $last == *'"event":"interrupted"'* ]]; then
+  say "stopped after saving $out/$(cat "$out/latest"); run again to continue"
+  [[ $last == *'"event":"interrupted"'* ]] && exit 130
   exit 0
+fi
+if ((rc == 0)); then
+  say "done: outputs in $out"
+elif [[ -n $stop ]]; then
+  say "$stop before a checkpoint was saved (exit $rc)"
 fi
 exit $rc

@@ -13,7 +13,7 @@ find_package(Protobuf REQUIRED)
 
 # OpenBLAS, the OpenMP build. Debian installs pthread, OpenMP and serial builds side by side and
 # picks one through alternatives; two threading layers on the same cores spin against each other
-# (see DESIGN.md), so we link the OpenMP build by path, whatever the alternative points to.
+# (see docs/design.md), so we link the OpenMP build by path, whatever the alternative points to.
 find_path(ZT_OPENBLAS_INCLUDE cblas.h
   PATHS /usr/include/x86_64-linux-gnu/openblas-openmp NO_DEFAULT_PATH)
 find_library(ZT_OPENBLAS_LIBRARY openblas

@@ -15,6 +15,19 @@ namespace zt {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// config.json's "torch_dtype" for weights stored as `dtype`.
+const char* torch_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16: return "float16";
+    default: return "float32";
+  }
+}
+
+}  // namespace
+
 ExportedModel export_hf_model(CheckpointReader& reader, const std::string& output, DType dtype, uint64_t shard_limit,
                               bool overwrite, bool durable) {
   const Gpt2Layout layout(reader.model_config());
@@ -75,7 +88,7 @@ ExportedModel export_hf_model(CheckpointReader& reader, const std::string& outpu
     boost::json::object index{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
     std::ofstream((fs::path(output) / "model.safetensors.index.json").string()) << boost::json::serialize(index);
   }
-  std::ofstream((fs::path(output) / "config.json").string()) << model_config_to_json(reader.model_config());
+  std::ofstream((fs::path(output) / "config.json").string()) << model_config_to_json(reader.model_config(), torch_dtype_name(dtype));
   // A model written before (with --overwrite) may have had other shards: remove what is not
   // part of this one, so that no stale index or shard can be loaded with it.
   std::set<std::string> written;
@@ -121,7 +134,7 @@ ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& 
   }
   f.close();
   fs::rename(path + ".tmp", path);
-  std::ofstream((fs::path(output) / "config.json").string()) << model_config_to_json(reader.model_config());
+  std::ofstream((fs::path(output) / "config.json").string()) << model_config_to_json(reader.model_config(), torch_dtype_name(dtype));
   return ExportedModel{layout.params().size(), total, 1};
 }
 

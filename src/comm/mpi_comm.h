@@ -1,7 +1,7 @@
 // MpiComm: the Communicator over MPI for host buffers.
 //
 // Progress: with Open MPI a non-blocking collective makes no progress unless some thread is
-// inside MPI (DESIGN.md measured it: everything happened in MPI_Wait). So MpiComm runs every
+// inside MPI (docs/design.md: everything happened in MPI_Wait). So MpiComm runs every
 // collective, in issue order, as a blocking call on its own progress thread; the main thread
 // queues work and computes, and wait() only blocks when the result is really needed. All MPI
 // calls of this communicator go through that thread, including the blocking scalar helpers, so

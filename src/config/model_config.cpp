@@ -107,7 +107,7 @@ ModelConfig load_model_config(const std::string& path) {
   return parse_model_config(read_text_file(path), path);
 }
 
-std::string model_config_to_json(const ModelConfig& m) {
+std::string model_config_to_json(const ModelConfig& m, const std::string& torch_dtype) {
   boost::json::object o;
   o["architectures"] = boost::json::array{"GPT2LMHeadModel"};
   o["model_type"] = "gpt2";
@@ -124,7 +124,7 @@ std::string model_config_to_json(const ModelConfig& m) {
   o["embd_pdrop"] = 0.0;
   o["attn_pdrop"] = 0.0;
   o["tie_word_embeddings"] = true;
-  o["torch_dtype"] = "float32";
+  o["torch_dtype"] = torch_dtype;  // transformers 5 reads it too (its own key is "dtype")
   return boost::json::serialize(o);
 }
 

@@ -24,7 +24,8 @@ struct ModelConfig {
 /// untied embeddings, n_inner != 4 n_embd) and bad values are UsageErrors naming the key.
 ModelConfig load_model_config(const std::string& path);
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
-/// Writes an HF-compatible config.json text for `config`.
-std::string model_config_to_json(const ModelConfig& config);
+/// Writes an HF-compatible config.json text for `config`, whose weights are stored as
+/// `torch_dtype` (HF's name: "float32", "bfloat16", "float16").
+std::string model_config_to_json(const ModelConfig& config, const std::string& torch_dtype);
 
 }  // namespace zt

@@ -68,7 +68,7 @@ void* pool_alloc(Pool pool, size_t bytes) {
                     " pool (", pool_counter(pool).in_use(), " bytes already in use)"));
   }
   // Touch the pages from the threads that will use them: writing into fresh pages runs at
-  // ~1.5 GB/s here against ~10 GB/s into touched memory (DESIGN.md), so pay that once.
+  // ~1.5 GB/s here against ~10 GB/s into touched memory (docs/design.md), so pay that once.
   auto* p = static_cast<unsigned char*>(ptr);
   if (rounded >= (size_t(1) << 22) && !omp_in_parallel()) {
 #pragma omp parallel for schedule(static)

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
 #include "config/ds_config.h"
 #include "config/model_config.h"
@@ -46,26 +47,6 @@ struct Setup {
   std::optional<CheckpointReader> resume;      ///< validated before any state exists
   std::optional<SafetensorsReader> pretrained;  ///< --model_name_or_path weights, checked likewise
 };
-
-// The name of a GPT-2 tensor in a pretrained file: HF's GPT2LMHeadModel saves
-// "transformer.h.0...", checkpoints saved from the bare GPT2Model (the hub's original gpt2) "h.0...".
-std::string pretrained_name(const SafetensorsReader& weights, const std::string& name) {
-  const std::string prefix = "transformer.";
-  if (!weights.has(name) && name.rfind(prefix, 0) == 0 && weights.has(name.substr(prefix.size()))) {
-    return name.substr(prefix.size());
-  }
-  return name;
-}
-
-// Every GPT-2 tensor must be in the file with HF's shape.
-void check_pretrained(const SafetensorsReader& weights, const Gpt2Layout& layout, const std::string& dir) {
-  for (const auto& p : layout.params()) {
-    const std::string name = pretrained_name(weights, p.name);
-    ZT_USAGE_CHECK(weights.has(name), dir, ": no tensor '", p.name, "' in the model's safetensors");
-    ZT_USAGE_CHECK(weights.spec(name).shape == p.shape, dir, ": tensor '", p.name, "' has another shape than ",
-                   "config.json implies");
-  }
-}
 
 Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
   Setup s;
@@ -99,15 +80,7 @@ StateSource starting_state(Setup& setup, const Gpt2Layout& layout, uint64_t seed
     return {[&ckpt](StateField f, size_t lo, size_t hi, float* out) { ckpt.read(f, lo, hi, out); }, true,
             ckpt.engine_state()};
   }
-  if (setup.pretrained) {
-    const SafetensorsReader& weights = *setup.pretrained;
-    return {[&weights, &layout](StateField, size_t lo, size_t hi, float* out) {
-      for (const auto& p : layout.params()) {
-        const size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
-        if (b > a) weights.read(pretrained_name(weights, p.name), a - p.offset, b - a, out + (a - lo));
-      }
-    }, false, std::nullopt};
-  }
+  if (setup.pretrained) return pretrained_source(*setup.pretrained, layout);
   return gpt2_init_source(layout, seed);
 }
 
@@ -151,7 +124,7 @@ std::vector<double> pool_peaks_max_over_ranks(Communicator& comm) {
   return v;
 }
 
-// The mean loss over every prediction of the eval windows (DESIGN.md's fixed definition). Ranks
+// The mean loss over every prediction of the eval windows (docs/design.md's fixed definition). Ranks
 // take turns by batch; every rank runs the same number of forwards (stage 3 gathers are
 // collective), padding with empty ones.
 double evaluate(Gpt2Model<float>& model, ZeroEngine& engine, Communicator& comm, const EvalWindows& windows,

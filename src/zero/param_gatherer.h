@@ -61,7 +61,7 @@ class ParamGatherer {
   std::pair<size_t, size_t> owned_slice(int unit) const;
   void drop(int unit);
   /// A buffer of exactly `bytes` from the free list, or a new one: gather buffers are reused,
-  /// since writing into freshly allocated pages runs at a fraction of the speed (DESIGN.md).
+  /// since writing into freshly allocated pages runs at a fraction of the speed (docs/design.md).
   template <typename T>
   DeviceArray<T> take_buffer(size_t count);
   template <typename T>

@@ -23,7 +23,7 @@ magic, version, count = struct.unpack("<3i", raw[:12])
 assert magic == 20240520 and version == 1
 tokens = torch.tensor(struct.unpack(f"<{count}H", raw[1024:1024 + 2 * count]), dtype=torch.long)
 T, N = 64, 16
-windows = torch.stack([tokens[i * T:i * T + T + 1] for i in range(N)])  # DESIGN.md's eval windows
+windows = torch.stack([tokens[i * T:i * T + T + 1] for i in range(N)])  # docs/design.md's eval windows
 with torch.no_grad():
     logits = model(windows[:, :-1]).logits
     hf = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), windows[:, 1:].reshape(-1)).item()

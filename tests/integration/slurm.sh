@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The job scripts on a real Slurm cluster started here (ctest/local_slurm.sh: Debian's slurmctld,
 # slurmd and munge), at one node and at two simulated nodes:
-#  - train_slurm.sbatch trains, saves and exits 0; consolidate.sh and estimate.sh run as jobs;
-#    train_mpirun.sh trains and resumes outside Slurm;
+#  - train_slurm.sbatch with its defaults trains on quickstart's data (ZT_OUT/data); with
+#    settings it trains, saves and exits 0; consolidate.sh and estimate.sh run as jobs
+#    (tests/integration/jobs.sh has the scripts outside Slurm);
 #  - preemption at several steps: scancel --signal=TERM -> checkpoint, exit 0 -> scontrol requeue
 #    -> the job resumes and finishes with the losses of an uninterrupted run, step for step;
 #  - SIGKILL of one rank at a random step (several seeds): the job ends non-zero within 60 s,
@@ -69,6 +70,20 @@ if ! bash "$SLURM" up 1 >"$WORK/slurm_up.log" 2>&1; then
 fi
 
 # ---- the job scripts, one node ----
+# Defaults: submitted from the checkout, with quickstart's data in ZT_OUT/data (ZT_OUT keeps the
+# outputs here) and no other setting.
+mkdir -p "$WORK/out"
+cp -r "$WORK/data" "$WORK/out/data"
+if (cd "$ZT_SOURCE_DIR" && env -u ZT_HOME -u ZT_TRAIN_DATA -u ZT_CONFIG ZT_OUT="$WORK/out" \
+      timeout 600 sbatch --wait -o "$WORK/default.out" jobs/train_slurm.sbatch >/dev/null); then
+  default_run=$(grep -o "output $WORK/out/slurm-[0-9]*" "$WORK/default.out" | cut -d' ' -f2)
+fi
+if [[ -n ${default_run:-} && $(cat "$default_run/latest" 2>/dev/null) == global_step300 ]] &&
+   grep -q '"event":"end"' "$default_run/metrics.jsonl"; then
+  pass "train_slurm.sbatch with its defaults: quickstart's data, 300 steps, $(basename "$default_run")/global_step300"
+else
+  fail "train_slurm.sbatch defaults: $(tail -5 "$WORK/default.out")"
+fi
 if ZT_OUTPUT_DIR=$WORK/run1 ZT_SAVE_STEPS=10 ZT_ARGS="$base_args --max_steps 20" \
    timeout 300 sbatch --wait -n 2 -o "$WORK/run1.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
    [[ $(cat "$WORK/run1/latest") == global_step20 ]] && grep -q '"world_size":2' "$WORK/run1/metrics.jsonl"; then
@@ -90,16 +105,6 @@ if ZT_MODEL=$ZT_SOURCE_DIR/configs/models/gpt2-demo.json ZT_GPU_MEMORY=1GB ZT_CP
 else
   fail "estimate.sh: $(tail -5 "$WORK/estimate.out")"
 fi
-if ZT_RANKS=2 ZT_OUTPUT_DIR=$WORK/mpi ZT_SAVE_STEPS=5 ZT_ARGS="$base_args --max_steps 10" \
-     timeout 300 "$ZT_SOURCE_DIR/jobs/train_mpirun.sh" >/dev/null 2>"$WORK/mpi.log" &&
-   ZT_RANKS=2 ZT_OUTPUT_DIR=$WORK/mpi ZT_SAVE_STEPS=5 ZT_ARGS="$base_args --max_steps 15" \
-     timeout 300 "$ZT_SOURCE_DIR/jobs/train_mpirun.sh" >/dev/null 2>"$WORK/mpi2.log" &&
-   grep -q 'resuming from .*global_step10' "$WORK/mpi2.log" && [[ $(cat "$WORK/mpi/latest") == global_step15 ]]; then
-  pass "train_mpirun.sh: 10 steps, then again to 15 resuming from global_step10"
-else
-  fail "train_mpirun.sh: $(tail -3 "$WORK/mpi.log" "$WORK/mpi2.log")"
-fi
-
 # ---- preemption: SIGTERM -> checkpoint -> requeue -> finish, identical losses ----
 ZT_OUTPUT_DIR=$WORK/straight ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps 80" \
   timeout 300 sbatch --wait -n 2 -o "$WORK/straight.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null
@@ -138,33 +143,6 @@ for at in 4 17; do
     fail "preempt at $at: first [$first] stopped at [$stopped] second [$second]; losses equal: $([[ $got == "$reference" ]] && echo yes || echo no); $(tail -4 "$out.out")"
   fi
 done
-
-# The same under mpirun (train_mpirun.sh): SIGTERM to mpirun, which forwards it to the ranks.
-# (A long run: a signal that reaches mpirun as the ranks finish leaves it waiting out its grace.
-# mpirun waits the whole grace (odls_base_sigkill_timeout) before it exits, so keep it short.)
-out=$WORK/mpi_pre
-ZT_GRACE=15 ZT_RANKS=2 ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=100000 ZT_ARGS="$base_args --max_steps 100000" \
-  timeout 300 "$ZT_SOURCE_DIR/jobs/train_mpirun.sh" >/dev/null 2>"$out.log" &
-runner=$!
-if wait_step "$out/metrics.jsonl" 9 120; then
-  pkill -TERM -f "^mpirun .*$out" || true
-  wait $runner
-  first=$?
-  stopped=$(grep -o '"event":"preempted","step":[0-9]*' "$out/metrics.jsonl" | grep -o '[0-9]*$')
-  ZT_RANKS=2 ZT_OUTPUT_DIR=$out ZT_SAVE_STEPS=100000 ZT_ARGS="$base_args --max_steps $((${stopped:-0} + 3))" \
-    timeout 300 "$ZT_SOURCE_DIR/jobs/train_mpirun.sh" >/dev/null 2>"$out.2.log"
-  second=$?
-  if [[ $first -eq 0 && -n $stopped && $second -eq 0 ]] && grep -q 'stopped by a signal after saving' "$out.log" &&
-     grep -q "resuming from .*global_step$stopped" "$out.2.log"; then
-    pass "train_mpirun.sh: SIGTERM to mpirun -> checkpoint at step $stopped, exit 0; run again -> resumes from it"
-  else
-    fail "train_mpirun.sh preemption: exits $first/$second, stopped at [$stopped]; $(tail -3 "$out.log" "$out.2.log")"
-  fi
-else
-  fail "train_mpirun.sh preemption: never reached step 9"
-  pkill -KILL -f "^mpirun .*$out"
-  wait $runner
-fi
 
 # ---- a lost rank: SIGKILL at a random step ----
 for seed in 1 2 3; do

@@ -107,7 +107,7 @@ INSTANTIATE_TEST_SUITE_P(
                       OffloadCase{3, DType::kF32, 1, kNvme, 1.0, kNvme, true, 20000}),
     offload_name);
 
-// DESIGN.md's per-rank bytes with the offloaded kinds moved off the device.
+// docs/design.md's per-rank bytes with the offloaded kinds moved off the device.
 TEST(OffloadMemory, DeviceHoldsOnlyWhatTheStageKeeps) {
   MpiComm world(MPI_COMM_WORLD);
   const Gpt2Layout layout(tiny_model());

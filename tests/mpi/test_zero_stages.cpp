@@ -1,6 +1,6 @@
 // ZeRO stages 0-3 at the world size this binary is launched with (ctest runs it at 1, 2 and 4
 // ranks): losses equal a one-rank run of the same global batch at every step, model-state bytes
-// follow DESIGN.md's table, and stage 3 never holds more gathered parameters than allowed.
+// follow docs/design.md's table, and stage 3 never holds more gathered parameters than allowed.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -103,7 +103,7 @@ TEST(ZeroMemory, ModelStateBytesFollowTheTable) {
   const Gpt2Layout layout(m);
   const double psi = double(layout.num_params());
   auto backend = make_cpu_backend();
-  // DESIGN.md: per-rank bytes with mixed precision and Adam.
+  // docs/design.md: per-rank bytes with mixed precision and Adam.
   const double table[4] = {2 * psi + 2 * psi + 12 * psi, 2 * psi + 2 * psi + 12 * psi / N,
                            2 * psi + (2 * psi + 12 * psi) / N, 16 * psi / N};
   for (int stage = 0; stage <= 3; ++stage) {

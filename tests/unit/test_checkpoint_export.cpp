@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export_hf.h"
+#include "checkpoint/pretrained.h"
+#include "checkpoint/safetensors.h"
 #include "comm/self_comm.h"
 #include "core/error.h"
 #include "model/gpt2.h"
@@ -141,6 +144,48 @@ TEST_F(Export, ShardedBf16WithIndex) {
       ASSERT_EQ(bits, to_bf16(master[p.offset + i]).bits) << p.name << "[" << i << "]";
     }
   }
+  // config.json says what the weights are stored as: transformers loads them in that dtype.
+  std::ifstream config_in((out / "config.json").string());
+  const std::string config((std::istreambuf_iterator<char>(config_in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(boost::json::parse(config).as_object().at("torch_dtype").as_string(), "bfloat16");
+}
+
+// The export read back as a fine-tuning run's starting state (--model_name_or_path): every tensor
+// equals the master weights, and the alignment gaps between tensors (24-wide layernorms leave
+// 8 elements each) read as zero even into a buffer full of NaN.
+TEST_F(Export, PretrainedSourceReadsTheExportWithZeroGaps) {
+  model.n_embd = 24;
+  const std::vector<float> master = train_and_save(2);
+  CheckpointReader reader(dir.string(), dir.string(), nullptr);
+  const fs::path out = dir / "pretrained";
+  export_hf_model(reader, out.string(), DType::kF32, uint64_t(1) << 40, false);
+  const SafetensorsReader weights(out.string());
+  const Gpt2Layout layout(model);
+  check_pretrained(weights, layout, out.string());
+  const StateSource source = pretrained_source(weights, layout);
+  EXPECT_FALSE(source.with_moments);
+  EXPECT_FALSE(source.counters.has_value());
+  std::vector<float> got(layout.flat_size(), std::nanf(""));
+  const size_t split = layout.flat_size() / 3;  // in two ranges, as two ranks would read
+  source.read(StateField::kMaster, 0, split, got.data());
+  source.read(StateField::kMaster, split, layout.flat_size(), got.data() + split);
+  std::vector<bool> in_tensor(layout.flat_size(), false);
+  size_t gaps = 0;
+  for (const auto& p : layout.params()) {
+    for (size_t i = 0; i < p.numel; ++i) {
+      in_tensor[p.offset + i] = true;
+      ASSERT_EQ(got[p.offset + i], master[p.offset + i]) << p.name << "[" << i << "]";
+    }
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (in_tensor[i]) continue;
+    ++gaps;
+    ASSERT_EQ(got[i], 0.0f) << "gap element " << i;
+  }
+  EXPECT_GT(gaps, 0u);
+  // A tensor missing from the folder is refused by name.
+  model.n_layer = 3;
+  EXPECT_THROW(check_pretrained(weights, Gpt2Layout(model), out.string()), UsageError);
 }
 
 // --hdf5: model.h5 with a dataset per tensor under its HF name and its shape as an attribute.

@@ -1,4 +1,4 @@
-// The ZeRO engine on one rank: model-state bytes per DESIGN.md's table, the fp16 overflow path,
+// The ZeRO engine on one rank: model-state bytes per docs/design.md's table, the fp16 overflow path,
 // gradient accumulation and mixed-precision training agreeing with fp32.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // zero_estimate's pieces: DeepSpeed's model-state formulas over a grid, size parsing, this
-// engine's model-state bytes against DESIGN.md's table, and the recommender's choices.
+// engine's model-state bytes against docs/design.md's table, and the recommender's choices.
 #include <gtest/gtest.h>
 
 #include <cmath>
