@@ -15,7 +15,6 @@
 #   ZT_TAG              checkpoint tag, e.g. global_step500 (default: the run's `latest`)
 #   ZT_DTYPE            fp32, bf16 or fp16              (default: fp32)
 #   ZT_MAX_SHARD_SIZE   split past this size            (default: 5GB)
-#   ZT_ARGS             more zero_to_fp32 flags, before the script's arguments
 #   ZT_OUT, ZT_HOME, ZT_BIN   as in train_mpirun.sh
 #SBATCH --job-name=zerotrain-consolidate
 #SBATCH --ntasks=1

@@ -21,7 +21,8 @@ set -uo pipefail
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 home=${ZT_HOME:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")/.." && pwd)}}
 bin=${ZT_BIN:-$home/build/release}
-source "$home/jobs/lib/flags.sh" "$@"
+read -r -a zt_args <<<"${ZT_ARGS:-}"
+source "$home/jobs/lib/flags.sh" "${zt_args[@]}" "$@"
 per_node=${ZT_GPUS_PER_NODE:-${SLURM_NTASKS_PER_NODE:-1}}
 per_node=${per_node%%(*}  # Slurm writes e.g. "4(x2)"
 given --params || add --config_name "${ZT_MODEL:-$home/configs/models/gpt2-124M.json}"

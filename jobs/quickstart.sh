@@ -15,6 +15,7 @@
 #   ZT_CORPUS    text file to train on         (default: share/data/tinyshakespeare.txt)
 #   ZT_CONFIG    DeepSpeed config              (default: configs/zero$ZT_STAGE.json; e.g.
 #                configs/zero2_offload_cpu.json for ZeRO-Offload)
+#   ZT_BIN       an existing build to use instead of building build/release, optional
 set -euo pipefail
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/.."
@@ -43,16 +44,22 @@ config=${ZT_CONFIG:-configs/zero$stage.json}
 [[ $ranks =~ ^[1-9][0-9]*$ ]] && ((16 % ranks == 0)) || { say "ZT_RANKS must divide 16 (got '$ranks')"; exit 2; }
 
 ./jobs/install_deps.sh
-echo "== building zerotrain and its tools (build/release)"
-cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)" --target zerotrain zero_prepare_data zero_to_fp32 zero_estimate >/dev/null
+if [[ -n ${ZT_BIN:-} ]]; then  # a build made elsewhere (another preset, an installed copy)
+  bin=$ZT_BIN
+  echo "== using the build in $bin"
+else
+  bin=$root/build/release
+  echo "== building zerotrain and its tools (build/release)"
+  cmake --preset release >/dev/null
+  cmake --build --preset release -j "$(nproc)" --target zerotrain zero_prepare_data zero_to_fp32 zero_estimate >/dev/null
+fi
 
 echo "== preparing byte-level shards from $corpus"
 mkdir -p "$data"
-build/release/tools/zero_prepare_data "$corpus" --output_dir "$data" --val_fraction 0.1 --overwrite
+"$bin/tools/zero_prepare_data" "$corpus" --output_dir "$data" --val_fraction 0.1 --overwrite
 
 echo "== training configs/models/gpt2-demo.json: $ranks ranks, $config, $steps steps ($dtype)"
-ZT_HOME=$root ZT_BIN=$root/build/release ZT_OUT=$out_root ZT_OUTPUT_DIR=$out ZT_RANKS=$ranks ZT_CONFIG=$config \
+ZT_HOME=$root ZT_BIN=$bin ZT_OUT=$out_root ZT_OUTPUT_DIR=$out ZT_RANKS=$ranks ZT_CONFIG=$config \
 ZT_MODEL=$root/configs/models/gpt2-demo.json ZT_TRAIN_DATA="$data/train_*.bin" ZT_EVAL_DATA="$data/val_*.bin" \
 ZT_MAX_STEPS=$steps ZT_SAVE_STEPS=$steps ZT_ARGS="" \
   ./jobs/train_mpirun.sh --overwrite_output_dir --per_device_train_batch_size $((16 / ranks)) --block_size 128 \

@@ -7,7 +7,8 @@
 #   ZT_HOSTFILE=hosts ZT_RANKS=16 ZT_THREADS=8 jobs/train_mpirun.sh --learning_rate 1e-4
 #
 # Stopping: Ctrl-C (SIGINT) lets every rank finish its step and save, then exits 130; a second
-# Ctrl-C stops at once. SIGTERM to this script saves the same way and exits 0 (a preemption).
+# Ctrl-C stops at once. SIGTERM to this script, or SIGHUP (its terminal closed), saves the same
+# way and exits 0 (a preemption).
 # Either way, run the script again to continue from OUTPUT/latest. (Open MPI's mpirun does not
 # forward SIGINT or SIGTERM to the ranks; the script sends them SIGUSR2 or SIGUSR1 instead.)
 #
@@ -68,7 +69,9 @@ forward() {  # forward SIGNAL WHAT
   kill -"$1" "$job" 2>/dev/null
 }
 trap 'forward USR2 interrupted' INT
-trap 'forward USR1 preempted' TERM
+trap 'forward USR1 preempted' TERM HUP  # HUP: the terminal closed, which mpirun would not see
+# Only what this run writes to metrics.jsonl tells how it ended (an early error writes nothing).
+metrics_before=$(wc -l <"$out/metrics.jsonl" 2>/dev/null || echo 0)
 set -m
 "${launcher[@]}" "$bin/src/zerotrain" "${args[@]}" "${user_args[@]}" </dev/null &
 pid=$!
@@ -79,17 +82,24 @@ while :; do
   rc=$?
   ((trapped)) || break  # a trap ended the wait early: the job is still running
 done
-trap - INT TERM
+trap - INT TERM HUP
 
-# mpirun reports a job whose ranks stopped on a signal as failed even when every rank saved.
-last=$(tail -n 1 "$out/metrics.jsonl" 2>/dev/null)
+last=$(tail -n +"$((metrics_before + 1))" "$out/metrics.jsonl" 2>/dev/null | tail -n 1)
+saved=$(grep -o '"checkpoint":"[^"]*"' <<<"$last" | cut -d'"' -f4)
+# The ranks' own verdict: mpirun calls a job it was signalled during failed even when every rank
+# saved and exited as asked.
 if [[ $last == *'"event":"preempted"'* || $last == *'"event":"interrupted"'* ]]; then
-  say "stopped after saving $out/$(cat "$out/latest"); run again to continue"
+  if [[ -n $saved ]]; then
+    say "stopped after saving $saved; run again to continue"
+  else
+    say "stopped; no checkpoint saved (--save_strategy no)"
+  fi
   [[ $last == *'"event":"interrupted"'* ]] && exit 130
   exit 0
-fi
-if ((rc == 0)); then
+elif ((rc == 0)); then
   say "done: outputs in $out"
+elif [[ -n $stop && $last == *'"event":"end"'* ]]; then
+  say "$stop after the end of training; outputs in $out"
 elif [[ -n $stop ]]; then
   say "$stop before a checkpoint was saved (exit $rc)"
 fi

@@ -1,9 +1,9 @@
-# Sourced by the jobs scripts that wrap a program: the user's flags (ZT_ARGS, then the script's
-# arguments) in user_args, and the script's defaults in args, each only where the user gave no
-# flag of that name (Boost.Program_options refuses a flag given twice).
+# Sourced by the jobs scripts that wrap a program, with the user's flags as arguments: those in
+# user_args, and the script's defaults in args, each only where the user gave no
+# flag of that name: zero_estimate and zero_to_fp32 refuse a flag given twice, and zerotrain
+# would take the last one, so the script's default never competes with the user's value.
 
-read -r -a user_args <<<"${ZT_ARGS:-}"
-user_args+=("$@")
+user_args=("$@")
 args=()
 
 given() {  # given FLAG: whether the user's arguments hold FLAG

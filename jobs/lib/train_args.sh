@@ -6,7 +6,8 @@
 # checkpoint the run continues from, if any). Exits 2 with one line on a missing config, model
 # or data.
 
-source "$(dirname "${BASH_SOURCE[0]}")/flags.sh" "$@"
+read -r -a zt_args <<<"${ZT_ARGS:-}"
+source "$(dirname "${BASH_SOURCE[0]}")/flags.sh" "${zt_args[@]}" "$@"
 
 for i in "${!user_args[@]}"; do  # the user's --output_dir is where the script looks too
   case ${user_args[i]} in

@@ -197,8 +197,9 @@ void parse_one_cycle(JsonSection& p, SchedulerConfig& c) {
   int64_t v = 0;
   // DeepSpeed allows an empty second half (the cycle then only rises).
   if (p.read("cycle_second_step_size", v, 0)) c.cycle_second_step_size = v;
-  p.read("cycle_first_stair_count", c.cycle_first_stair_count, 0);
-  if (p.read("cycle_second_stair_count", v, 0)) c.cycle_second_stair_count = v;
+  for (const char* stairs : {"cycle_first_stair_count", "cycle_second_stair_count"}) {
+    p.inert(stairs, "DeepSpeed's OneCycle stores it but never reads it: its cycle has no stairs, nor has this one");
+  }
   p.read("decay_step_size", c.decay_step_size, 0);
   p.read("cycle_momentum", c.cycle_momentum);
   p.read("cycle_min_mom", c.cycle_min_mom, 0.0, 1.0);

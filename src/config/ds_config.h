@@ -48,8 +48,6 @@ struct SchedulerConfig {
   double cycle_min_lr = 0, cycle_max_lr = 0, decay_lr_rate = 0;
   int64_t cycle_first_step_size = 2000;
   std::optional<int64_t> cycle_second_step_size;
-  int64_t cycle_first_stair_count = 0;
-  std::optional<int64_t> cycle_second_stair_count;
   int64_t decay_step_size = 0;
   bool cycle_momentum = true;
   double cycle_min_mom = 0.8, cycle_max_mom = 0.9, decay_mom_rate = 0;

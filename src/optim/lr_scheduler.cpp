@@ -29,25 +29,15 @@ double LrScheduler::trainer_factor(int64_t step) const {
   }
 }
 
-// OneCycle's position in the cycle, 0 at cycle_min_lr and 1 at cycle_max_lr. A stair count holds
-// it flat over that many stairs per half, counted from the integer batch offset as DeepSpeed does.
+// OneCycle's position in the cycle, 0 at cycle_min_lr and 1 at cycle_max_lr. (DeepSpeed's
+// OneCycle stores cycle_*_stair_count but its _get_scale_factor never reads them: no stairs.)
 double LrScheduler::one_cycle_scale(int64_t it) const {
   const double first = double(c_.cycle_first_step_size);
   const double second = c_.cycle_second_step_size ? double(*c_.cycle_second_step_size) : first;
   const double total = first + second, step_ratio = first / total;
   const double batch_iteration = double(it + 1);
   const double x = 1.0 + batch_iteration / total - std::floor(1.0 + batch_iteration / total);
-  const bool rising = x <= step_ratio;
-  double scale = rising ? x / step_ratio : (x - 1.0) / (step_ratio - 1.0);
-  const int64_t stairs = rising ? c_.cycle_first_stair_count
-                                : c_.cycle_second_stair_count.value_or(c_.cycle_first_stair_count);
-  if (stairs > 0) {
-    const double in_cycle = std::fmod(batch_iteration, total);
-    const double position = in_cycle <= first ? in_cycle * double(stairs) / first
-                                              : (total - in_cycle) * double(stairs) / second;
-    scale = std::floor(position) / double(stairs);
-  }
-  return scale;
+  return x <= step_ratio ? x / step_ratio : (x - 1.0) / (step_ratio - 1.0);
 }
 
 ScheduledValues LrScheduler::values_at(int64_t it) const {

@@ -20,6 +20,7 @@
 #include "checkpoint/safetensors.h"
 #include "config/ds_config.h"
 #include "config/model_config.h"
+#include "core/human_units.h"
 #include "core/log.h"
 #include "core/memory_pool.h"
 #include "core/timer.h"
@@ -150,29 +151,6 @@ double evaluate(Gpt2Model<float>& model, ZeroEngine& engine, Communicator& comm,
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
-// "124.44M", "4.33B": a count, with the suffixes HF uses for model sizes.
-std::string human_count(double x) {
-  char buf[32];
-  if (x >= 1e9) std::snprintf(buf, sizeof(buf), "%.2fB", x / 1e9);
-  else if (x >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", x / 1e6);
-  else if (x >= 1e3) std::snprintf(buf, sizeof(buf), "%.1fk", x / 1e3);
-  else std::snprintf(buf, sizeof(buf), "%.0f", x);
-  return buf;
-}
-
-// "37.11 MB", "4.33 GB": bytes, decimal units as `ls -h --si` and DeepSpeed's logs print them.
-std::string human_bytes(double x) {
-  static const char* kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB"};
-  int u = 0;
-  while (x >= 1000 && u < 5) {
-    x /= 1000;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", x, kUnits[u]);
-  return buf;
-}
-
 // Test hook: ZT_FAULT_RANK=r ZT_FAULT_STEP=k makes rank r throw in the middle of step k, to
 // check that a failure on one rank ends every rank.
 void maybe_inject_fault(int rank, int64_t step) {
@@ -187,6 +165,9 @@ void maybe_inject_fault(int rank, int64_t step) {
 
 int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& comm) {
   const int rank = comm.rank(), world_size = comm.size();
+  // From the start, so that a signal during set-up or the first evaluation is kept for the end of
+  // the first step rather than killing the process.
+  StopSignals stop(rank == 0);
 
   // ---- configuration: every rank validates; they agree before anything is written ----
   Setup setup;
@@ -353,7 +334,6 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     log_info("step 0: eval_loss ", last_eval);
   }
 
-  StopSignals stop(rank == 0);
   const bool saving = args.save_strategy != "no";
   int64_t steps_run = 0;
   for (int64_t step = first_step; step <= args.max_steps; ++step) {

@@ -65,6 +65,7 @@ printf '{"prescale_gradient": false}' >"$WORK/typo_top.json"
 expect_usage_error "typo at the top" \
   "typo_top.json: prescale_gradient: unknown key; did you mean 'prescale_gradients'" \
   train "$WORK/typo_top.json" "$WORK/o4"
-for d in o1 o2 o3 o4; do [[ -e "$WORK/$d" ]] && fail "output_dir $d was created by a refused config"; done
-pass "no output_dir created by a refused config"
+created=""
+for d in o1 o2 o3 o4; do [[ -e "$WORK/$d" ]] && created+=" $d"; done
+if [[ -z $created ]]; then pass "no output_dir created by a refused config"; else fail "output_dir created by a refused config:$created"; fi
 finish

@@ -3,6 +3,8 @@
 # from a GPT-2 written by HF transformers' save_pretrained, 20 steps at ZeRO stages 0-3, in fp32,
 # bf16 and fp16, on 1 and 2 ranks, with and without CPU offload (optimizer at stages 1-3, and
 # parameters too at stage 3). For every run:
+#  - the loaded model's eval loss equals transformers' loss of the same model on the batch (fp32
+#    within 1e-5 relative, 16-bit within 1e-3), so the weights really are the model's;
 #  - the first step's loss equals the loaded model's eval loss on the same batch: the training
 #    data is exactly one global batch of windows and is also the eval data, so --eval_on_start
 #    evaluates the very windows step 1 trains on (fp32 within 1e-5 relative, 16-bit within 1e-3);
@@ -43,6 +45,24 @@ torch.manual_seed(0)
 config = GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=64, vocab_size=256)
 GPT2LMHeadModel(config).save_pretrained(sys.argv[1], safe_serialization=True)
 PY
+
+# ---- each model's loss on the batch, by transformers itself: what --eval_on_start must find ----
+PYTHONPATH=$PYLIB /usr/bin/python3 - "$WORK/batch.bin" $T "$WORK/ours" "$WORK/hf" >"$WORK/reference.txt" 2>"$WORK/reference.log" <<'PY' ||
+import struct, sys, torch
+from transformers import GPT2LMHeadModel
+path, T = sys.argv[1], int(sys.argv[2])
+raw = open(path, "rb").read()
+count = struct.unpack("<3i", raw[:12])[2]
+tokens = torch.tensor(struct.unpack(f"<{count}H", raw[1024:1024 + 2 * count]), dtype=torch.long)
+windows = torch.stack([tokens[i * T:i * T + T + 1] for i in range((count - 1) // T)])  # docs/design.md's eval windows
+for model_dir in sys.argv[3:]:
+    model = GPT2LMHeadModel.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(windows[:, :-1]).logits.double()
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
+    print(model_dir.rsplit("/", 1)[1], repr(loss.item()))
+PY
+  fail "transformers' reference losses: $(tail -3 "$WORK/reference.log")"
 
 # ---- one config per stage and offload setting; lr and precision come from the flags ----
 config() {  # config STAGE OFFLOAD(none|cpu) -> path
@@ -89,7 +109,8 @@ done
 results=$(/usr/bin/python3 - "$WORK" $STEPS "${runs[@]}" <<'PY'
 import json, math, os, sys
 work, steps, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-worst = {}
+reference = {k: float(v) for k, v in (l.split() for l in open(os.path.join(work, "reference.txt")))}
+worst, worst_ref = {}, {}
 for name in runs:
     log = open(os.path.join(work, name + ".log")).read()
     try:
@@ -109,11 +130,19 @@ for name in runs:
         dtype = name.rsplit("_", 1)[1]
         worst[dtype] = max(worst.get(dtype, 0.0), rel)
         assert rel <= tol, f"first step loss {first} vs the loaded model's eval loss {evals[0]} (rel {rel:.2e})"
+        # The weights really are the model's: transformers' own loss on the batch (16-bit runs
+        # evaluate rounded weights).
+        ref = reference[name.split("_", 1)[0]]
+        ref_rel = abs(evals[0] - ref) / ref
+        worst_ref[dtype] = max(worst_ref.get(dtype, 0.0), ref_rel)
+        assert ref_rel <= (1e-5 if dtype == "fp32" else 1e-3), f"eval loss {evals[0]} vs transformers' {ref} (rel {ref_rel:.2e})"
         assert last < 0.98 * first, f"the loss did not fall: {first} -> {last}"
-        print(f"ok: {name}: eval {evals[0]:.6f} = step 1 {first:.6f} (rel {rel:.1e}) -> step {steps} {last:.6f}, resumed")
+        print(f"ok: {name}: transformers {ref:.6f} ~ eval {evals[0]:.6f} = step 1 {first:.6f} (rel {rel:.1e}) -> step {steps} {last:.6f}, resumed")
     except Exception as e:  # one line per failed run, with the reason
         print(f"FAILED: {name}: {e}")
 print("largest |step 1 loss - eval loss| / eval loss: " + ", ".join(f"{k} {v:.1e}" for k, v in sorted(worst.items())))
+print("largest |eval loss - transformers' loss| / transformers' loss: " +
+      ", ".join(f"{k} {v:.1e}" for k, v in sorted(worst_ref.items())))
 PY
 )
 echo "$results"

@@ -12,7 +12,9 @@ source "$(dirname "$0")/lib.sh"
 
 JOBS=$ZT_SOURCE_DIR/jobs
 export ZT_OUT=$WORK/out
-export ZT_BIN=$ZT_BIN_DIR  # the default ($ZT_SOURCE_DIR/build/release) unless ctest runs another build
+# The scripts' default build is build/release, which is what ctest runs under the release preset;
+# under another preset, point them at the build under test (quickstart.sh then builds nothing).
+[[ $ZT_BIN_DIR -ef $ZT_SOURCE_DIR/build/release ]] || export ZT_BIN=$ZT_BIN_DIR
 trap 'pkill -KILL -f "zerotrain .*$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
 # elapsed CMD...: runs CMD with its stdout and stderr in $WORK/last.log; sets rc and secs.
 elapsed() {
@@ -62,7 +64,7 @@ elapsed "$JOBS/quickstart.sh"
 qs=$ZT_OUT/quickstart
 if [[ $rc -eq 0 && $(cat "$qs/latest" 2>/dev/null) == global_step300 && $(last_event "$qs") == end ]] &&
    grep -q '"event":"eval"' "$qs/metrics.jsonl" && grep -q '^next: *jobs/train_mpirun.sh' "$WORK/last.log" &&
-   [[ -x $ZT_BIN/tools/zero_to_fp32 && -x $ZT_BIN/tools/zero_estimate && -x $ZT_BIN/tools/zero_prepare_data ]]; then
+   [[ -x $ZT_BIN_DIR/tools/zero_to_fp32 && -x $ZT_BIN_DIR/tools/zero_estimate && -x $ZT_BIN_DIR/tools/zero_prepare_data ]]; then
   pass "quickstart.sh: every tool built, 300 steps with eval, checkpoint global_step300, next steps printed (${secs} s)"
 else
   fail "quickstart.sh: exit $rc: $(tail -4 "$WORK/last.log")"
@@ -133,6 +135,14 @@ if [[ $code == 130 && $(last_event "$stop_run") == interrupted && -f $stop_run/$
 else
   fail "Ctrl-C once: exit [$code], saved [$saved]: $(tail -3 "$WORK/ctrl_c1.log")"
 fi
+# What the last run wrote decides how the script reports it, not an older line: after the
+# interrupted run above, a run that fails before writing anything is a failure.
+elapsed env ZT_OUTPUT_DIR="$stop_run" "$JOBS/train_mpirun.sh" --no_such_flag
+if [[ $rc -eq 2 ]] && ! grep -q "stopped after saving" "$WORK/last.log"; then
+  pass "a failing run after an interrupted one: exit 2, not taken for the earlier stop"
+else
+  fail "a failing run after an interrupted one: exit $rc: $(grep train_mpirun "$WORK/last.log")"
+fi
 stop_run=$ZT_OUT/stop2
 read -r code secs < <(ZT_OUTPUT_DIR=$stop_run /usr/bin/python3 "$ZT_SOURCE_DIR/tests/integration/ctrl_c.py" \
   "$stop_run/metrics.jsonl" 2 "$WORK/ctrl_c2.log" "$JOBS/train_mpirun.sh" "${slow[@]}")
@@ -174,6 +184,6 @@ if [[ $first -eq 0 && -n $stopped && $second -eq 0 ]] && grep -q 'stopped after 
    grep -q "resuming from .*global_step$stopped" "$WORK/grace2.log"; then
   pass "SIGTERM to mpirun with ZT_GRACE=15: checkpoint at step $stopped, exit 0; run again -> resumes from it"
 else
-  fail "SIGTERM to mpirun: exits $first/$second, stopped at [$stopped]; $(tail -3 "$WORK/grace.log" "$WORK/grace2.log")"
+  fail "SIGTERM to mpirun: exits $first/$second, stopped at [$stopped]; $(tail -n 3 "$WORK/grace.log" "$WORK/grace2.log" 2>&1)"
 fi
 finish

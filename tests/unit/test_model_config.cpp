@@ -33,9 +33,12 @@ std::string error_of(const std::string& text) {
 }
 
 TEST(ModelConfig, Transformers5ConfigLoads) {
-  // GPT2Config() defaults: the 124M shape; "dtype" instead of "torch_dtype", "n_inner": null.
+  // GPT2Config() defaults as a GPT2LMHeadModel's save_pretrained writes them: the 124M shape,
+  // "architectures", "dtype" instead of "torch_dtype", "n_inner": null.
   const std::string text = fixture("gpt2_config_transformers5.json");
   ASSERT_NE(text.find("\"transformers_version\": \"5."), std::string::npos);
+  ASSERT_NE(text.find("\"dtype\": \"float32\""), std::string::npos);
+  ASSERT_EQ(text.find("torch_dtype"), std::string::npos);
   const ModelConfig m = parse_model_config(text, "config.json");
   EXPECT_EQ(m.n_layer, 12);
   EXPECT_EQ(m.n_embd, 768);

@@ -2,10 +2,12 @@
 // here, from the formulas in DeepSpeed's documentation and source.
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
 #include <cmath>
 #include <vector>
 
 #include "backend/backend.h"
+#include "config/ds_config.h"
 #include "core/error.h"
 #include "optim/adam.h"
 #include "optim/loss_scaler.h"
@@ -366,27 +368,25 @@ TEST(SchedulerEdges, WarmupCosineWithTotalNotAfterWarmup) {
   for (int it = 2; it < 6; ++it) EXPECT_DOUBLE_EQ(s.values_at(it).lr, 4.0 * 0.05) << it;
 }
 
-TEST(SchedulerEdges, OneCycleStairs) {
-  SchedulerConfig c;
-  c.type = SchedulerConfig::Type::kOneCycle;
-  c.cycle_min_lr = 1e-4;
-  c.cycle_max_lr = 1e-3;
-  c.cycle_first_step_size = 4;
-  c.cycle_second_step_size = 6;
-  c.cycle_first_stair_count = 2;
-  c.cycle_second_stair_count = 3;
-  LrScheduler s(c, 0);
-  // Batch b = it + 1 in the cycle of 10: rising half floor(b * 2 / 4) / 2, falling half
-  // floor((10 - b) * 3 / 6) / 3; b = 10 wraps to 0.
-  const double scale[10] = {0, 0.5, 0.5, 1, 2.0 / 3, 2.0 / 3, 1.0 / 3, 1.0 / 3, 0, 0};
+// DeepSpeed's OneCycle keeps the stair counts and never uses them (its _get_scale_factor is the
+// triangle alone): a config with stairs gets the plain triangle, with a notice for each key.
+TEST(SchedulerEdges, OneCycleStairCountsChangeNothing) {
+  const DsConfig ds = parse_ds_config(boost::json::parse(R"({"train_micro_batch_size_per_gpu": 1,
+      "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3,
+        "cycle_first_step_size": 4, "cycle_second_step_size": 6, "cycle_first_stair_count": 2,
+        "cycle_second_stair_count": 3}}})"), "ds.json", AutoValues{});
+  std::string notices;
+  for (const std::string& n : ds.notices) notices += n + "\n";
+  EXPECT_NE(notices.find("cycle_first_stair_count"), std::string::npos) << notices;
+  EXPECT_NE(notices.find("cycle_second_stair_count"), std::string::npos) << notices;
+  LrScheduler s(ds.scheduler, 0);
+  // Batch b = it + 1 in the cycle of 10: b / 4 rising, (10 - b) / 6 falling; b = 10 wraps to 0.
+  const double scale[10] = {0.25, 0.5, 0.75, 1, 5.0 / 6, 4.0 / 6, 3.0 / 6, 2.0 / 6, 1.0 / 6, 0};
   for (int it = 0; it < 10; ++it) {
     ScheduledValues v = s.values_at(it);
     EXPECT_NEAR(v.lr, 1e-4 + 9e-4 * scale[it], 1e-15) << it;
     EXPECT_NEAR(*v.beta1, 0.9 - 0.1 * scale[it], 1e-15) << it;
   }
-  c.cycle_second_stair_count.reset();  // defaults to the first half's count
-  LrScheduler same(c, 0);
-  EXPECT_NEAR(same.values_at(5).lr, 1e-4 + 9e-4 * 0.5, 1e-15);  // floor((10 - 6) * 2 / 6) / 2
 }
 
 TEST(SchedulerEdges, OneCycleWithoutSecondHalf) {
