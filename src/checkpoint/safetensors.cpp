@@ -70,6 +70,16 @@ void SafetensorsWriter::finish(bool durable) {
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) {
+  // A constructor that throws runs no destructor: close what was opened before the error.
+  try {
+    open(path);
+  } catch (...) {
+    for (int fd : fds_) ::close(fd);
+    throw;
+  }
+}
+
+void SafetensorsReader::open(const std::string& path) {
   if (fs::is_directory(path)) {
     const fs::path index = fs::path(path) / "model.safetensors.index.json";
     if (fs::exists(index)) {

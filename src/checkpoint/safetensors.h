@@ -70,6 +70,7 @@ class SafetensorsReader {
     int file = 0;
     uint64_t begin = 0;  // absolute byte offset of the data in the file
   };
+  void open(const std::string& path);  // the constructor's work: a file, or a folder's files
   void add_file(const std::string& path);
   void swap(SafetensorsReader& other) noexcept {
     paths_.swap(other.paths_);

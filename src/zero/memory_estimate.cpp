@@ -14,7 +14,17 @@ namespace zt {
 
 // ---- DeepSpeed ----
 // deepspeed/runtime/zero/stage_1_and_2.py and stage3.py. Python's int() truncates the products,
-// as here.
+// as here. Python's ints do not overflow; ours would past 2^63 bytes, so such a row is an error.
+
+namespace {
+
+int64_t table_bytes(double bytes) {
+  ZT_USAGE_CHECK(bytes < 0x1p62, "--params: the estimate is ", bytes / 0x1p60,
+                 " EiB per CPU or GPU, beyond any machine; check the parameter count and the factor");
+  return int64_t(bytes);
+}
+
+}  // namespace
 
 std::vector<DeepSpeedEstimateRow> deepspeed_zero2_rows(double total, int gpus_per_node, int num_nodes,
                                                        double factor) {
@@ -24,12 +34,12 @@ std::vector<DeepSpeedEstimateRow> deepspeed_zero2_rows(double total, int gpus_pe
     DeepSpeedEstimateRow r;
     r.offload_optimizer = cpu_offload;
     if (cpu_offload) {
-      r.gpu_bytes = int64_t(2 * total);
-      r.cpu_bytes = int64_t(total * std::max(4 * total_gpus, 16.0) * factor);
+      r.gpu_bytes = table_bytes(2 * total);
+      r.cpu_bytes = table_bytes(total * std::max(4 * total_gpus, 16.0) * factor);
     } else {
       // 2 bytes of 16-bit parameters; 18 = 16-bit and fp32 gradients, fp32 master, two moments.
-      r.gpu_bytes = int64_t(2 * total + double(int64_t(18 * total / total_gpus)));
-      r.cpu_bytes = int64_t(total * 4 * gpus_per_node * factor);
+      r.gpu_bytes = table_bytes(2 * total + std::trunc(18 * total / total_gpus));
+      r.cpu_bytes = table_bytes(total * 4 * gpus_per_node * factor);
     }
     rows.push_back(r);
   }
@@ -55,15 +65,15 @@ std::vector<DeepSpeedEstimateRow> deepspeed_zero3_rows(double total, double larg
           cpu = zero_init ? total * 18 * gpus_factor * factor
                           : total * std::max(4.0 * gpus_per_node, 18 * gpus_factor) * factor;
         } else if (cpu_offload) {
-          gpu = largest_memory + double(int64_t(2 * total / total_gpus));
+          gpu = largest_memory + std::trunc(2 * total / total_gpus);
           cpu = zero_init ? total * 16 * gpus_factor * factor
                           : total * std::max(4.0 * gpus_per_node, 16 * gpus_factor) * factor;
         } else {
-          gpu = largest_memory + double(int64_t(18 * total / total_gpus));
+          gpu = largest_memory + std::trunc(18 * total / total_gpus);
           cpu = zero_init ? largest * 4 * gpus_per_node * factor : total * 4 * gpus_per_node * factor;
         }
-        r.cpu_bytes = int64_t(cpu);
-        r.gpu_bytes = int64_t(gpu);
+        r.cpu_bytes = table_bytes(cpu);
+        r.gpu_bytes = table_bytes(gpu);
         rows.push_back(r);
       }
     }
@@ -82,12 +92,13 @@ std::string deepspeed_table(int stage, double total, double largest, int gpus_pe
   std::string out = "Estimated memory needed for params, optim states and gradients for a:\n";
   out += cat("HW: Setup with ", num_nodes, num_nodes > 1 ? " nodes, " : " node, ", gpus_per_node,
              gpus_per_node > 1 ? " GPUs" : " GPU", " per node.\n");
+  const auto rows = stage == 2 ? deepspeed_zero2_rows(total, gpus_per_node, num_nodes, factor)
+                               : deepspeed_zero3_rows(total, largest, gpus_per_node, num_nodes, factor);
+  // The rows bound total and largest (table_bytes), so the millions fit.
   out += cat("SW: Model with ", int64_t(total / 1e6), "M total params",
              stage == 3 ? cat(", ", int64_t(largest / 1e6), "M largest layer params.") : std::string("."), "\n");
   out += "  per CPU  |  per GPU |   Options\n";
   // DeepSpeed formats the device as f"{OffloadDeviceEnum.cpu:4}": "cpu " padded to four.
-  const auto rows = stage == 2 ? deepspeed_zero2_rows(total, gpus_per_node, num_nodes, factor)
-                               : deepspeed_zero3_rows(total, largest, gpus_per_node, num_nodes, factor);
   for (const DeepSpeedEstimateRow& r : rows) {
     std::string options;
     if (stage == 3) options = cat("offload_param=", r.offload_param ? "cpu " : "none", ", ");

@@ -77,6 +77,19 @@ TXT
 if diff "$WORK/t5.expected" "$WORK/t5.txt" >"$WORK/t5.diff"; then pass "DeepSpeed's t5-small table, line for line"; else fail "t5-small table: $(cat "$WORK/t5.diff")"; fi
 
 # Bad input: one line, exit 2.
+# Huge counts: a quadrillion parameters is a valid (positive) table, 18 bytes x 1.5 per parameter
+# in its first row; past 2^62 bytes a row is an error, never a negative size (it wrapped to
+# -8589934592.00GB before).
+"$ESTIMATE" --stage 3 --params 1e15 --largest_layer_params 1e12 >"$WORK/huge.txt" 2>&1
+if grep -q '^ 25145709.51GB | 3725.29GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1$' "$WORK/huge.txt" &&
+   ! grep -q -- '-[0-9]' "$WORK/huge.txt"; then
+  pass "a quadrillion parameters: DeepSpeed's table, every size positive"
+else
+  fail "huge table: $(cat "$WORK/huge.txt")"
+fi
+expect_usage_error "a parameter count beyond any machine" \
+  "^zero_estimate: error: --params: the estimate is [0-9.]+ EiB per CPU or GPU, beyond any machine" \
+  "$ESTIMATE" --stage 3 --params 1e18 --largest_layer_params 1e15
 expect_usage_error "negative size" "^zero_estimate: .*--params: must be positive, got '-5M'" "$ESTIMATE" --stage 2 --params=-5M
 expect_usage_error "unknown suffix" "^zero_estimate: .*--params: unknown suffix 'X' in '7X'" "$ESTIMATE" --stage 2 --params 7X
 expect_usage_error "missing model" "^zero_estimate: .*--params N .* or as --config_name" "$ESTIMATE" --stage 2

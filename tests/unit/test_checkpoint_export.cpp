@@ -188,6 +188,26 @@ TEST_F(Export, PretrainedSourceReadsTheExportWithZeroGaps) {
   EXPECT_THROW(check_pretrained(weights, Gpt2Layout(model), out.string()), UsageError);
 }
 
+// A file that fails to open as safetensors (here: a header that is not JSON) leaves no file
+// descriptor behind, however often it is tried.
+TEST_F(Export, FailedSafetensorsOpenClosesItsFile) {
+  const fs::path bad = dir / "bad.safetensors";
+  {
+    std::ofstream out(bad.string(), std::ios::binary);
+    const uint64_t length = 8;
+    out.write(reinterpret_cast<const char*>(&length), 8);
+    out << "not json";
+  }
+  auto open_fds = [] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+  };
+  const size_t before = open_fds();
+  for (int i = 0; i < 50; ++i) EXPECT_THROW(SafetensorsReader reader(bad.string()), UsageError);
+  EXPECT_EQ(open_fds(), before);
+}
+
 // --hdf5: model.h5 with a dataset per tensor under its HF name and its shape as an attribute.
 TEST_F(Export, Hdf5Output) {
   const std::vector<float> master = train_and_save(1);
