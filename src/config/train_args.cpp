@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <set>
 
@@ -137,9 +138,20 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   ZT_USAGE_CHECK(a.per_device_train_batch_size >= 1, "--per_device_train_batch_size must be >= 1");
   ZT_USAGE_CHECK(a.per_device_eval_batch_size >= 1, "--per_device_eval_batch_size must be >= 1");
   ZT_USAGE_CHECK(a.gradient_accumulation_steps >= 1, "--gradient_accumulation_steps must be >= 1");
-  ZT_USAGE_CHECK(a.learning_rate >= 0, "--learning_rate must be >= 0");
+  // The ranges the config's keys have (optimizer.params, gradient_clipping), so that a value is
+  // held to the same rule whether it comes from the config or, through "auto", from a flag.
+  for (const auto& [name, value] : {std::pair<const char*, double>{"learning_rate", a.learning_rate},
+                                    {"weight_decay", a.weight_decay},
+                                    {"adam_beta1", a.adam_beta1},
+                                    {"adam_beta2", a.adam_beta2},
+                                    {"adam_epsilon", a.adam_epsilon},
+                                    {"max_grad_norm", a.max_grad_norm}}) {
+    ZT_USAGE_CHECK(std::isfinite(value), "--", name, " must be a finite number, got ", value);
+    ZT_USAGE_CHECK(value >= 0, "--", name, " must be >= 0, got ", value);
+  }
+  ZT_USAGE_CHECK(a.adam_beta1 < 1 && a.adam_beta2 < 1, "--adam_beta1 and --adam_beta2 must be below 1, got ",
+                 a.adam_beta1, " and ", a.adam_beta2);
   ZT_USAGE_CHECK(a.warmup_steps >= 0, "--warmup_steps must be >= 0");
-  ZT_USAGE_CHECK(a.max_grad_norm >= 0, "--max_grad_norm must be >= 0");
   ZT_USAGE_CHECK(a.logging_steps >= 1, "--logging_steps must be >= 1");
   ZT_USAGE_CHECK(a.save_steps >= 0, "--save_steps must be >= 0");
   ZT_USAGE_CHECK(a.save_strategy == "steps" || a.save_strategy == "no", "--save_strategy '", a.save_strategy,

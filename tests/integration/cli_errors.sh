@@ -46,6 +46,14 @@ expect_usage_error "bad value" "neg.json: gradient_clipping: must be >= 0" \
   train --deepspeed "$WORK/neg.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o8"
 expect_usage_error "unknown flag" "unknown flag --learning_rat; did you mean --learning_rate" \
   train --learning_rat 1 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9"
+# Flags are held to the ranges of the config keys they fill through "auto" (the config here has
+# lr, betas and weight_decay "auto"): inf trained and wrote "lr":NaN before.
+expect_usage_error "--learning_rate inf" "^zerotrain: error: --learning_rate must be a finite number, got inf" \
+  train --learning_rate inf --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9a"
+expect_usage_error "--weight_decay nan" "^zerotrain: error: --weight_decay must be a finite number, got nan" \
+  train --weight_decay nan --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9b"
+expect_usage_error "--adam_beta1 1.5" "^zerotrain: error: --adam_beta1 and --adam_beta2 must be below 1, got 1.5 and 0.999" \
+  train --adam_beta1 1.5 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9c"
 expect_usage_error "missing config" "nope.json: cannot open file" \
   train --deepspeed "$WORK/nope.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o10"
 expect_usage_error "block_size > n_positions" "block_size 4096 exceeds n_positions" \
@@ -58,7 +66,7 @@ expect_usage_error "existing output_dir" "existing: --output_dir exists and is n
   train --train_data "$DATA/train_*.bin" --output_dir "$WORK/existing"
 if [[ "$(cat "$WORK/existing/metrics.jsonl")" == precious ]]; then pass "output_dir untouched"; else fail "output_dir was overwritten"; fi
 # Nothing was created for the failed runs.
-for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o10 o11; do
+for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o9a o9b o9c o10 o11; do
   [[ -e "$WORK/$d" ]] && fail "output_dir $d was created by a failed run"
 done
 pass "no output_dir created by a failed run"
