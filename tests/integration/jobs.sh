@@ -7,7 +7,8 @@
 #    demo's data, and a second run resumes; arguments pass through to the program;
 #  - a wrong setting or flag is one line within seconds, not after mpirun's grace;
 #  - Ctrl-C on a terminal (a pty): once saves and exits 130, twice exits at once; SIGTERM to the
-#    script saves and exits 0; SIGTERM to mpirun itself with ZT_GRACE saves too.
+#    script saves and exits 0; SIGTERM to mpirun itself with ZT_GRACE saves too;
+#  - a rank killed mid-run ends the job within seconds, naming the rank, latest intact.
 source "$(dirname "$0")/lib.sh"
 
 JOBS=$ZT_SOURCE_DIR/jobs
@@ -166,6 +167,25 @@ if [[ $rc -eq 0 && $(last_event "$stop_run") == preempted && -f $stop_run/$saved
   pass "SIGTERM to train_mpirun.sh: a preemption, $saved saved, exit 0 (${secs} s)"
 else
   fail "SIGTERM to the script: exit $rc after $secs s, saved [$saved]: $(tail -3 "$WORK/term.log")"
+fi
+# A rank that dies (SIGKILL after step 7, checkpoints every 5): the job ends within seconds,
+# non-zero, mpirun names the lost rank, and latest is the last complete checkpoint.
+stop_run=$ZT_OUT/dead
+ZT_RANKS=2 ZT_OUTPUT_DIR=$stop_run "$JOBS/train_mpirun.sh" "${shape[@]}" --max_steps 100000 --save_steps 5 \
+  >"$WORK/dead.log" 2>&1 &
+script_pid=$!
+for ((i = 0; i < 1200; i++)); do grep -qs '"event":"step","step":7,' "$stop_run/metrics.jsonl" && break; sleep 0.1; done
+pkill -KILL -n -f "^[^ ]*/src/zerotrain .*$stop_run"
+start=$SECONDS
+wait $script_pid
+rc=$?
+secs=$((SECONDS - start))
+if [[ $rc -ne 0 && $secs -lt 60 && $(cat "$stop_run/latest" 2>/dev/null) == global_step5 ]] &&
+   grep -q 'process rank [01] .* exited on signal 9' "$WORK/dead.log" &&
+   [[ -f $stop_run/global_step5/manifest.json ]]; then
+  pass "a rank killed after step 7: the job ends in ${secs} s, exit $rc, the lost rank named, latest global_step5"
+else
+  fail "a dead rank: exit $rc after $secs s, latest [$(cat "$stop_run/latest" 2>/dev/null)]: $(tail -n 3 "$WORK/dead.log")"
 fi
 # SIGTERM to mpirun itself, as a batch system that signals every process might: with ZT_GRACE
 # mpirun waits that long before it kills the ranks, which take the SIGTERM for a preemption.
