@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "train/monitor_file.h"
+#include "train/checked_file.h"
 
 namespace zt {
 
@@ -86,7 +86,7 @@ void CsvMonitor::write(const std::string& tag, double value, int64_t step, bool 
   std::string text;
   if (it == files_.end()) {
     // DeepSpeed joins log_dir + '/' + name; an "a+" open creates or appends.
-    it = files_.emplace(name, std::make_unique<MonitorFile>(log_dir_ + "/" + name, MonitorFile::Mode::kAppend)).first;
+    it = files_.emplace(name, std::make_unique<CheckedFile>(log_dir_ + "/" + name, CheckedFile::Mode::kAppend)).first;
     // The header names the value by the tag's last '/' component.
     const size_t slash = tag.rfind('/');
     text += python_csv_row({"step", slash == std::string::npos ? tag : tag.substr(slash + 1)});

@@ -13,7 +13,7 @@
 
 namespace zt {
 
-class MonitorFile;
+class CheckedFile;
 
 /// Python's repr() of a float (and str(), the same since Python 3): the shortest digits that read
 /// back to the same double; positional when the decimal exponent is in [-4, 16), with ".0" when
@@ -44,7 +44,7 @@ class CsvMonitor {
 
  private:
   std::string log_dir_;
-  std::map<std::string, std::unique_ptr<MonitorFile>> files_;  // by file name
+  std::map<std::string, std::unique_ptr<CheckedFile>> files_;  // by file name
 };
 
 }  // namespace zt

@@ -1,21 +1,11 @@
 #include "train/metrics.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-
-#include "core/error.h"
 
 namespace zt {
 
 MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
-  if (path.empty()) return;
-  file_ = std::fopen(path.c_str(), append ? "a" : "w");
-  ZT_USAGE_CHECK(file_ != nullptr, path, ": cannot create metrics file: ", std::strerror(errno));
-}
-
-MetricsWriter::~MetricsWriter() {
-  if (file_) std::fclose(file_);
+  if (!path.empty()) file_.emplace(path, append ? CheckedFile::Mode::kAppend : CheckedFile::Mode::kTruncate);
 }
 
 namespace {
@@ -43,11 +33,8 @@ void MetricsWriter::write(const std::string& event, boost::json::object fields) 
   boost::json::array nonfinite;
   null_nonfinite(line, "", nonfinite);
   if (!nonfinite.empty()) line["nonfinite"] = std::move(nonfinite);
-  std::string text = boost::json::serialize(line);
-  text += '\n';
-  ZT_CHECK(std::fwrite(text.data(), 1, text.size(), file_) == text.size(), path_, ": write failed: ",
-           std::strerror(errno));
-  ZT_CHECK(std::fflush(file_) == 0, path_, ": write failed: ", std::strerror(errno));
+  // One unbuffered write per line: in the kernel when this returns, whatever happens next.
+  file_->write(boost::json::serialize(line) + '\n');
 }
 
 }  // namespace zt

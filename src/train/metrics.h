@@ -6,8 +6,10 @@
 #pragma once
 
 #include <boost/json.hpp>
-#include <cstdio>
+#include <optional>
 #include <string>
+
+#include "train/checked_file.h"
 
 namespace zt {
 
@@ -16,9 +18,6 @@ class MetricsWriter {
   /// Opens `path` (truncating, or appending when a resumed run continues the file); a null
   /// writer (empty path) discards everything.
   explicit MetricsWriter(const std::string& path, bool append = false);
-  ~MetricsWriter();
-  MetricsWriter(const MetricsWriter&) = delete;
-  MetricsWriter& operator=(const MetricsWriter&) = delete;
 
   /// Writes `fields` with "event": event.
   void write(const std::string& event, boost::json::object fields);
@@ -26,7 +25,7 @@ class MetricsWriter {
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  std::optional<CheckedFile> file_;  // empty: the null writer
 };
 
 }  // namespace zt

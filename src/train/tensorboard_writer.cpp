@@ -9,7 +9,7 @@
 #include <ctime>
 
 #include "core/error.h"
-#include "train/monitor_file.h"
+#include "train/checked_file.h"
 #include "train/proto/tensorboard_event.pb.h"
 
 namespace zt {
@@ -71,7 +71,7 @@ std::unique_ptr<EventFileWriter> EventFileWriter::at_path(const std::string& pat
 }
 
 EventFileWriter::EventFileWriter(PathTag, const std::string& path)
-    : file_(std::make_unique<MonitorFile>(path, MonitorFile::Mode::kTruncate)) {
+    : file_(std::make_unique<CheckedFile>(path, CheckedFile::Mode::kTruncate)) {
   tensorboard::Event first;
   first.set_wall_time(wall_clock_seconds());
   first.set_file_version("brain.Event:2");

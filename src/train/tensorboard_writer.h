@@ -10,7 +10,7 @@
 
 namespace zt {
 
-class MonitorFile;
+class CheckedFile;
 
 /// CRC-32C (Castagnoli polynomial, reflected), the checksum TFRecord uses.
 uint32_t crc32c(std::string_view bytes);
@@ -54,7 +54,7 @@ class EventFileWriter {
   EventFileWriter(PathTag, const std::string& path);
   void add_event(const std::string& serialized);
 
-  std::unique_ptr<MonitorFile> file_;
+  std::unique_ptr<CheckedFile> file_;
   std::string pending_;
 };
 

@@ -335,7 +335,9 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   }
 
   const bool saving = args.save_strategy != "no";
-  int64_t steps_run = 0;
+  // The loop below runs every step from first_step or returns: an eval-only run, or one resumed
+  // at its end, trains nothing.
+  const bool trains = first_step <= args.max_steps;
   for (int64_t step = first_step; step <= args.max_steps; ++step) {
     Stopwatch step_clock;
     note_run_peaks();  // the previous step's window (its eval and checkpoint included)
@@ -359,7 +361,6 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     const StepOutcome outcome = engine.step();
     timers.stop("optimizer_step");
     position.next_sample += uint64_t(ds.train_batch_size);
-    ++steps_run;
     // One reduction for the step's loss and for whether any rank was told to stop (SIGTERM,
     // SIGUSR1: preempted; SIGINT: interrupted).
     std::vector<double> reduced{loss_sum / double(accumulation), stop.preemption() != 0 ? 1.0 : 0.0,
@@ -465,10 +466,10 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
                            {{"buckets", uint64_t(buf[0])}, {"gather", uint64_t(buf[1])}, {"working", uint64_t(buf[2])},
                             {"offload", uint64_t(buf[3])}}},
                           {"live_parameters_peak", engine.peak_live_parameters()}};
-  if (steps_run > 0) end["loss"] = last_loss;  // an eval-only run (or one resumed at its end) trained nothing
+  if (trains) end["loss"] = last_loss;
   metrics.write("end", std::move(end));
   std::string results;
-  if (steps_run > 0) results = cat("final loss ", last_loss);
+  if (trains) results = cat("final loss ", last_loss);
   if (!std::isnan(last_eval)) results += cat(results.empty() ? "" : ", ", "eval_loss ", last_eval);
   log_info("done in ", format_duration(run_clock.seconds()), results.empty() ? "" : ": ", results);
   log_info("memory, peak per rank (max over ranks): device ", human_bytes(whole_run[0]), ", host ",

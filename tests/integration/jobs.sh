@@ -156,7 +156,7 @@ fi
 stop_run=$ZT_OUT/stop3
 ZT_OUTPUT_DIR=$stop_run "$JOBS/train_mpirun.sh" "${slow[@]}" >"$WORK/term.log" 2>&1 &
 script_pid=$!
-for ((i = 0; i < 1200; i++)); do grep -qs '"event":"step"' "$stop_run/metrics.jsonl" && break; sleep 0.1; done
+wait_step "$stop_run/metrics.jsonl" 1 120
 kill -TERM $script_pid
 start=$SECONDS
 wait $script_pid
@@ -174,7 +174,7 @@ stop_run=$ZT_OUT/dead
 ZT_RANKS=2 ZT_OUTPUT_DIR=$stop_run "$JOBS/train_mpirun.sh" --logging_steps 1 --max_steps 100000 --save_steps 5 \
   >"$WORK/dead.log" 2>&1 &
 script_pid=$!
-for ((i = 0; i < 3000; i++)); do grep -qs '"event":"step","step":7,' "$stop_run/metrics.jsonl" && break; sleep 0.1; done
+wait_step "$stop_run/metrics.jsonl" 7 300
 pkill -KILL -n -f "^[^ ]*/src/zerotrain .*$stop_run"
 start=$SECONDS
 wait $script_pid
@@ -193,7 +193,7 @@ fi
 stop_run=$ZT_OUT/stop4
 ZT_GRACE=15 ZT_RANKS=2 ZT_OUTPUT_DIR=$stop_run "$JOBS/train_mpirun.sh" "${slow[@]}" >"$WORK/grace.log" 2>&1 &
 script_pid=$!
-for ((i = 0; i < 1200; i++)); do grep -qs '"event":"step"' "$stop_run/metrics.jsonl" && break; sleep 0.1; done
+wait_step "$stop_run/metrics.jsonl" 1 120
 pkill -TERM -f "^mpirun .*$stop_run"
 wait $script_pid
 first=$?

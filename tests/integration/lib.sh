@@ -21,6 +21,17 @@ install_pylib() {
 }
 
 pass() { passed=$((passed + 1)); echo "ok: $1"; }
+
+# wait_step FILE STEP SECONDS: waits until metrics FILE has a step event >= STEP.
+wait_step() {
+  local i last
+  for ((i = 0; i < $3 * 10; i++)); do
+    last=$(grep -o '"event":"step","step":[0-9]*' "$1" 2>/dev/null | tail -1 | grep -o '[0-9]*$')
+    [[ -n $last && $last -ge $2 ]] && return 0
+    sleep 0.1
+  done
+  return 1
+}
 fail() { failed=$((failed + 1)); echo "FAILED: $1"; }
 
 # expect_usage_error_filtered FILTER NAME PATTERN CMD...: exit code 2 and exactly one line on

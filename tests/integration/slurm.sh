@@ -46,16 +46,6 @@ wait_job() {
   echo "TIMEOUT-WAITING $state"
   return 1
 }
-# wait_step FILE STEP SECONDS: waits until metrics FILE has a step event >= STEP.
-wait_step() {
-  for ((i = 0; i < $3 * 10; i++)); do
-    local last
-    last=$(grep -o '"event":"step","step":[0-9]*' "$1" 2>/dev/null | tail -1 | grep -o '[0-9]*$')
-    [[ -n $last && $last -ge $2 ]] && return 0
-    sleep 0.1
-  done
-  return 1
-}
 losses() { /usr/bin/python3 -c "
 import json, sys
 steps = {}

@@ -1,5 +1,6 @@
-// A file that a monitor writes (an event file, a CSV): a POSIX descriptor whose every write and
-// close is checked. A failure throws zt::Error naming the file and the system's reason.
+// A file the trainer writes as it goes (metrics.jsonl, a monitor's event file or CSV): a POSIX
+// descriptor whose every write and close is checked. A failure throws zt::Error naming the file
+// and the system's reason.
 #pragma once
 
 #include <string>
@@ -7,7 +8,7 @@
 
 namespace zt {
 
-class MonitorFile {
+class CheckedFile {
  public:
   enum class Mode {
     kTruncate,  ///< create or empty it (Python's "wb")
@@ -15,11 +16,11 @@ class MonitorFile {
   };
 
   /// Opens `path`; throws UsageError naming it (and strerror) when it cannot be opened.
-  MonitorFile(std::string path, Mode mode);
+  CheckedFile(std::string path, Mode mode);
   /// Closes without reporting (destructors must not throw); call close() to see a failure.
-  ~MonitorFile();
-  MonitorFile(const MonitorFile&) = delete;
-  MonitorFile& operator=(const MonitorFile&) = delete;
+  ~CheckedFile();
+  CheckedFile(const CheckedFile&) = delete;
+  CheckedFile& operator=(const CheckedFile&) = delete;
 
   /// Writes all of `bytes` to the file (one write(2) unless it is cut short); throws zt::Error
   /// naming the file on failure. Nothing is buffered here: once this returns, the bytes are in

@@ -1,4 +1,4 @@
-#include "train/monitor_file.h"
+#include "train/checked_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,17 +10,17 @@
 
 namespace zt {
 
-MonitorFile::MonitorFile(std::string path, Mode mode) : path_(std::move(path)) {
+CheckedFile::CheckedFile(std::string path, Mode mode) : path_(std::move(path)) {
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (mode == Mode::kAppend ? O_APPEND : O_TRUNC);
   fd_ = ::open(path_.c_str(), flags, 0666);
   ZT_USAGE_CHECK(fd_ >= 0, path_, ": cannot open for writing: ", std::strerror(errno));
 }
 
-MonitorFile::~MonitorFile() {
+CheckedFile::~CheckedFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void MonitorFile::write(std::string_view bytes) {
+void CheckedFile::write(std::string_view bytes) {
   ZT_CHECK(fd_ >= 0, path_, ": write after close");
   while (!bytes.empty()) {
     const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
@@ -32,7 +32,7 @@ void MonitorFile::write(std::string_view bytes) {
   }
 }
 
-void MonitorFile::close() {
+void CheckedFile::close() {
   if (fd_ < 0) return;
   const int fd = fd_;
   fd_ = -1;
