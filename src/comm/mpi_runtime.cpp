@@ -1,5 +1,6 @@
 #include "comm/mpi_runtime.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,6 +25,10 @@ bool MpiRuntime::initialized() {
 }
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  // MpiComm drives every collective as a non-blocking one (mpi_comm.h). Open MPI's libnbc picks
+  // a binomial all-reduce for small worlds, 1.7x slower than the blocking one on 16 MB; its ring
+  // is as fast (7.7 against 7.1 ms, 2 ranks on the 2-core test machine). The user's setting wins.
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "ring", /*overwrite=*/0);
   int provided = 0;
   ZT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   // Errors come back as codes so that ZT_MPI_CHECK can turn them into exceptions with MPI's text.
