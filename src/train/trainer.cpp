@@ -172,9 +172,13 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   // ---- configuration: every rank validates; they agree before anything is written ----
   Setup setup;
   std::string error;
+  OutputDirLock output_dir_lock;  // rank 0's, for the whole run: one job per output directory
   try {
     setup = load_setup(args, world_size, rank == 0);
-    if (rank == 0) prepare_output_dir(args.output_dir, args.overwrite_output_dir || !args.resume_from_checkpoint.empty());
+    if (rank == 0) {
+      output_dir_lock = prepare_output_dir(args.output_dir,
+                                           args.overwrite_output_dir || !args.resume_from_checkpoint.empty());
+    }
   } catch (const UsageError& e) {
     error = e.what();
   }

@@ -3,7 +3,7 @@
 # (--save_strategy), --save_total_limit (also with a crash inside a save), Ctrl-C once (finish the
 # step, save, exit 130) and twice (exit at once), Ctrl-C through mpirun, output that a log file
 # can hold (no progress line glued to log lines), wall_clock_breakdown's timings, non-finite
-# values in metrics.jsonl, and an eval-only run.
+# values in metrics.jsonl, an eval-only run, and one job per output directory (the lock).
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TO_FP32=$ZT_BIN_DIR/tools/zero_to_fp32
@@ -236,5 +236,64 @@ if grep -q 'done in .*: eval_loss [0-9]' "$WORK/evalonly.log" && ! grep -q 'fina
   pass "an eval-only run reports no training loss; byte counts print as bytes (units: test_human_units)"
 else
   fail "eval-only output: $(tail -3 "$WORK/evalonly.log")"
+fi
+# ---- one job per output directory ----
+# A 2-rank job with steps of about a second; a second job on its directory, even with
+# --overwrite_output_dir or --resume_from_checkpoint, exits 2 within 5 s naming the directory and
+# the holder (rank 0's host and pid); the first finishes untouched and resumes afterwards.
+mpi_demo() {
+  timeout 120 mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS=1 "$ZEROTRAIN" \
+    --deepspeed "$ZT_SOURCE_DIR/configs/zero2.json" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" \
+    --train_data "$DATA/train_*.bin" --block_size 64 --per_device_train_batch_size 96 --disable_tqdm "$@"
+}
+mpi_demo --output_dir "$WORK/lock" --max_steps 16 --save_steps 8 >"$WORK/lock.log" 2>&1 &
+pid=$!
+if wait_step "$WORK/lock/metrics.jsonl" 1 60; then
+  holder=$(sed -n 's/^host \(.*\), pid \([0-9]*\)$/\1 \2/p' "$WORK/lock/.zerotrain.lock")
+  if [[ $(ps -o comm= -p "${holder#* }") == zerotrain && ${holder% *} == $(hostname) ]]; then
+    pass "the lock file names the running job's rank 0 ($holder)"
+  else
+    fail "lock file: '$(cat "$WORK/lock/.zerotrain.lock")'"
+  fi
+  for extra in --overwrite_output_dir "--resume_from_checkpoint auto" ""; do  # ~2 s each
+    start=$(date +%s%N)
+    # shellcheck disable=SC2086  # $extra is a flag and its value
+    expect_usage_error_mpi "a second job on a running job's --output_dir ${extra:-(no flag)} is refused" \
+      "$WORK/lock: --output_dir is in use by another job \(host $(hostname), pid ${holder#* }\)" \
+      mpi_demo --output_dir "$WORK/lock" --max_steps 6 $extra
+    ms=$((($(date +%s%N) - start) / 1000000))
+    ((ms < 5000)) && pass "... and exits within 5 s ($ms ms)" || fail "the second job took $ms ms"
+  done
+else
+  fail "the first job did not start: $(tail -3 "$WORK/lock.log")"
+fi
+wait $pid
+rc=$?
+if [[ $rc -eq 0 ]] && /usr/bin/python3 - "$WORK/lock/metrics.jsonl" <<'PY' &&
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1])]
+steps = [e["step"] for e in events if e["event"] == "step"]
+assert steps == list(range(1, 17)), steps
+assert [e["event"] for e in events].count("start") == 1
+PY
+   mpi_demo --output_dir "$WORK/lock" --max_steps 18 --resume_from_checkpoint auto >"$WORK/lock2.log" 2>&1 &&
+   grep -q '"event":"step","step":18' "$WORK/lock/metrics.jsonl"; then
+  pass "the first job finishes with one run's metrics, and its checkpoint resumes once it has ended"
+else
+  fail "the first job: exit $rc: $(tail -2 "$WORK/lock.log") $(tail -2 "$WORK/lock2.log" 2>/dev/null)"
+fi
+# kill -9 leaves the lock file but not the lock; a directory holding only the file counts as empty.
+"$ZEROTRAIN" "${demo[@]}" --output_dir "$WORK/killed" --max_steps 400 --save_steps 1 >/dev/null 2>&1 &
+pid=$!
+wait_step "$WORK/killed/metrics.jsonl" 2 60
+kill -9 $pid
+wait $pid 2>/dev/null
+mkdir -p "$WORK/only_lock" && : >"$WORK/only_lock/.zerotrain.lock"
+killed_at=$(sed 's/^global_step//' "$WORK/killed/latest" 2>/dev/null)
+if zt "$WORK/killed" --max_steps $((killed_at + 2)) --resume_from_checkpoint auto 2>"$WORK/killed.log" &&
+   zt "$WORK/only_lock" --max_steps 2 2>"$WORK/only_lock.log"; then
+  pass "after kill -9 the directory resumes at once; a directory holding only the lock file is empty"
+else
+  fail "after kill -9: $(tail -1 "$WORK/killed.log") / $(tail -1 "$WORK/only_lock.log")"
 fi
 finish
