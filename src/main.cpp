@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     // other ranks will never finish, so nothing may wait for it. abort_job does not return.
     try {
       code = zt::run_trainer(*args, mpi->place(), comm);
+      zt::check_log_written();  // a log on a full disk ends the run non-zero, like any lost output
     } catch (const zt::UsageError& e) {
       zt::MpiRuntime::abort_job(2, e.what());
     } catch (const std::exception& e) {

@@ -29,7 +29,7 @@ namespace {
 
 int run(int argc, char** argv) {
   std::string checkpoint, output, tag, max_shard = "5GB", dtype_name_arg = "fp32";
-  bool overwrite = false, durable = false, hdf5 = false;
+  bool overwrite = false, no_fsync = false, fsync_flag = false, hdf5 = false;
   po::options_description opts("zero_to_fp32 CHECKPOINT_DIR OUTPUT_DIR");
   opts.add_options()
     ("help,h", "print this help")
@@ -37,7 +37,9 @@ int run(int argc, char** argv) {
     ("max_shard_size", po::value(&max_shard), "split into files of at most this size (default 5GB)")
     ("dtype", po::value(&dtype_name_arg), "fp32 (default), bf16 or fp16")
     ("overwrite", po::bool_switch(&overwrite), "replace an existing model in OUTPUT_DIR")
-    ("fsync", po::bool_switch(&durable), "fsync every output file before it is renamed into place")
+    ("no_fsync", po::bool_switch(&no_fsync), "skip the fsync of each file before the renames (faster; a power "
+                                             "loss may then leave renamed files empty)")
+    ("fsync", po::bool_switch(&fsync_flag), "the default, kept for older scripts")
     ("hdf5", po::bool_switch(&hdf5), "write model.h5 (a dataset per tensor, HF names) instead of safetensors");
   po::options_description hidden;
   hidden.add_options()("checkpoint", po::value(&checkpoint))("output", po::value(&output));
@@ -52,7 +54,9 @@ int run(int argc, char** argv) {
   // Validate the whole checkpoint (manifest, sizes, CRC-32) before writing anything.
   const std::string where = tag.empty() ? checkpoint : (fs::path(checkpoint) / tag).string();
   zt::CheckpointReader reader(where, checkpoint, nullptr);
-  const zt::ExportedModel out = hdf5 ? zt::export_hf_model_hdf5(reader, output, dtype, overwrite)
+  ZT_USAGE_CHECK(!(no_fsync && fsync_flag), "--fsync and --no_fsync contradict each other");
+  const bool durable = !no_fsync;
+  const zt::ExportedModel out = hdf5 ? zt::export_hf_model_hdf5(reader, output, dtype, overwrite, durable)
                                      : zt::export_hf_model(reader, output, dtype, shard_limit, overwrite, durable);
   zt::log_info("wrote ", out.tensors, " tensors (", out.bytes, " bytes, ", zt::dtype_name(dtype), ") in ", out.files,
                " file(s) to ", output, " from ", reader.dir(), " (", reader.saved_world_size(), " rank(s), stage ",

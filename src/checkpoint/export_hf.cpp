@@ -3,11 +3,13 @@
 #include <boost/json.hpp>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "checkpoint/safetensors.h"
 #include "config/model_config.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "model/gpt2_layout.h"
 
@@ -61,14 +63,17 @@ ExportedModel export_hf_model(CheckpointReader& reader, const std::string& outpu
     return std::string(name);
   };
 
+  // Every file is written and closed under a temporary name first, and only then are they all
+  // renamed into place: a failure (a full disk) leaves the final names as they were.
   std::vector<float> fp32;
   std::vector<unsigned char> converted;
   boost::json::object weight_map;
+  std::vector<std::unique_ptr<SafetensorsWriter>> writers;
   for (size_t i = 0; i < n; ++i) {
     std::vector<TensorSpec> specs;
     for (const auto* p : shards[i]) specs.push_back({p->name, dtype, p->shape});
-    const std::string final_path = (fs::path(output) / shard_file(i)).string();
-    SafetensorsWriter writer(final_path + ".tmp", specs);
+    auto& writer = *writers.emplace_back(
+        std::make_unique<SafetensorsWriter>((fs::path(output) / shard_file(i)).string(), specs));
     for (const auto* p : shards[i]) {
       fp32.resize(p->numel);  // one tensor at a time: peak memory is the largest tensor
       reader.read(StateField::kMaster, p->offset, p->offset + p->numel, fp32.data());
@@ -82,13 +87,20 @@ ExportedModel export_hf_model(CheckpointReader& reader, const std::string& outpu
       weight_map[p->name] = shard_file(i);
     }
     writer.finish(durable);
-    fs::rename(final_path + ".tmp", final_path);
   }
+  std::optional<AtomicFile> index;
   if (n > 1) {
-    boost::json::object index{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    std::ofstream((fs::path(output) / "model.safetensors.index.json").string()) << boost::json::serialize(index);
+    index.emplace((fs::path(output) / "model.safetensors.index.json").string());
+    index->write(boost::json::serialize(
+        boost::json::object{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}));
+    index->close(durable);
   }
-  std::ofstream((fs::path(output) / "config.json").string()) << model_config_to_json(reader.model_config(), torch_dtype_name(dtype));
+  AtomicFile config((fs::path(output) / "config.json").string());
+  config.write(model_config_to_json(reader.model_config(), torch_dtype_name(dtype)));
+  config.close(durable);
+  for (auto& writer : writers) writer->publish(durable);
+  if (index) index->publish(durable);
+  config.publish(durable);
   // A model written before (with --overwrite) may have had other shards: remove what is not
   // part of this one, so that no stale index or shard can be loaded with it.
   std::set<std::string> written;
@@ -103,7 +115,8 @@ ExportedModel export_hf_model(CheckpointReader& reader, const std::string& outpu
   return ExportedModel{layout.params().size(), total, n};
 }
 
-ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& output, DType dtype, bool overwrite) {
+ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& output, DType dtype, bool overwrite,
+                                   bool durable) {
   const Gpt2Layout layout(reader.model_config());
   for (const char* name : {"model.h5", "config.json"}) {
     ZT_USAGE_CHECK(overwrite || !fs::exists(fs::path(output) / name), (fs::path(output) / name).string(),
@@ -113,28 +126,40 @@ ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& 
   fs::create_directories(output, ec);
   ZT_USAGE_CHECK(!ec, output, ": cannot create: ", ec.message());
   const std::string path = (fs::path(output) / "model.h5").string();
-  H5File f = H5File::create(path + ".tmp");
-  f.set_attribute("dtype", std::string(dtype_name(dtype)));
-  std::vector<float> fp32;
-  std::vector<uint16_t> half;
   uint64_t total = 0;
-  for (const auto& p : layout.params()) {
-    fp32.resize(p.numel);
-    reader.read(StateField::kMaster, p.offset, p.offset + p.numel, fp32.data());
-    if (dtype == DType::kF32) {
-      f.write(p.name, fp32.data(), p.numel);
-    } else {
-      half.resize(p.numel);
-      convert(fp32.data(), DType::kF32, half.data(), dtype, p.numel);
-      f.write(p.name, half.data(), p.numel);
+  // As above: written under temporary names, then renamed; a failure removes the temporaries.
+  AtomicFile config((fs::path(output) / "config.json").string());
+  config.write(model_config_to_json(reader.model_config(), torch_dtype_name(dtype)));
+  config.close(durable);
+  try {
+    H5File f = H5File::create(path + ".tmp");
+    f.set_attribute("dtype", std::string(dtype_name(dtype)));
+    std::vector<float> fp32;
+    std::vector<uint16_t> half;
+    for (const auto& p : layout.params()) {
+      fp32.resize(p.numel);
+      reader.read(StateField::kMaster, p.offset, p.offset + p.numel, fp32.data());
+      if (dtype == DType::kF32) {
+        f.write(p.name, fp32.data(), p.numel);
+      } else {
+        half.resize(p.numel);
+        convert(fp32.data(), DType::kF32, half.data(), dtype, p.numel);
+        f.write(p.name, half.data(), p.numel);
+      }
+      boost::json::array shape(p.shape.begin(), p.shape.end());
+      f.set_attribute("shape:" + p.name, boost::json::serialize(shape));
+      total += p.numel * dtype_size(dtype);
     }
-    boost::json::array shape(p.shape.begin(), p.shape.end());
-    f.set_attribute("shape:" + p.name, boost::json::serialize(shape));
-    total += p.numel * dtype_size(dtype);
+    f.close();
+    if (durable) sync_to_disk(path + ".tmp");
+    ZT_CHECK_ERRNO(::rename((path + ".tmp").c_str(), path.c_str()), path, ".tmp -> ", path);
+    if (durable) sync_to_disk(output);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(path + ".tmp", ignored);
+    throw;
   }
-  f.close();
-  fs::rename(path + ".tmp", path);
-  std::ofstream((fs::path(output) / "config.json").string()) << model_config_to_json(reader.model_config(), torch_dtype_name(dtype));
+  config.publish(durable);
   return ExportedModel{layout.params().size(), total, 1};
 }
 

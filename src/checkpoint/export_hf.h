@@ -18,14 +18,16 @@ struct ExportedModel {
 
 /// Writes the fp32 master weights of `reader`'s checkpoint to `output` in `dtype`. Refuses to
 /// replace an existing model unless `overwrite` (UsageError naming the file).
-/// `durable` fsyncs every file before renaming it into place (off by default in zero_to_fp32:
-/// like torch.save and save_pretrained, an interrupted export is simply run again).
+/// Every file is written under a temporary name and checked; only when all are closed are they
+/// renamed into place, so a failure (a full disk) leaves the final names as they were and no
+/// temporary behind. `durable` fsyncs each file before the renames and the directory after.
 ExportedModel export_hf_model(CheckpointReader& reader, const std::string& output, DType dtype, uint64_t shard_limit,
-                              bool overwrite, bool durable = false);
+                              bool overwrite, bool durable = true);
 
 /// The same model as one HDF5 file, model.h5: a dataset per tensor under its HF name (flat, in
 /// `dtype`; bf16/fp16 as uint16 bit patterns) and a "shape:<name>" attribute with its shape, plus
-/// config.json. Streams tensor by tensor like the safetensors export.
-ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& output, DType dtype, bool overwrite);
+/// config.json. Streams tensor by tensor and publishes like the safetensors export.
+ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& output, DType dtype, bool overwrite,
+                                   bool durable = true);
 
 }  // namespace zt

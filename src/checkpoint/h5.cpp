@@ -10,8 +10,14 @@ namespace zt {
 namespace {
 
 // HDF5 prints its error stack to stderr by default; we fold it into our exception instead.
+// And no library shutdown at exit: a file whose close failed (a full disk) stays in HDF5's
+// tables, and its exit handler, closing it again, crashed the process (HDF5 1.10.8, SIGSEGV in
+// H5F__close_cb) instead of letting it exit with our error. Every file is closed by its H5File.
 struct SilenceHdf5 {
-  SilenceHdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+  SilenceHdf5() {
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
 };
 const SilenceHdf5 silence_hdf5;
 

@@ -30,7 +30,7 @@ const char* safetensors_dtype(DType t) {
 }
 
 SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<TensorSpec> tensors)
-    : path_(path), tensors_(std::move(tensors)) {
+    : tensors_(std::move(tensors)), file_(path) {
   boost::json::object header;
   uint64_t offset = 0;
   for (const auto& t : tensors_) {
@@ -42,31 +42,21 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Tensor
   header["__metadata__"] = {{"format", "pt"}};
   std::string text = boost::json::serialize(header);
   text.resize((text.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
-  file_ = std::fopen(path.c_str(), "wb");
-  ZT_USAGE_CHECK(file_ != nullptr, path, ": cannot create: ", std::strerror(errno));
   uint64_t length = text.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = uint8_t(length >> (8 * i));
-  ZT_CHECK(std::fwrite(le, 1, 8, file_) == 8 && std::fwrite(text.data(), 1, text.size(), file_) == text.size(),
-           path, ": write failed: ", std::strerror(errno));
-}
-
-SafetensorsWriter::~SafetensorsWriter() {
-  if (file_) std::fclose(file_);
+  file_.write(le, 8);
+  file_.write(text);
 }
 
 void SafetensorsWriter::write_next(const void* data) {
-  ZT_CHECK(next_ < tensors_.size(), path_, ": more tensors than declared");
-  const size_t bytes = tensors_[next_++].bytes();
-  ZT_CHECK(std::fwrite(data, 1, bytes, file_) == bytes, path_, ": write failed: ", std::strerror(errno));
+  ZT_CHECK(next_ < tensors_.size(), file_.path(), ": more tensors than declared");
+  file_.write(data, tensors_[next_++].bytes());
 }
 
 void SafetensorsWriter::finish(bool durable) {
-  ZT_CHECK(next_ == tensors_.size(), path_, ": ", tensors_.size() - next_, " tensors not written");
-  ZT_CHECK(std::fflush(file_) == 0 && (!durable || ::fsync(fileno(file_)) == 0), path_, ": flush failed: ",
-           std::strerror(errno));
-  std::fclose(file_);
-  file_ = nullptr;
+  ZT_CHECK(next_ == tensors_.size(), file_.path(), ": ", tensors_.size() - next_, " tensors not written");
+  file_.close(durable);
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) {

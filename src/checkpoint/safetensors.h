@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/dtype.h"
 
 namespace zt {
@@ -25,22 +26,22 @@ struct TensorSpec {
 const char* safetensors_dtype(DType t);
 
 /// Writes one .safetensors file: the header for all tensors first, then write_next() in order.
+/// Through an AtomicFile: `path` appears only at publish(), complete; a writer destroyed before
+/// that leaves nothing behind.
 class SafetensorsWriter {
  public:
   SafetensorsWriter(const std::string& path, std::vector<TensorSpec> tensors);
-  ~SafetensorsWriter();
-  SafetensorsWriter(const SafetensorsWriter&) = delete;
-  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
   /// The next tensor's data, `bytes()` long, in its dtype.
   void write_next(const void* data);
-  /// Flushes and closes (and fsyncs when `durable`); every tensor must have been written.
+  /// Closes the file (fsyncing when `durable`); every tensor must have been written.
   void finish(bool durable);
+  /// Renames it into place (after finish).
+  void publish(bool durable) { file_.publish(durable); }
 
  private:
-  std::string path_;
   std::vector<TensorSpec> tensors_;
   size_t next_ = 0;
-  std::FILE* file_ = nullptr;
+  AtomicFile file_;
 };
 
 /// Reads tensors from one or more .safetensors files (a sharded model through its index).

@@ -1,5 +1,6 @@
 #include "core/log.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,10 @@ std::mutex g_mutex;
 std::string g_status;  // the live status line, "" when none is drawn
 }  // namespace
 
+// The first failed write of a log line (a full disk under a redirected stderr): reported by
+// check_log_written, since a log line about it could not be written either.
+static int g_write_errno = 0;
+
 void set_log_program(const std::string& name) { g_program = name; }
 void set_log_rank(int rank) { g_rank = rank; }
 void set_log_level(LogLevel level) { g_level = level; }
@@ -34,9 +39,22 @@ void log_line(LogLevel level, const std::string& message) {
   static const char* kTags[] = {"debug: ", "", "warning: ", "error: "};
   std::lock_guard<std::mutex> lock(g_mutex);
   const char* clear = g_status.empty() ? "" : "\r\033[K";
-  std::fprintf(stderr, "%s%s: %s%s\n%s", clear, g_program.c_str(), kTags[int(level)], message.c_str(),
-               g_status.c_str());
-  std::fflush(stderr);
+  const int printed = std::fprintf(stderr, "%s%s: %s%s\n%s", clear, g_program.c_str(), kTags[int(level)],
+                                   message.c_str(), g_status.c_str());
+  if ((printed < 0 || std::fflush(stderr) != 0) && g_write_errno == 0) g_write_errno = errno ? errno : EIO;
+}
+
+void check_log_written() {
+  int err = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    err = g_write_errno;
+  }
+  if (err == 0) return;
+  char target[4096] = {};
+  const ssize_t n = readlink("/proc/self/fd/2", target, sizeof(target) - 1);
+  throw Error(cat(n > 0 ? std::string(target, size_t(n)) : std::string("stderr"),
+                  ": writing the log failed: ", std::strerror(err)));
 }
 
 bool log_is_terminal() { return isatty(STDERR_FILENO) != 0; }

@@ -17,6 +17,9 @@ void set_log_rank(int rank);
 /// Sets the lowest level printed (ZT_LOG_LEVEL=debug|info|warn|error also sets it).
 void set_log_level(LogLevel level);
 void log_line(LogLevel level, const std::string& message);
+/// Throws zt::Error naming stderr's file if a log line could not be written (a full disk), so
+/// that a program can end non-zero although its log cannot say why.
+void check_log_written();
 
 /// Whether stderr is a terminal, so that a live status line can be redrawn in place. Under
 /// mpirun it is not: orted gives a rank's stdout a pty whether or not mpirun's own output is a

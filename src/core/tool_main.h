@@ -12,7 +12,9 @@ namespace zt {
 inline int run_tool(const char* program, const std::function<int()>& body) {
   set_log_program(program);
   try {
-    return body();
+    const int code = body();
+    check_log_written();
+    return code;
   } catch (const UsageError& e) {
     log_line(LogLevel::kError, e.what());
     return 2;

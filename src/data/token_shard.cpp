@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace zt {
@@ -33,29 +34,10 @@ void write_token_shard(const std::string& path, const uint16_t* tokens, size_t c
   header[0] = kShardMagic;
   header[1] = kShardVersion;
   header[2] = int32_t(count);
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ZT_CHECK_ERRNO(fd, tmp);
-  auto write_all = [&](const void* data, size_t bytes) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      ssize_t n = ::write(fd, p, bytes);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        int saved = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        throw Error(cat(tmp, ": write failed: ", std::strerror(saved)));
-      }
-      p += n;
-      bytes -= size_t(n);
-    }
-  };
-  write_all(header, sizeof(header));
-  write_all(tokens, count * sizeof(uint16_t));
-  ZT_CHECK_ERRNO(::fsync(fd), tmp);
-  ZT_CHECK_ERRNO(::close(fd), tmp);
-  ZT_CHECK_ERRNO(::rename(tmp.c_str(), path.c_str()), tmp, " -> ", path);
+  AtomicFile file(path);
+  file.write(header, sizeof(header));
+  file.write(tokens, count * sizeof(uint16_t));
+  file.commit(/*durable=*/true);
 }
 
 TokenShard::TokenShard(const std::string& path) : path_(path) {

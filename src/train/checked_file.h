@@ -23,7 +23,8 @@ class CheckedFile {
   CheckedFile& operator=(const CheckedFile&) = delete;
 
   /// Writes all of `bytes` to the file (one write(2) unless it is cut short); throws zt::Error
-  /// naming the file on failure. Nothing is buffered here: once this returns, the bytes are in
+  /// naming the file on failure, after cutting off whatever part of `bytes` did reach it (a full
+  /// disk leaves the file ending with the last whole record). Nothing is buffered here: once this returns, the bytes are in
   /// the kernel and survive a crash of this process.
   void write(std::string_view bytes);
   /// Closes the file; throws zt::Error naming it when close(2) reports an error (a network file

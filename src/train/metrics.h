@@ -21,6 +21,10 @@ class MetricsWriter {
 
   /// Writes `fields` with "event": event.
   void write(const std::string& event, boost::json::object fields);
+  /// Closes the file, checked (the destructor cannot report a failure).
+  void close() {
+    if (file_) file_->close();
+  }
   const std::string& path() const { return path_; }
 
  private:

@@ -439,6 +439,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
                saved_path.empty() ? std::string(": no checkpoint (--save_strategy no)")
                                   : cat(": checkpoint saved in ", saved_path, "; resume with --resume_from_checkpoint auto"));
       monitors->close();
+      metrics.close();
       return interrupted ? 130 : 0;
     }
     if (eval_windows && args.eval_steps > 0 && step % args.eval_steps == 0) {
@@ -480,6 +481,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
            human_bytes(whole_run[1]), ", pinned ", human_bytes(whole_run[2]), ", nvme ", human_bytes(whole_run[3]),
            " (zero_estimate predicts these before launching)");
   monitors->close();
+  metrics.close();
   log_info("metrics: ", args.output_dir, "/metrics.jsonl");
   if (!monitors->tensorboard_log_dir().empty()) log_info("tensorboard: ", monitors->tensorboard_log_dir());
   if (!monitors->csv_log_dir().empty()) log_info("csv_monitor: ", monitors->csv_log_dir());
