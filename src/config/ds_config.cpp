@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "config/json_reader.h"
 #include "config/json_section.h"
@@ -479,7 +480,7 @@ void resolve_batch(JsonSection& top, DsConfig& c, const AutoValues& autos) {
     c.train_micro_batch_size_per_gpu = autos.micro_batch.value;
     has_micro = true;
   } else {
-    has_micro = top.read("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu, 1);
+    has_micro = top.read("train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu, 1, INT32_MAX);
     if (has_micro && autos.micro_batch.explicit_flag && c.train_micro_batch_size_per_gpu != autos.micro_batch.value) {
       top.fail("train_micro_batch_size_per_gpu", cat("the config says ", c.train_micro_batch_size_per_gpu,
                " but --per_device_train_batch_size says ", autos.micro_batch.value));
@@ -490,7 +491,7 @@ void resolve_batch(JsonSection& top, DsConfig& c, const AutoValues& autos) {
     c.gradient_accumulation_steps = autos.grad_accum.value;
     has_gas = true;
   } else {
-    has_gas = top.read("gradient_accumulation_steps", c.gradient_accumulation_steps, 1);
+    has_gas = top.read("gradient_accumulation_steps", c.gradient_accumulation_steps, 1, INT32_MAX);
     if (has_gas && autos.grad_accum.explicit_flag && c.gradient_accumulation_steps != autos.grad_accum.value) {
       top.fail("gradient_accumulation_steps", cat("the config says ", c.gradient_accumulation_steps,
                " but --gradient_accumulation_steps says ", autos.grad_accum.value));
@@ -526,7 +527,22 @@ void resolve_batch(JsonSection& top, DsConfig& c, const AutoValues& autos) {
     c.gradient_accumulation_steps = 1;
     c.train_micro_batch_size_per_gpu = c.train_batch_size / world;
   }
-  int64_t product = c.train_micro_batch_size_per_gpu * c.gradient_accumulation_steps * world;
+  // One limit whatever the value's source (the config, "auto" from a flag, or derived from
+  // train_batch_size): the model counts rows and micro-steps in 32-bit ints, and 4294967298 must
+  // not train as 2.
+  for (auto [key, value, flag] : {std::tuple{"train_micro_batch_size_per_gpu", c.train_micro_batch_size_per_gpu,
+                                             "--per_device_train_batch_size"},
+                                  std::tuple{"gradient_accumulation_steps", c.gradient_accumulation_steps,
+                                             "--gradient_accumulation_steps"}}) {
+    if (value > INT32_MAX) top.fail(key, cat("must be <= ", INT32_MAX, ", got ", value, " (from the config or ", flag, ")"));
+  }
+  int64_t product = 0;
+  if (__builtin_mul_overflow(c.train_micro_batch_size_per_gpu, c.gradient_accumulation_steps, &product) ||
+      __builtin_mul_overflow(product, int64_t(world), &product)) {
+    top.fail("train_batch_size", cat("train_micro_batch_size_per_gpu (", c.train_micro_batch_size_per_gpu,
+                                     ") x gradient_accumulation_steps (", c.gradient_accumulation_steps,
+                                     ") x world size (", world, ") exceeds 64 bits"));
+  }
   if (has_train && c.train_batch_size != product) {
     top.fail("train_batch_size", cat(c.train_batch_size, " != train_micro_batch_size_per_gpu (",
                                      c.train_micro_batch_size_per_gpu, ") x gradient_accumulation_steps (",

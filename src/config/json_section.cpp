@@ -149,7 +149,7 @@ bool JsonSection::read(std::string_view key, int64_t& out, std::optional<int64_t
 bool JsonSection::read(std::string_view key, int& out, std::optional<int64_t> min,
                        std::optional<int64_t> max) {
   int64_t wide = out;
-  if (!read(key, wide, min, max.value_or(INT32_MAX))) return false;
+  if (!read(key, wide, min.value_or(INT32_MIN), max.value_or(INT32_MAX))) return false;
   out = int(wide);
   return true;
 }

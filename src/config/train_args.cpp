@@ -2,9 +2,11 @@
 
 #include <boost/program_options.hpp>
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <iostream>
 #include <set>
+#include <utility>
 
 #include "config/json_section.h"
 #include "core/error.h"
@@ -135,9 +137,12 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   ZT_USAGE_CHECK(!a.train_data.empty() || a.do_eval, "--train_data GLOB is required to train");
   ZT_USAGE_CHECK(a.max_steps >= 0, "--max_steps must be >= 0, got ", a.max_steps);
   ZT_USAGE_CHECK(a.max_steps > 0 || a.do_eval, "--max_steps N (N > 0) is required to train (or --do_eval alone to evaluate)");
-  ZT_USAGE_CHECK(a.per_device_train_batch_size >= 1, "--per_device_train_batch_size must be >= 1");
-  ZT_USAGE_CHECK(a.per_device_eval_batch_size >= 1, "--per_device_eval_batch_size must be >= 1");
-  ZT_USAGE_CHECK(a.gradient_accumulation_steps >= 1, "--gradient_accumulation_steps must be >= 1");
+  // Counts the model holds in 32-bit ints (the config's keys have the same bounds).
+  for (auto [flag, value] : {std::pair{"per_device_train_batch_size", a.per_device_train_batch_size},
+                             std::pair{"per_device_eval_batch_size", a.per_device_eval_batch_size},
+                             std::pair{"gradient_accumulation_steps", a.gradient_accumulation_steps}}) {
+    ZT_USAGE_CHECK(value >= 1 && value <= INT32_MAX, "--", flag, " must be in [1, ", INT32_MAX, "], got ", value);
+  }
   // The ranges the config's keys have (optimizer.params, gradient_clipping), so that a value is
   // held to the same rule whether it comes from the config or, through "auto", from a flag.
   for (const auto& [name, value] : {std::pair<const char*, double>{"learning_rate", a.learning_rate},
@@ -162,7 +167,8 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   ZT_USAGE_CHECK(a.save_total_limit >= 0, "--save_total_limit must be >= 1 (or 0 for all), got ", a.save_total_limit);
   ZT_USAGE_CHECK(a.eval_steps >= 0, "--eval_steps must be >= 0");
   ZT_USAGE_CHECK(a.max_eval_samples >= 0, "--max_eval_samples must be >= 0");
-  ZT_USAGE_CHECK(a.block_size >= 0, "--block_size must be >= 0");
+  ZT_USAGE_CHECK(a.block_size >= 0 && a.block_size <= INT32_MAX, "--block_size must be in [0, ", INT32_MAX, "], got ",
+                 a.block_size);
   ZT_USAGE_CHECK(!(a.bf16 && a.fp16), "--bf16 and --fp16 are exclusive");
   ZT_USAGE_CHECK(!a.do_eval || !a.eval_data.empty(), "--do_eval needs --eval_data GLOB");
   ZT_USAGE_CHECK(!a.eval_on_start || !a.eval_data.empty(), "--eval_on_start needs --eval_data GLOB");

@@ -25,6 +25,12 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A memory pool could not allocate: at start-up, a configuration too large for this machine.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Bad input from the user: a config key, a file, a flag. The message names the culprit and
 /// nothing has been written yet. Exit code 2.
 class UsageError : public std::runtime_error {

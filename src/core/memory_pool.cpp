@@ -64,7 +64,7 @@ void* pool_alloc(Pool pool, size_t bytes) {
   void* ptr = std::aligned_alloc(alignment, rounded);
   if (ptr && alignment == kHugePage) ::madvise(ptr, rounded, MADV_HUGEPAGE);  // advice: failure is harmless
   if (!ptr) {
-    throw Error(cat("out of memory: could not allocate ", bytes, " bytes in the ", pool_name(pool),
+    throw OutOfMemory(cat("out of memory: could not allocate ", bytes, " bytes in the ", pool_name(pool),
                     " pool (", pool_counter(pool).in_use(), " bytes already in use)"));
   }
   // Touch the pages from the threads that will use them: writing into fresh pages runs at

@@ -63,6 +63,13 @@ Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
   ZT_USAGE_CHECK(s.seq_len <= s.model.n_positions, "--block_size ", s.seq_len, " exceeds n_positions ",
                  s.model.n_positions, " of ", args.config_name);
   s.ds = load_ds_config(args.deepspeed, args.auto_values(world_size, s.model.n_embd));
+  // The model counts the tokens of a batch in 32-bit ints.
+  for (auto [what, rows] : {std::pair{"train_micro_batch_size_per_gpu", s.ds.train_micro_batch_size_per_gpu},
+                            std::pair{"--per_device_eval_batch_size", args.per_device_eval_batch_size}}) {
+    int64_t tokens = 0;
+    ZT_USAGE_CHECK(!__builtin_mul_overflow(rows, int64_t(s.seq_len), &tokens) && tokens <= INT32_MAX, what, " ", rows,
+                   " x block size ", s.seq_len, " tokens exceeds ", INT32_MAX, " per micro-batch");
+  }
   if (args.max_steps > 0) s.train_data.emplace(args.train_data, s.model.vocab_size);
   if (!args.eval_data.empty()) s.eval_data.emplace(args.eval_data, s.model.vocab_size);
   const bool resuming = !args.resume_from_checkpoint.empty();
@@ -225,16 +232,25 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   // any rank ends every rank now, before metrics.jsonl or a step is written.
   // Rank 0 creates the monitors' directories and files here too (DeepSpeed's tensorboard and
   // csv_monitor blocks).
+  // The activations too: a micro-batch too large for memory fails here, before metrics.jsonl is
+  // opened (truncating it under --overwrite_output_dir) or anything else is written.
   std::unique_ptr<ZeroEngine> engine_holder;
+  std::unique_ptr<Gpt2Model<float>> model_holder;
   std::unique_ptr<MonitorMaster> monitors;
+  const int eval_batch = int(args.per_device_eval_batch_size);
   try {
     engine_holder = std::make_unique<ZeroEngine>(layout, *backend, comm, ds);
+    model_holder = std::make_unique<Gpt2Model<float>>(layout, *backend, backend->ops(), std::max(micro_batch, eval_batch),
+                                                      seq_len, args.gradient_checkpointing);
     monitors = std::make_unique<MonitorMaster>(ds.tensorboard, ds.csv_monitor, rank == 0);
   } catch (const UsageError& e) {
     error = e.what();
+  } catch (const OutOfMemory& e) {
+    error = cat(e.what(), "; a smaller micro-batch, gradient checkpointing, a higher ZeRO stage or offload needs less");
   }
   if (agree_on_failure(comm, error)) return 2;
   ZeroEngine& engine = *engine_holder;
+  Gpt2Model<float>& model = *model_holder;
   MetricsWriter metrics(rank == 0 ? args.output_dir + "/metrics.jsonl" : std::string(), setup.resume.has_value());
   DataPosition position;
   int64_t first_step = 1;
@@ -248,9 +264,6 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   } else if (setup.pretrained) {
     log_info("initialised from ", args.model_name_or_path);
   }
-  const int eval_batch = int(args.per_device_eval_batch_size);
-  Gpt2Model<float> model(layout, *backend, backend->ops(), std::max(micro_batch, eval_batch), seq_len,
-                         args.gradient_checkpointing);
 
   log_info("model: GPT-2 ", model_config.n_layer, "L ", model_config.n_embd, "C ", model_config.n_head, "H, ",
            human_count(double(layout.num_params())), " parameters, vocab ", model_config.vocab_size, ", block ",
