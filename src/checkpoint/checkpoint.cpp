@@ -15,6 +15,8 @@
 
 #include "config/json_reader.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "core/regular_file.h"
 #include "core/timer.h"
 #include "zero/partition.h"
 
@@ -24,7 +26,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = kCheckpointFormatVersion;
+// `latest` holds one tag, global_step<N>.
+constexpr uint64_t kMaxLatestBytes = 4096;
 
 const char* field_name(StateField f) {
   switch (f) {
@@ -34,8 +38,6 @@ const char* field_name(StateField f) {
   }
   return "?";
 }
-
-std::string shard_name(int rank) { return cat("zero_rank_", rank, "_optim_states.h5"); }
 
 // Test hook: ZT_CHECKPOINT_CRASH_AT=k kills this process (SIGKILL, as a node failure would) at
 // the k-th point of the write sequence, counted over the whole run, so that a test can check
@@ -76,22 +78,36 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   publish(tmp, path);
 }
 
-boost::json::object model_json(const ModelConfig& m) {
-  return {{"n_layer", m.n_layer}, {"n_embd", m.n_embd}, {"n_head", m.n_head}, {"n_positions", m.n_positions},
-          {"vocab_size", m.vocab_size}, {"layer_norm_epsilon", m.layer_norm_epsilon}};
+// Whether anything is at `path`. A path that cannot even be examined (a symlink loop, no
+// permission) counts as there, so that opening it names the problem rather than calling it absent.
+bool present(const fs::path& path) {
+  std::error_code ec;
+  return fs::exists(path, ec) || ec;
+}
+
+// The tag `latest` names (trailing newline or spaces allowed); anything but global_step<N> is
+// refused, so that an edited `latest` cannot point the reader outside the output directory.
+std::string read_latest_tag(const std::string& path) {
+  std::string tag = read_regular_file(path, kMaxLatestBytes, "`latest` file");
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
+  const std::string digits = tag.rfind("global_step", 0) == 0 ? tag.substr(11) : std::string();
+  ZT_USAGE_CHECK(!digits.empty() && digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos,
+                 path, ": not a checkpoint tag (global_step<N>)");
+  return tag;
 }
 
 }  // namespace
 
 uint32_t file_crc32(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ZT_USAGE_CHECK(in.good(), path, ": cannot open");
+  RegularFile file(path);
   std::vector<char> buffer(size_t(4) << 20);
   uLong crc = crc32(0L, Z_NULL, 0);
-  while (in) {
-    in.read(buffer.data(), std::streamsize(buffer.size()));
-    const std::streamsize got = in.gcount();
-    if (got > 0) crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), uInt(got));
+  for (;;) {
+    const ssize_t got = ::read(file.fd(), buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    ZT_USAGE_CHECK(got >= 0, path, ": read error: ", std::strerror(errno));
+    if (got == 0) break;
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), uInt(got));
   }
   return uint32_t(crc);
 }
@@ -135,8 +151,8 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
   // This rank's partition of the fp32 state (every stage writes by the same partition map, so a
   // reader never needs to know how the writer's optimizer was laid out).
   const PartitionMap& part = engine.partition();
-  const size_t lo = part.begin(rank), hi = std::min(part.end(rank), layout.flat_size());
-  const size_t count = hi > lo ? hi - lo : 0;
+  const auto [lo, hi] = part.held(rank);
+  const size_t count = hi - lo;
   const EngineState st = engine.state();
   const std::string shard = (fs::path(dir) / shard_name(rank)).string();
   {
@@ -153,7 +169,7 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
     f.set_attribute("stage", int64_t(engine.stage()));
     f.set_attribute("param_dtype", std::string(dtype_name(engine.param_dtype())));
     f.set_attribute("partition_begin", int64_t(lo));
-    f.set_attribute("partition_end", int64_t(lo + count));
+    f.set_attribute("partition_end", int64_t(hi));
     f.set_attribute("flat_size", int64_t(layout.flat_size()));
     f.set_attribute("step", position.step);
     f.set_attribute("data_position", int64_t(position.data_position));
@@ -234,7 +250,7 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
       params.push_back({{"name", p.name}, {"shape", shape}, {"offset", p.offset}, {"numel", p.numel}});
     }
     for (int r = 0; r < world; ++r) {
-      partitions.push_back(boost::json::array{part.begin(r), std::min(part.end(r), layout.flat_size())});
+      partitions.push_back(boost::json::array{part.held(r).first, part.held(r).second});
     }
     boost::json::object manifest{
         {"format", "zerotrain-checkpoint"},
@@ -261,8 +277,8 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
         {"num_nodes", placement.num_nodes},
         {"files", file_list}};
     // With node-local storage each node's writer publishes the manifest on its own disk (the
-    // same text everywhere: it describes every node's part).
-    write_text_atomically((fs::path(dir) / "manifest.json").string(), boost::json::serialize(manifest));
+    // same text everywhere: it describes every node's part). Signed: manifest_crc32 last.
+    write_text_atomically((fs::path(dir) / "manifest.json").string(), sign_manifest(std::move(manifest)));
   }
   // Every node's manifest is durable before any node's `latest` moves.
   comm.barrier()->wait();
@@ -301,15 +317,22 @@ std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64
 }
 
 std::string agree_on_latest(const std::string& output_dir, Communicator& comm) {
-  // Step number of this node's `latest`, or -1 when it has none; everyone takes the minimum.
+  // Step number of this node's `latest`, -1 when it has none, -2 when it cannot be read; everyone
+  // takes the minimum. A refusal waits for the collective, so that no rank is left inside it.
   double step = -1;
   const fs::path latest = fs::path(output_dir) / "latest";
-  if (fs::exists(latest)) {
-    std::string tag = read_text_file(latest.string());
-    if (tag.rfind("global_step", 0) == 0) step = std::atof(tag.c_str() + 11);
+  std::string problem;
+  try {
+    if (present(latest)) step = std::atof(read_latest_tag(latest.string()).c_str() + 11);
+  } catch (const UsageError& e) {
+    problem = e.what();
+    step = -2;
   }
   const double oldest = -comm.all_reduce_max(-step);
-  ZT_USAGE_CHECK(oldest >= 0, latest.string(), ": missing on at least one node; nothing to resume from");
+  if (!problem.empty()) throw UsageError(problem);
+  ZT_USAGE_CHECK(oldest >= 0, latest.string(),
+                 oldest == -1 ? ": missing on at least one node; nothing to resume from"
+                              : ": unreadable on another node (its rank names the problem)");
   return (fs::path(output_dir) / cat("global_step", int64_t(oldest))).string();
 }
 
@@ -318,81 +341,66 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
                                    int verify_count) {
   // Resolve: "auto" is OUTPUT/latest; a directory with `latest` follows it.
   std::string dir = where == "auto" ? output_dir : where;
-  if (!fs::exists(fs::path(dir) / "manifest.json") && fs::exists(fs::path(dir) / "latest")) {
-    std::string tag = read_text_file((fs::path(dir) / "latest").string());
-    while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ')) tag.pop_back();
-    dir = (fs::path(dir) / tag).string();
+  if (!present(fs::path(dir) / "manifest.json") && present(fs::path(dir) / "latest")) {
+    dir = (fs::path(dir) / read_latest_tag((fs::path(dir) / "latest").string())).string();
   }
   dir_ = dir;
   const std::string manifest_path = (fs::path(dir) / "manifest.json").string();
-  ZT_USAGE_CHECK(fs::exists(manifest_path), manifest_path,
+  ZT_USAGE_CHECK(present(manifest_path), manifest_path,
                  ": no checkpoint here (no manifest.json: never written, or the save did not complete)");
-  const boost::json::value json = read_json_file(manifest_path);
-  try {
-    const auto& m = json.as_object();
-    ZT_USAGE_CHECK(m.at("format").as_string() == "zerotrain-checkpoint", manifest_path, ": not a zerotrain checkpoint");
-    ZT_USAGE_CHECK(m.at("format_version").to_number<int>() == kFormatVersion, manifest_path,
-                   ": unsupported format_version ", m.at("format_version").to_number<int>());
-    world_size_ = m.at("world_size").to_number<int>();
-    stage_ = m.at("stage").to_number<int>();
-    flat_size_ = m.at("flat_size").to_number<size_t>();
-    const auto& mc = m.at("model_config").as_object();
-    model_ = parse_model_config(boost::json::serialize(mc), manifest_path + " (model_config)");
-    if (expect) {
-      for (const auto& [key, value] : model_json(*expect)) {
-        ZT_USAGE_CHECK(mc.contains(key) && mc.at(key) == value, manifest_path, ": model config differs: ", key, " is ",
-                       mc.contains(key) ? boost::json::serialize(mc.at(key)) : std::string("missing"),
-                       " in the checkpoint, ", boost::json::serialize(value), " now");
-      }
-    }
-    for (const auto& p : m.at("partitions").as_array()) {
-      partitions_.emplace_back(p.as_array().at(0).to_number<size_t>(), p.as_array().at(1).to_number<size_t>());
-    }
-    ZT_USAGE_CHECK(int(partitions_.size()) == world_size_, manifest_path, ": ", partitions_.size(),
-                   " partitions for world size ", world_size_);
-    const auto& s = m.at("state").as_object();
-    position_.step = m.at("step").to_number<int64_t>();
-    position_.data_position = s.at("data_position").to_number<uint64_t>();
-    position_.seed = s.at("seed").to_number<uint64_t>();
-    engine_state_.adam_step = s.at("adam_step").to_number<int64_t>();
-    engine_state_.scheduler_iteration = s.at("scheduler_last_batch_iteration").to_number<int64_t>();
-    engine_state_.scaler.scale = s.at("loss_scale").to_number<double>();
-    engine_state_.scaler.cur_iter = s.at("loss_scale_cur_iter").to_number<int64_t>();
-    engine_state_.scaler.last_overflow_iter = s.at("loss_scale_last_overflow_iter").to_number<int64_t>();
-    engine_state_.scaler.cur_hysteresis = s.at("loss_scale_cur_hysteresis").to_number<int>();
-    // Every file: present, the size and checksum the writer recorded. With node-local storage a
-    // file may live on another node; what this rank needs is checked by require_local().
-    const auto& listed = m.at("files").as_array();
-    for (size_t i = 0; i < listed.size(); ++i) {
-      const auto& f = listed[i];
-      const std::string path = (fs::path(dir) / std::string(f.at("name").as_string())).string();
-      if (node_local && !fs::exists(path)) continue;
-      ZT_USAGE_CHECK(fs::exists(path), path, ": missing (listed in ", manifest_path, ")");
-      const uint64_t bytes = f.at("bytes").to_number<uint64_t>();
-      ZT_USAGE_CHECK(fs::file_size(path) == bytes, path, ": ", fs::file_size(path), " bytes, the manifest says ", bytes,
-                     " (truncated or replaced)");
-      if (int(i % size_t(verify_count)) != verify_index) continue;
-      ZT_USAGE_CHECK(file_crc32(path) == f.at("crc32").to_number<uint32_t>(), path,
-                     ": checksum mismatch with the manifest (corrupt)");
-    }
-  } catch (const std::exception& e) {
-    if (dynamic_cast<const UsageError*>(&e)) throw;
-    throw UsageError(cat(manifest_path, ": malformed manifest: ", e.what()));
+  // Everything in the manifest is checked (checkpoint/manifest.h) before any file it names is.
+  const Manifest m = parse_manifest(read_regular_file(manifest_path, kMaxJsonBytes, "manifest"), manifest_path);
+  if (!m.checksummed && verify_index == 0) {
+    log_warn(manifest_path, ": no manifest_crc32 (written by an older zerotrain), so edits to it cannot be detected; "
+             "loading it as it is (the next save writes one)");
   }
-  ZT_USAGE_CHECK(flat_size_ == Gpt2Layout(model_).flat_size(), manifest_path, ": flat size ", flat_size_,
-                 " does not match the model's ", Gpt2Layout(model_).flat_size());
+  model_ = m.model;
+  world_size_ = m.world_size;
+  stage_ = m.stage;
+  flat_size_ = m.flat_size;
+  partitions_ = m.partitions;
+  position_ = m.position;
+  engine_state_.adam_step = m.adam_step;
+  engine_state_.scheduler_iteration = m.scheduler_iteration;
+  engine_state_.scaler = m.scaler;
+  if (expect) {
+    for (const auto& [key, value] : model_json(*expect)) {
+      ZT_USAGE_CHECK(m.model_json.contains(key) && m.model_json.at(key) == value, manifest_path,
+                     ": model config differs: ", key, " is ", boost::json::serialize(m.model_json.at(key)),
+                     " in the checkpoint, ", boost::json::serialize(value), " now");
+    }
+  }
+  // Every file: present, a regular file, the size and checksum the writer recorded. With
+  // node-local storage a file may live on another node; what this rank needs is checked by
+  // require_local().
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    const ManifestFile& f = m.files[i];
+    const std::string path = (fs::path(dir) / f.name).string();
+    if (node_local && !present(path)) continue;
+    ZT_USAGE_CHECK(present(path), path, ": missing (listed in ", manifest_path, ")");
+    const uint64_t bytes = RegularFile(path).size();
+    ZT_USAGE_CHECK(bytes == f.bytes, path, ": ", bytes, " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
+    if (int(i % size_t(verify_count)) != verify_index) continue;
+    ZT_USAGE_CHECK(file_crc32(path) == f.crc32, path, ": checksum mismatch with the manifest (corrupt)");
+  }
   // The shards' own attributes must agree with the manifest.
   for (int r = 0; r < world_size_; ++r) {
-    local_.push_back(fs::exists(fs::path(dir_) / shard_name(r)));
+    local_.push_back(present(fs::path(dir_) / shard_name(r)));
     if (!local_.back()) {
       ZT_USAGE_CHECK(node_local, (fs::path(dir_) / shard_name(r)).string(), ": missing (listed in ", manifest_path, ")");
       continue;
     }
     const H5File& f = shard(r);
+    const auto [begin, end] = partitions_[size_t(r)];
     ZT_USAGE_CHECK(f.int_attribute("rank") == r && f.int_attribute("world_size") == world_size_ &&
-                       size_t(f.int_attribute("partition_begin")) == partitions_[size_t(r)].first &&
-                       size_t(f.int_attribute("partition_end")) == partitions_[size_t(r)].second,
+                       f.int_attribute("partition_begin") == int64_t(begin) &&
+                       f.int_attribute("partition_end") == int64_t(end),
                    f.path(), ": rank, world size or partition bounds disagree with the manifest");
+    for (StateField field : {StateField::kMaster, StateField::kExpAvg, StateField::kExpAvgSq}) {
+      ZT_USAGE_CHECK(f.has(field_name(field)) && f.length(field_name(field)) == end - begin, f.path(), ": ",
+                     field_name(field), " does not hold the ", end - begin, " elements of the manifest's partitions[",
+                     r, "]");
+    }
   }
 }
 

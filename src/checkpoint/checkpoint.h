@@ -3,15 +3,15 @@
 // attributes for rank, world size, stage, dtype, partition bounds and the training counters),
 // model_states.h5 (the 16-bit parameters under their HF names when a rank holds them whole,
 // i.e. stages 0-2), and manifest.json (configs, the parameter table with flat offsets, partition
-// bounds, every file with its size and CRC-32).
+// bounds, every file with its size and CRC-32, and its own CRC-32: checkpoint/manifest.h).
 //
 // Publishing is atomic: every file is written under a .tmp name, fsync'ed and renamed; all ranks
 // agree that their files are durable before rank 0 writes the manifest and then replaces
 // OUTPUT/latest (write, fsync, rename). A crash at any moment leaves the previous `latest`
 // pointing at a complete checkpoint.
 //
-// Loading validates everything before any state is touched (manifest, every file's presence,
-// size and checksum, the model config), then each rank reads the range of the flat buffer it
+// Loading validates everything before any state is touched (every field of the manifest, every
+// file's presence, size and checksum, the model config), then each rank reads the range of the flat buffer it
 // now owns from whichever shards hold it: a checkpoint from N ranks at stage S loads at any M
 // and any stage.
 #pragma once
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "checkpoint/h5.h"
+#include "checkpoint/manifest.h"
 #include "comm/communicator.h"
 #include "config/ds_config.h"
 #include "config/model_config.h"
@@ -31,13 +32,6 @@
 #include "zero/engine.h"
 
 namespace zt {
-
-/// The trainer's position, saved with the model states.
-struct TrainingPosition {
-  int64_t step = 0;            ///< optimizer steps completed
-  uint64_t data_position = 0;  ///< next global sample
-  uint64_t seed = 0;
-};
 
 /// Where a rank sits, for node-local storage: each node's files live on that node only.
 struct NodePlacement {
@@ -74,7 +68,8 @@ class CheckpointReader {
  public:
   /// `where` is a checkpoint directory, a directory with a `latest` file, or "auto" (the
   /// `latest` of output_dir). Validates the manifest, the files (size and CRC-32) and that the
-  /// model config matches `model`. Throws UsageError naming the file on any problem.
+  /// model config matches `model`. Throws UsageError naming the file on any problem; warns
+  /// (once per file system: verify_index 0) when the manifest predates manifest_crc32.
   /// `expect` null: take the model config from the manifest (offline tools).
   /// With `node_local`, only the shards present on this node are validated and readable.
   /// The CRC-32 pass, which reads every byte, is shared among the processes that see the same
@@ -110,7 +105,7 @@ class CheckpointReader {
   std::map<int, H5File> open_;
 };
 
-/// CRC-32 (zlib's) of a whole file.
+/// CRC-32 (zlib's) of a whole file, a regular one (core/regular_file.h).
 uint32_t file_crc32(const std::string& path);
 
 }  // namespace zt

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace zt {
 
@@ -68,6 +69,7 @@ H5File H5File::create(const std::string& path) {
 }
 
 H5File H5File::open(const std::string& path) {
+  require_regular_file(path);  // HDF5 would read a FIFO or a device as far as it could
   H5File f;
   f.path_ = path;
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);

@@ -9,6 +9,7 @@
 
 #include "config/json_reader.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace zt {
 
@@ -70,9 +71,11 @@ SafetensorsReader::SafetensorsReader(const std::string& path) {
 }
 
 void SafetensorsReader::open(const std::string& path) {
-  if (fs::is_directory(path)) {
+  // error_code forms: a symlink loop is then refused by add_file with one line, not thrown here.
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
     const fs::path index = fs::path(path) / "model.safetensors.index.json";
-    if (fs::exists(index)) {
+    if (fs::exists(index, ec) || ec) {  // an index there that cannot be read is refused by name
       const boost::json::value json = read_json_file(index.string());
       std::map<std::string, int> files;
       try {
@@ -94,12 +97,12 @@ SafetensorsReader::~SafetensorsReader() {
 }
 
 void SafetensorsReader::add_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  ZT_USAGE_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
+  RegularFile file(path);
+  const uint64_t file_size = file.size();
+  const int fd = file.release();
   const int index = int(fds_.size());
   fds_.push_back(fd);
   paths_.push_back(path);
-  const uint64_t file_size = fs::file_size(path);
   unsigned char le[8];
   ZT_USAGE_CHECK(file_size >= 8 && ::pread(fd, le, 8, 0) == 8, path, ": not a safetensors file (too short)");
   uint64_t length = 0;

@@ -1,20 +1,15 @@
 #include "config/json_reader.h"
 
-#include <fstream>
-#include <sstream>
+#include <cstdint>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace zt {
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ZT_USAGE_CHECK(in.good(), path, ": cannot open file: ", std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  ZT_USAGE_CHECK(!in.bad(), path, ": read error");
-  return buffer.str();
-}
+std::string read_text_file(const std::string& path) { return read_regular_file(path, UINT64_MAX, "text file"); }
+
+std::string read_json_text(const std::string& path) { return read_regular_file(path, kMaxJsonBytes, "JSON file"); }
 
 boost::json::value parse_json_lenient(std::string_view text, const std::string& source) {
   boost::json::parse_options options;
@@ -41,7 +36,7 @@ boost::json::value parse_json_lenient(std::string_view text, const std::string& 
 }
 
 boost::json::value read_json_file(const std::string& path) {
-  return parse_json_lenient(read_text_file(path), path);
+  return parse_json_lenient(read_json_text(path), path);
 }
 
 }  // namespace zt

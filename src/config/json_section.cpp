@@ -83,8 +83,24 @@ std::string JsonSection::key_path(std::string_view key) const {
   return path_.empty() ? std::string(key) : cat(path_, ".", key);
 }
 
+// Keys and values from the file are echoed in messages; a control character in them (a key
+// holding a newline) must not break the message's one line.
+static std::string one_line(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f) {
+      out += c;
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", static_cast<unsigned char>(c));
+      out += escaped;
+    }
+  }
+  return out;
+}
+
 void JsonSection::fail(std::string_view key, const std::string& what) const {
-  throw UsageError(cat(source_, ": ", key_path(key), ": ", what));
+  throw UsageError(one_line(cat(source_, ": ", key_path(key), ": ", what)));
 }
 
 bool JsonSection::has(std::string_view key) const {

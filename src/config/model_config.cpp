@@ -104,7 +104,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 }
 
 ModelConfig load_model_config(const std::string& path) {
-  return parse_model_config(read_text_file(path), path);
+  return parse_model_config(read_json_text(path), path);
 }
 
 std::string model_config_to_json(const ModelConfig& m, const std::string& torch_dtype) {

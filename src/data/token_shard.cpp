@@ -11,6 +11,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace zt {
 
@@ -41,20 +42,12 @@ void write_token_shard(const std::string& path, const uint16_t* tokens, size_t c
 }
 
 TokenShard::TokenShard(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  ZT_USAGE_CHECK(fd >= 0, path, ": cannot open token shard: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw UsageError(cat(path, ": cannot stat: ", std::strerror(errno)));
-  }
-  size_t bytes = size_t(st.st_size);
-  if (bytes < kShardHeaderBytes) {
-    ::close(fd);
-    throw UsageError(cat(path, ": not a token shard: ", bytes, " bytes is shorter than the 1024-byte header"));
-  }
-  map_ = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  // A regular file only: opening a FIFO would wait for a writer, /dev/zero would map as zeros.
+  RegularFile file(path);
+  const size_t bytes = size_t(file.size());
+  ZT_USAGE_CHECK(bytes >= kShardHeaderBytes, path, ": not a token shard: ", bytes,
+                 " bytes is shorter than the 1024-byte header");
+  map_ = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, file.fd(), 0);
   ZT_USAGE_CHECK(map_ != MAP_FAILED, path, ": mmap failed: ", std::strerror(errno));
   map_bytes_ = bytes;
   const auto* header = static_cast<const int32_t*>(map_);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace zt {
@@ -30,6 +31,13 @@ struct PartitionMap {
   }
   size_t begin(int rank) const { return size_t(rank) * partition_size; }
   size_t end(int rank) const { return begin(rank) + partition_size; }
+  /// The part of rank's partition that lies in the model, [first, second): what its checkpoint
+  /// shard holds. Both ends are clipped to flat_size, so a rank whose partition lies wholly in
+  /// the padding (a small model on many ranks) holds the empty [flat_size, flat_size), never a
+  /// range whose begin is past its end.
+  std::pair<size_t, size_t> held(int rank) const {
+    return {std::min(begin(rank), flat_size), std::min(end(rank), flat_size)};
+  }
 
   /// How many elements of [lo, hi) each rank owns, in rank order (the counts of a
   /// reduce-scatter or all-gather of that range).

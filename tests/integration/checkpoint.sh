@@ -93,6 +93,14 @@ for k in 1 3 5 7 9 11 12 13 15 17 19 21 23; do
 done
 
 # ---- bad checkpoints: one clear line naming the file, exit 2, the output untouched ----
+resign_manifest() {  # manifest_crc32 = CRC-32 of the bytes before the member
+  /usr/bin/python3 - "$1" <<'PY'
+import sys, zlib
+text = open(sys.argv[1], "rb").read()
+body = text[:text.rindex(b',"manifest_crc32":')]
+open(sys.argv[1], "wb").write(body + b',"manifest_crc32":%d}' % zlib.crc32(body))
+PY
+}
 bad() {  # bad NAME PATTERN MUTATION: copy save2, mutate it, try to resume from it
   local name=$1 pattern=$2 mutation=$3
   local ck=$WORK/bad_$name
@@ -108,8 +116,12 @@ bad corrupt "zero_rank_1_optim_states.h5: checksum mismatch" \
 bad missing "zero_rank_0_optim_states.h5: missing" 'rm zero_rank_0_optim_states.h5'
 bad truncated "zero_rank_1_optim_states.h5: [0-9]+ bytes, the manifest says" 'truncate -s 4096 zero_rank_1_optim_states.h5'
 bad no_manifest "manifest.json: no checkpoint here" 'rm manifest.json'
-bad wrong_partitions "disagree with the manifest|partitions for world size" \
+# An edited manifest fails its own checksum; edited and re-signed (as docs/formats.md says, by a
+# signer written independently of ours), it fails the check of what was edited.
+bad edited_manifest "manifest.json: manifest_crc32: checksum mismatch" \
   'sed -i "s/\"world_size\":2/\"world_size\":3/" manifest.json'
+bad wrong_partitions "manifest.json: partitions: 2 partitions for world_size 3" \
+  'sed -i "s/\"world_size\":2/\"world_size\":3/" manifest.json && resign_manifest manifest.json'
 sed 's/"n_embd": 128/"n_embd": 64/' "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" >"$WORK/other_model.json"
 expect_usage_error "different model config" "manifest.json: model config differs: n_embd is 128 in the checkpoint, 64 now" \
   "$ZEROTRAIN" --deepspeed "$WORK/z0.json" --config_name "$WORK/other_model.json" --train_data "$DATA/train_*.bin" \

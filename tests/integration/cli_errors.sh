@@ -59,6 +59,32 @@ expect_usage_error "missing config" "nope.json: cannot open file" \
 expect_usage_error "block_size > n_positions" "block_size 4096 exceeds n_positions" \
   train --block_size 4096 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o11"
 
+# Special files (issue 13): /dev/zero was read forever, a FIFO blocked the open forever and a
+# symlink loop exited 1 with a vague message. Each is refused at once with one line naming the
+# path; a hang ends in timeout's exit 124 or 137 (-k: the trainer catches SIGTERM), a failure.
+mkfifo "$WORK/fifo.json"
+ln -s loop_b.json "$WORK/loop_a.json"
+ln -s loop_a.json "$WORK/loop_b.json"
+quick() {  # quick DS MODEL ARGS...: one short training run, killed after 20 s
+  local ds=$1 model=$2
+  shift 2
+  timeout -k 5 20 "$ZEROTRAIN" --deepspeed "$ds" --config_name "$model" --max_steps 2 --per_device_train_batch_size 2 \
+    --block_size 32 --disable_tqdm "$@"
+}
+expect_usage_error "/dev/zero as --deepspeed" "^zerotrain: error: /dev/zero: not a regular file \(a character device\)$" \
+  quick /dev/zero "$MODEL" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o12"
+expect_usage_error "/dev/zero as --config_name" "^zerotrain: error: /dev/zero: not a regular file \(a character device\)$" \
+  quick "$DS" /dev/zero --train_data "$DATA/train_*.bin" --output_dir "$WORK/o13"
+expect_usage_error "FIFO as --deepspeed" "^zerotrain: error: $WORK/fifo.json: not a regular file \(a FIFO\)$" \
+  quick "$WORK/fifo.json" "$MODEL" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o14"
+expect_usage_error "FIFO as --train_data" "^zerotrain: error: $WORK/fifo.json: not a regular file \(a FIFO\)$" \
+  quick "$DS" "$MODEL" --train_data "$WORK/fifo.json" --output_dir "$WORK/o15"
+expect_usage_error "symlink loop as --deepspeed" \
+  "^zerotrain: error: $WORK/loop_a.json: cannot open file: Too many levels of symbolic links" \
+  quick "$WORK/loop_a.json" "$MODEL" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o16"
+expect_usage_error "directory as --config_name" "^zerotrain: error: $WORK: not a regular file \(a directory\)$" \
+  quick "$DS" "$WORK" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o17"
+
 # An existing, non-empty output_dir is left untouched.
 mkdir -p "$WORK/existing"
 echo precious >"$WORK/existing/metrics.jsonl"
@@ -66,7 +92,7 @@ expect_usage_error "existing output_dir" "existing: --output_dir exists and is n
   train --train_data "$DATA/train_*.bin" --output_dir "$WORK/existing"
 if [[ "$(cat "$WORK/existing/metrics.jsonl")" == precious ]]; then pass "output_dir untouched"; else fail "output_dir was overwritten"; fi
 # Nothing was created for the failed runs.
-for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o9a o9b o9c o10 o11; do
+for d in o1 o2 o3 o4 o5 o6 o7 o8 o9 o9a o9b o9c o10 o11 o12 o13 o14 o15 o16 o17; do
   [[ -e "$WORK/$d" ]] && fail "output_dir $d was created by a failed run"
 done
 pass "no output_dir created by a failed run"

@@ -53,6 +53,14 @@ TEST(DsConfig, UnknownKeyNamesPathAndClosestKey) {
   EXPECT_NE(e.find("gradient_clippin: unknown key; did you mean 'gradient_clipping'"), std::string::npos) << e;
 }
 
+// Keys and values are echoed in messages; a control character in them (found by fuzzing the
+// manifest reader) is escaped, so the message stays one line.
+TEST(DsConfig, EchoedControlCharactersKeepTheMessageOneLine) {
+  std::string e = error_of("{\"steps_per_print\": 1, \"a\\nb\": 1}");
+  EXPECT_NE(e.find("ds.json: a\\x0ab: unknown key"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
 TEST(DsConfig, WrongTypesAndRanges) {
   EXPECT_NE(error_of(R"({"steps_per_print": "ten"})").find("steps_per_print: expected an integer"), std::string::npos);
   EXPECT_NE(error_of(R"({"steps_per_print": 0})").find("steps_per_print: must be >= 1, got 0"), std::string::npos);
