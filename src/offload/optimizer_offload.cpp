@@ -62,20 +62,17 @@ size_t OptimizerOffload::buffer_bytes() const {
   return total;
 }
 
-size_t OptimizerOffload::piece_bytes(size_t k) const {
-  const size_t n = std::min(piece_elements_, count_ - k * piece_elements_);
-  return align_up(3 * n * sizeof(float));
+OptimizerOffload::PieceRange OptimizerOffload::piece_range(size_t k) const {
+  const size_t lo = k * piece_elements_;
+  return {lo, std::min(piece_elements_, count_ - lo)};
 }
 
+size_t OptimizerOffload::piece_bytes(size_t k) const { return align_up(3 * piece_range(k).n * sizeof(float)); }
+
 OffloadPiece OptimizerOffload::piece_view(size_t k, unsigned char* base) const {
-  OffloadPiece p;
-  p.lo = k * piece_elements_;
-  p.n = std::min(piece_elements_, count_ - p.lo);
+  const PieceRange r = piece_range(k);
   auto* f = reinterpret_cast<float*>(base);
-  p.master = f;
-  p.exp_avg = f + p.n;
-  p.exp_avg_sq = f + 2 * p.n;
-  return p;
+  return {r.lo, r.n, f, f + r.n, f + 2 * r.n};
 }
 
 void OptimizerOffload::visit(size_t lo, size_t hi, SwapMode mode, const std::function<void(const OffloadPiece&)>& fn) {
@@ -122,8 +119,8 @@ void OptimizerOffload::visit_nvme(size_t lo, size_t hi, SwapMode mode,
   const size_t first = lo / piece_elements_, last = (hi - 1) / piece_elements_ + 1;
   const size_t nbuf = buffers_.size(), ahead = nbuf - 2;
   auto whole = [&](size_t k) {
-    const OffloadPiece p = piece_view(k, nullptr);
-    return lo <= p.lo && p.lo + p.n <= hi;
+    const PieceRange r = piece_range(k);
+    return lo <= r.lo && r.lo + r.n <= hi;
   };
   // While piece k is visited, pieces k+1 .. k+ahead are read and piece k-1 is written.
   size_t next_read = first;

@@ -75,6 +75,13 @@ class OptimizerOffload {
     std::shared_ptr<AioTransfer> io;  // the read or write in flight on it
     size_t piece = SIZE_MAX;
   };
+  /// Elements [lo, lo + n) of the offloaded range.
+  struct PieceRange {
+    size_t lo, n;
+  };
+  /// Piece k's elements, without a buffer: the walk plans with these.
+  PieceRange piece_range(size_t k) const;
+  /// Piece k laid out in the swap buffer `base`: [master | exp_avg | exp_avg_sq].
   OffloadPiece piece_view(size_t k, unsigned char* base) const;
   size_t piece_count() const { return (count_ + piece_elements_ - 1) / piece_elements_; }
   size_t piece_bytes(size_t k) const;
