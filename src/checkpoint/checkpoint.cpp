@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "config/json_reader.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/regular_file.h"
@@ -50,19 +51,11 @@ void crash_point() {
 }
 
 // Makes a renamed file durable: fsync the file, rename, fsync the directory.
-void fsync_path(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  ZT_CHECK_ERRNO(fd, path);
-  int rc = ::fsync(fd);
-  ::close(fd);
-  ZT_CHECK_ERRNO(rc, "fsync ", path);
-}
-
 void publish(const std::string& tmp, const std::string& final_path) {
-  fsync_path(tmp);
+  sync_to_disk(tmp);
   crash_point();  // written, not yet renamed
   ZT_CHECK_ERRNO(::rename(tmp.c_str(), final_path.c_str()), tmp, " -> ", final_path);
-  fsync_path(fs::path(final_path).parent_path().string());
+  sync_to_disk(fs::path(final_path).parent_path().string());
   crash_point();  // renamed
 }
 

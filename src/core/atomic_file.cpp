@@ -35,18 +35,22 @@ void AtomicFile::discard() noexcept {
 
 void AtomicFile::write(const void* data, size_t bytes) {
   ZT_CHECK(fd_ >= 0, tmp_, ": write after close");
+  if (const int err = write_fully(fd_, data, bytes)) {
+    discard();
+    fail(tmp_, "write", err);
+  }
+}
+
+int write_fully(int fd, const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
-    const ssize_t n = ::write(fd_, p, bytes);
+    const ssize_t n = ::write(fd, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      discard();
-      fail(tmp_, "write", err);
-    }
+    if (n <= 0) return n < 0 ? errno : EIO;
     p += n;
     bytes -= size_t(n);
   }
+  return 0;
 }
 
 void AtomicFile::close(bool durable) {

@@ -44,6 +44,11 @@ class AtomicFile {
   bool published_ = false;
 };
 
+/// write(2) until all `bytes` are written, retrying after EINTR and short writes. Returns 0, or
+/// the errno of the write that failed (EIO for one that wrote nothing). What part of the data
+/// reached the file before a failure is up to the caller to undo.
+int write_fully(int fd, const void* data, size_t bytes);
+
 /// fsync(2) of a file or directory, by path; throws zt::Error naming it.
 void sync_to_disk(const std::string& path);
 

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace zt {
@@ -23,17 +24,11 @@ CheckedFile::~CheckedFile() {
 void CheckedFile::write(std::string_view bytes) {
   ZT_CHECK(fd_ >= 0, path_, ": write after close");
   const off_t start = ::lseek(fd_, 0, SEEK_END);
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      // A full disk takes part of a record: cut it off, so the file ends with a whole line
-      // (every line of metrics.jsonl parses) rather than a torn one.
-      if (start >= 0) (void)::ftruncate(fd_, start);
-      throw_error(__FILE__, __LINE__, cat(path_, ": write failed: ", std::strerror(err)));
-    }
-    bytes.remove_prefix(size_t(n));
+  if (const int err = write_fully(fd_, bytes.data(), bytes.size())) {
+    // A full disk takes part of a record: cut it off, so the file ends with a whole line
+    // (every line of metrics.jsonl parses) rather than a torn one.
+    if (start >= 0) (void)::ftruncate(fd_, start);
+    throw_error(__FILE__, __LINE__, cat(path_, ": write failed: ", std::strerror(err)));
   }
 }
 
