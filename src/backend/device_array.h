@@ -1,5 +1,6 @@
-// An owning typed array allocated through a Backend (device memory on a GPU; the CPU backend's
-// stand-in for it), charged to a pool.
+// An owning typed array allocated through a Backend from a pool, which names its memory kind:
+// device (only the backend touches its bytes), host or pinned (the host may read and write them
+// once the streams that use them are synchronised).
 #pragma once
 
 #include <cstddef>
@@ -40,6 +41,7 @@ class DeviceArray {
   const T* data() const { return data_; }
   size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }
+  Pool pool() const { return pool_; }
 
  private:
   Backend* backend_ = nullptr;

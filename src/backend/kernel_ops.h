@@ -59,9 +59,10 @@ class KernelOps {
   virtual void accumulate(T* acc, const T* x, size_t n) = 0;
 
   /// logits[rows,V] @ -> probabilities in place; losses[row] = -log p[target]. Targets < 0 are
-  /// ignored (loss 0). Returns the sum of the losses.
-  virtual double softmax_xent_forward(T* logits_to_probs, T* losses, const int32_t* targets, int rows,
-                                      int V) = 0;
+  /// ignored (loss 0). Adds weight x (the sum of the losses) to *loss_sum, a device double: the
+  /// loss stays on the device until the host reads it once per step.
+  virtual void softmax_xent_forward(T* logits_to_probs, T* losses, const int32_t* targets, int rows, int V,
+                                    double* loss_sum, double weight) = 0;
   /// probs -> dlogits in place: (p - onehot) * dloss (dloss is d(total loss)/d(each row's loss)).
   virtual void softmax_xent_backward(T* probs_to_dlogits, const int32_t* targets, int rows, int V,
                                      double dloss) = 0;

@@ -30,8 +30,9 @@ class OptimizerOps {
   virtual void adam_step(const AdamStepArgs& args, float* master, float* exp_avg, float* exp_avg_sq,
                          const void* grad, DType grad_dtype, void* param, DType param_dtype, size_t n) = 0;
 
-  /// Sum of squares of n gradient values, in double; NaN or inf in the data gives a non-finite result.
-  virtual double sum_squares(const void* data, DType dtype, size_t n) = 0;
+  /// Adds the sum of squares of n gradient values, in double, to *out (memory of the same kind
+  /// as `data`); NaN or inf in the data gives a non-finite result.
+  virtual void sum_squares(const void* data, DType dtype, size_t n, double* out) = 0;
 
   /// acc[i] = round(acc[i] + x[i]) in acc's dtype: gradient accumulation (16-bit or fp32, either side).
   virtual void accumulate_into(void* acc, DType acc_dtype, const void* x, DType x_dtype, size_t n) = 0;

@@ -106,7 +106,7 @@ uint32_t file_crc32(const std::string& path) {
 }
 
 SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
-                                const DsConfig& ds, Communicator& comm, const TrainingPosition& position,
+                                const DsConfig& ds, HostComm& comm, const TrainingPosition& position,
                                 const NodePlacement& placement, int64_t keep_last) {
   const int rank = comm.rank(), world = comm.size();
   const std::string tag = cat("global_step", position.step);
@@ -185,22 +185,18 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
     model_h5->set_attribute("param_dtype", std::string(dtype_name(engine.param_dtype())));
     model_h5->set_attribute("model_config", boost::json::serialize(model_json(layout.config())));
   }
-  if (engine.full_params() || gather) {
+  if (engine.stage() < 3 || gather) {
+    // One tensor at a time through host memory: a copy at stages 0-2 (rank 0's), collective at 3.
     std::vector<unsigned char> tensor;
     for (const auto& p : layout.params()) {
-      const unsigned char* data = nullptr;
-      if (engine.full_params()) {
-        data = static_cast<const unsigned char*>(engine.full_params()) + p.offset * dtype_size(engine.param_dtype());
-      } else {
-        tensor.resize(p.numel * dtype_size(engine.param_dtype()));  // one tensor at a time
-        engine.gather_params(p.offset, p.offset + p.numel, tensor.data());
-        data = tensor.data();
-      }
+      if (rank != 0 && !gather) break;
+      tensor.resize(p.numel * dtype_size(engine.param_dtype()));
+      engine.gather_params(p.offset, p.offset + p.numel, tensor.data());
       if (rank != 0) continue;
       if (engine.param_dtype() == DType::kF32) {
-        model_h5->write(p.name, reinterpret_cast<const float*>(data), p.numel);
+        model_h5->write(p.name, reinterpret_cast<const float*>(tensor.data()), p.numel);
       } else {
-        model_h5->write(p.name, reinterpret_cast<const uint16_t*>(data), p.numel);
+        model_h5->write(p.name, reinterpret_cast<const uint16_t*>(tensor.data()), p.numel);
       }
     }
   }
@@ -309,7 +305,7 @@ std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64
   return removed;
 }
 
-std::string agree_on_latest(const std::string& output_dir, Communicator& comm) {
+std::string agree_on_latest(const std::string& output_dir, HostComm& comm) {
   // Step number of this node's `latest`, -1 when it has none, -2 when it cannot be read; everyone
   // takes the minimum. A refusal waits for the collective, so that no rank is left inside it.
   double step = -1;

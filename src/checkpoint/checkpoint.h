@@ -48,7 +48,7 @@ struct SavedCheckpoint {
 /// Writes OUTPUT/global_step<N>/ and moves OUTPUT/latest to it. With `keep_last` > 0 (HF's
 /// --save_total_limit), then rotate_checkpoints() on every file system written. Collective.
 SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
-                                const DsConfig& ds, Communicator& comm, const TrainingPosition& position,
+                                const DsConfig& ds, HostComm& comm, const TrainingPosition& position,
                                 const NodePlacement& placement = {}, int64_t keep_last = 0);
 
 /// Once `latest` names global_step<keep_step>: removes every complete checkpoint under
@@ -61,7 +61,7 @@ std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64
 /// With node-local storage the nodes may disagree on `latest` after a crash between their
 /// updates: every rank reads its node's, and all take the oldest tag (every node still holds it
 /// complete). Returns the directory to load. Collective.
-std::string agree_on_latest(const std::string& output_dir, Communicator& comm);
+std::string agree_on_latest(const std::string& output_dir, HostComm& comm);
 
 /// A validated checkpoint, ready to be read at any world size.
 class CheckpointReader {

@@ -1,10 +1,11 @@
-// One Communicator interface for the collectives the ZeRO engine uses, as c10d's Backend.hpp:
-// every call is asynchronous and returns a Work handle; buffers must stay valid until wait().
-// MpiComm moves host buffers; NcclComm (GPU issue) moves device buffers. Nothing above comm/
-// calls MPI to move data.
+// HostComm: MPI's communicator over host memory, as c10d's Backend.hpp: every collective is
+// asynchronous and returns a Work handle; buffers must stay valid until wait(). It is the control
+// communicator (bootstrap, barriers, agreement on flags and on node-local storage, the few
+// doubles of metrics) and the transport that data communicators (comm/data_comm.h) move host or
+// staged buffers with. Nothing above comm/ calls MPI.
 //
-// Collectives are issued in the same order on every rank (the ZeRO engine's schedule is
-// deterministic), and each rank's calls complete in issue order.
+// Collectives are issued in the same order on every rank, and each rank's calls complete in
+// issue order. Two threads that issue collectives use two HostComms (duplicate()).
 #pragma once
 
 #include <cstddef>
@@ -23,8 +24,6 @@ class Work {
   virtual ~Work() = default;
   /// Blocks until the collective has completed on this rank; rethrows its failure.
   virtual void wait() = 0;
-  /// True once wait() would not block.
-  virtual bool done() = 0;
 };
 
 /// Payload bytes handed to each kind of collective since the last reset (this rank's view).
@@ -34,9 +33,9 @@ struct CommStats {
   uint64_t total() const { return all_reduce + reduce_scatter + all_gather + broadcast; }
 };
 
-class Communicator {
+class HostComm {
  public:
-  virtual ~Communicator() = default;
+  virtual ~HostComm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   /// "mpi" or "nccl", for messages ("the nccl backend has no ...").
@@ -57,6 +56,9 @@ class Communicator {
                                            DType dtype) = 0;
   virtual std::shared_ptr<Work> broadcast(void* buffer, size_t count, DType dtype, int root) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
+  /// A communicator over the same ranks whose collectives never mix with this one's (MPI_Comm_dup):
+  /// for a second thread that issues collectives. Collective.
+  virtual std::unique_ptr<HostComm> duplicate() = 0;
 
   /// Blocking, element-wise sum or max over ranks of a few doubles (norms, flags, metrics).
   virtual void all_reduce_doubles(std::vector<double>& values, bool max) = 0;

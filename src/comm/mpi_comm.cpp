@@ -22,10 +22,6 @@ class MpiComm::MpiWork final : public Work {
     }
     if (error_) std::rethrow_exception(error_);
   }
-  bool done() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return done_;
-  }
   void finish(std::exception_ptr error) {
     {
       std::lock_guard<std::mutex> lock(mutex_);

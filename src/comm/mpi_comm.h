@@ -1,4 +1,4 @@
-// MpiComm: the Communicator over MPI for host buffers.
+// MpiComm: the HostComm over MPI.
 //
 // Progress: with Open MPI a non-blocking collective makes no progress unless some thread is
 // inside MPI (docs/design.md: everything happened in MPI_Wait). So MpiComm has its own progress
@@ -25,7 +25,7 @@
 
 namespace zt {
 
-class MpiComm final : public Communicator {
+class MpiComm final : public HostComm {
  public:
   /// Duplicates `parent` (MPI_COMM_WORLD, or MPI_COMM_SELF for a one-rank reference).
   explicit MpiComm(MPI_Comm parent);
@@ -46,6 +46,7 @@ class MpiComm final : public Communicator {
                                    DType dtype) override;
   std::shared_ptr<Work> broadcast(void* buffer, size_t count, DType dtype, int root) override;
   std::shared_ptr<Work> barrier() override;
+  std::unique_ptr<HostComm> duplicate() override { return std::make_unique<MpiComm>(comm_); }
   void all_reduce_doubles(std::vector<double>& values, bool max) override;
 
  private:

@@ -1,14 +1,15 @@
-// A one-rank Communicator without MPI: every collective is a copy (or nothing). For tools and
+// A one-rank HostComm without MPI: every collective is a copy (or nothing). For tools and
 // tests that run a single process without an MPI launcher.
 #pragma once
 
 #include <cstring>
+#include <memory>
 
 #include "comm/communicator.h"
 
 namespace zt {
 
-class SelfComm final : public Communicator {
+class SelfComm final : public HostComm {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
@@ -35,12 +36,12 @@ class SelfComm final : public Communicator {
     return done();
   }
   std::shared_ptr<Work> barrier() override { return done(); }
+  std::unique_ptr<HostComm> duplicate() override { return std::make_unique<SelfComm>(); }
   void all_reduce_doubles(std::vector<double>&, bool) override {}
 
  private:
   struct Done final : Work {
     void wait() override {}
-    bool done() override { return true; }
   };
   static std::shared_ptr<Work> done() { return std::make_shared<Done>(); }
 };

@@ -89,6 +89,9 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     ("max_eval_samples", po::value(&a.max_eval_samples), "evaluate on the first N windows only")
     ("gradient_checkpointing", flag(checkpointing), "recompute each block's activations in backward")
     ("disable_tqdm", flag(disable_tqdm), "no live progress line")
+    ("accelerator", po::value(&a.accelerator),
+     "auto (default: cuda when a GPU is visible, else cpu), cpu, emulated (the CPU behind a device's "
+     "contract, checked), cuda")
     ("local_rank", po::value(&local_rank), "accepted for DeepSpeed-launcher compatibility; ranks come from MPI");
 
   po::variables_map vm;

@@ -45,6 +45,7 @@ struct TrainArgs {
   int64_t max_eval_samples = 0;  ///< 0: every window of the eval data
   bool gradient_checkpointing = false;
   bool disable_tqdm = false;  ///< no live progress line
+  std::string accelerator = "auto";  ///< auto, cpu, emulated, cuda (backend/accelerator.h)
   std::set<std::string> explicit_flags;
 
   bool given(const std::string& flag) const { return explicit_flags.count(flag) > 0; }

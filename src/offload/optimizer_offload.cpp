@@ -45,7 +45,12 @@ OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config
     // Nothing to write yet: reserved (fallocated) blocks read back as zeros, which is what fresh
     // moments are, and the engine's init or load writes every piece before the first step.
   }
-  staging_ = DeviceArray<unsigned char>(backend, piece_elements_ * dtype_size(param_dtype), host_pool_);
+  for (Staging& st : staging_) {
+    st.data = DeviceArray<unsigned char>(backend, piece_elements_ * dtype_size(param_dtype), host_pool_);
+    st.free = backend.create_event();
+  }
+  upload_ = backend.create_stream("offload upload");
+  params_written_ = backend.create_event();
 }
 
 OptimizerOffload::~OptimizerOffload() {
@@ -57,7 +62,7 @@ OptimizerOffload::~OptimizerOffload() {
 }
 
 size_t OptimizerOffload::buffer_bytes() const {
-  size_t total = staging_.bytes();
+  size_t total = staging_[0].data.bytes() + staging_[1].data.bytes();
   for (const SwapBuffer& b : buffers_) total += b.data.bytes();
   return total;
 }
@@ -144,21 +149,35 @@ void OptimizerOffload::visit_nvme(size_t lo, size_t hi, SwapMode mode,
   // write first (and sees an I/O error there), and the buffers serve those pieces meanwhile.
 }
 
+void OptimizerOffload::send_params(SwapMode mode, const std::function<void(const OffloadPiece&, void* staging)>& fill,
+                                   const ParamSink& params) {
+  // The copies overwrite parameters the compute stream may still read.
+  auto ready = backend_.create_event();
+  backend_.record(*ready, backend_.compute_stream());
+  backend_.wait(*upload_, *ready);
+  size_t k = 0;
+  visit(0, count_, mode, [&](const OffloadPiece& p) {
+    Staging& st = staging_[k++ % 2];
+    backend_.synchronize(*st.free);  // its previous piece has reached the device
+    fill(p, st.data.data());
+    params(p.lo, p.n, st.data.data(), *upload_);
+    backend_.record(*st.free, *upload_);
+  });
+  backend_.record(*params_written_, *upload_);
+}
+
 void OptimizerOffload::adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params) {
   const auto* g = static_cast<const unsigned char*>(grad);
   const size_t gsize = dtype_size(grad_dtype);
-  visit(0, count_, SwapMode::kReadWrite, [&](const OffloadPiece& p) {
-    host_ops_.adam_step(args, p.master, p.exp_avg, p.exp_avg_sq, g + p.lo * gsize, grad_dtype, staging_.data(),
-                        param_dtype_, p.n);
-    params(p.lo, p.n, staging_.data());
-  });
+  send_params(SwapMode::kReadWrite, [&](const OffloadPiece& p, void* staging) {
+    host_ops_.adam_step(args, p.master, p.exp_avg, p.exp_avg_sq, g + p.lo * gsize, grad_dtype, staging, param_dtype_, p.n);
+  }, params);
 }
 
 void OptimizerOffload::copy_params_from_master(const ParamSink& params) {
-  visit(0, count_, SwapMode::kRead, [&](const OffloadPiece& p) {
-    convert(p.master, DType::kF32, staging_.data(), param_dtype_, p.n);
-    params(p.lo, p.n, staging_.data());
-  });
+  send_params(SwapMode::kRead, [&](const OffloadPiece& p, void* staging) {
+    convert(p.master, DType::kF32, staging, param_dtype_, p.n);
+  }, params);
 }
 
 }  // namespace zt

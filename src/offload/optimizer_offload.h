@@ -7,8 +7,9 @@
 // aligned buffers: while piece k is stepped, pieces k+1 .. k+buffer_count-2 are being read and
 // piece k-1 is being written. The first pieces are read during backward (prefetch), and the
 // last writes finish during the next forward. The gradient is never swapped: Adam reads the 16-bit gradient where
-// it is, and writes the updated parameter (in the training dtype) into a staging piece that is
-// copied to the device's parameters while the next piece is stepped.
+// it is, and writes the updated parameter (in the training dtype) into one of two staging
+// buffers, which is copied to the device on the offload's own stream while the CPU steps the next
+// piece into the other; an event per buffer says when it is free again.
 #pragma once
 
 #include <cstddef>
@@ -36,8 +37,9 @@ struct OffloadPiece {
 enum class SwapMode { kRead, kWrite, kReadWrite };
 
 /// Receives updated parameters: elements [lo, lo + n) of the offloaded range, in the training
-/// dtype, from a page-aligned staging buffer that is reused once it returns.
-using ParamSink = std::function<void(size_t lo, size_t n, const void* src)>;
+/// dtype, from a page-aligned staging buffer. It enqueues the copy of `src` on `stream` (the
+/// buffer is reused once that has run) or copies at once.
+using ParamSink = std::function<void(size_t lo, size_t n, const void* src, Stream& stream)>;
 
 class OptimizerOffload {
  public:
@@ -55,6 +57,9 @@ class OptimizerOffload {
   void adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params);
   /// Sends the parameters rounded from the master weights to `params` (after a load).
   void copy_params_from_master(const ParamSink& params);
+  /// Recorded when the last parameter copy of adam_step or copy_params_from_master has been
+  /// enqueued: whoever reads the parameters next waits for it.
+  Event& params_written() { return *params_written_; }
   /// NVMe: starts reading the first pieces of the next step into the swap buffers (the engine
   /// calls it as the last backward of a step begins, so those reads overlap backward).
   void prefetch();
@@ -88,6 +93,10 @@ class OptimizerOffload {
   void visit_nvme(size_t lo, size_t hi, SwapMode mode, const std::function<void(const OffloadPiece&)>& fn);
   /// Stages piece k in its buffer (k % buffers), reading it when `need_data`.
   void start_read(size_t k, bool need_data);
+  /// Walks every piece: `fill` writes its parameters into a free staging buffer, which then goes
+  /// to `params` on the upload stream.
+  void send_params(SwapMode mode, const std::function<void(const OffloadPiece&, void* staging)>& fill,
+                   const ParamSink& params);
 
   Backend& backend_;
   OptimizerOps& host_ops_;
@@ -101,8 +110,14 @@ class OptimizerOffload {
   std::unique_ptr<SwapFile> file_;
   size_t slot_bytes_ = 0;  // file bytes per piece, aligned
   std::vector<SwapBuffer> buffers_;
-  // Updated parameters of one piece, on their way to the device.
-  DeviceArray<unsigned char> staging_;
+  // Updated parameters of a piece on their way to the device, double-buffered.
+  struct Staging {
+    DeviceArray<unsigned char> data;
+    std::unique_ptr<Event> free;  // the copy out of it has run
+  };
+  Staging staging_[2];
+  std::unique_ptr<Stream> upload_;
+  std::unique_ptr<Event> params_written_;
 };
 
 }  // namespace zt

@@ -32,6 +32,7 @@ class ParamSwapper final : public ParamStore {
   void prefetch(size_t lo, size_t hi) override;
   void write(size_t lo, size_t n, const void* src) override;
   bool can_acquire() const override;
+  bool reuses_buffers() const override { return true; }
 
   size_t resident_elements() const { return resident_; }
   size_t nvme_bytes() const { return file_ ? file_->bytes() : 0; }

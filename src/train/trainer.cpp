@@ -14,7 +14,9 @@
 #include <optional>
 #include <vector>
 
+#include "backend/accelerator.h"
 #include "backend/backend.h"
+#include "comm/data_comm.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
@@ -109,7 +111,7 @@ std::vector<MonitorEvent> step_events(double loss, const ZeroEngine& engine, con
 }
 
 // All ranks learn whether any rank failed; the lowest failing rank prints its message.
-bool agree_on_failure(Communicator& comm, const std::string& error) {
+bool agree_on_failure(HostComm& comm, const std::string& error) {
   const double mine = error.empty() ? double(comm.size()) : double(comm.rank());
   const double first = -comm.all_reduce_max(-mine);  // min over ranks
   if (first >= comm.size()) return false;
@@ -125,7 +127,7 @@ boost::json::object pool_json(const std::vector<double>& bytes) {
   return o;
 }
 
-std::vector<double> pool_peaks_max_over_ranks(Communicator& comm) {
+std::vector<double> pool_peaks_max_over_ranks(HostComm& comm) {
   const PoolBytes peaks = pool_peaks();
   std::vector<double> v(peaks.bytes.begin(), peaks.bytes.end());
   comm.all_reduce_doubles(v, true);
@@ -135,8 +137,9 @@ std::vector<double> pool_peaks_max_over_ranks(Communicator& comm) {
 // The mean loss over every prediction of the eval windows (docs/design.md's fixed definition). Ranks
 // take turns by batch; every rank runs the same number of forwards (stage 3 gathers are
 // collective), padding with empty ones.
-double evaluate(Gpt2Model<float>& model, ZeroEngine& engine, Communicator& comm, const EvalWindows& windows,
+double evaluate(Gpt2Model<float>& model, ZeroEngine& engine, HostComm& comm, const EvalWindows& windows,
                 int batch, int seq_len) {
+  model.take_loss();  // start from zero
   std::vector<int32_t> inputs(size_t(batch) * seq_len), targets(size_t(batch) * seq_len);
   const int64_t per_round = int64_t(batch) * comm.size();
   std::vector<double> sums{0.0, 0.0};  // loss sum, predictions
@@ -150,10 +153,13 @@ double evaluate(Gpt2Model<float>& model, ZeroEngine& engine, Communicator& comm,
       std::fill(targets.begin(), targets.end(), -1);  // no predictions: contributes nothing
     }
     const int rows = std::max(n, 1);
-    const double mean = model.forward(engine, inputs.data(), targets.data(), rows, seq_len);
-    sums[0] += mean * double(model.last_prediction_count());
-    sums[1] += double(model.last_prediction_count());
+    int64_t predictions = 0;
+    for (int i = 0; i < rows * seq_len; ++i) predictions += targets[size_t(i)] >= 0;
+    // Weighted by its predictions, each forward adds its loss sum: one read at the end.
+    model.forward(engine, inputs.data(), targets.data(), rows, seq_len, double(predictions));
+    sums[1] += double(predictions);
   }
+  sums[0] = model.take_loss();
   comm.all_reduce_doubles(sums, false);
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
@@ -170,7 +176,7 @@ void maybe_inject_fault(int rank, int64_t step) {
 
 }  // namespace
 
-int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& comm) {
+int run_trainer(const TrainArgs& args, const ProcessPlace& place, HostComm& comm) {
   const int rank = comm.rank(), world_size = comm.size();
   // From the start, so that a signal during set-up or the first evaluation is kept for the end of
   // the first step rather than killing the process.
@@ -226,7 +232,15 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   if (setup.eval_data) eval_windows.emplace(*setup.eval_data, seq_len, args.max_eval_samples);
 
   // ---- model and engine ----
-  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = make_backend(args.accelerator, place.local_rank, "--accelerator");
+  } catch (const UsageError& e) {
+    error = e.what();
+  }
+  if (agree_on_failure(comm, error)) return 2;
+  // Collectives on the model states; `comm` stays the control communicator.
+  const std::unique_ptr<DataComm> data_comm = make_data_comm(*backend, comm);
   const Gpt2Layout layout(model_config);
   // The engine reserves its memory and NVMe swap files here: a bad nvme_path or a full disk on
   // any rank ends every rank now, before metrics.jsonl or a step is written.
@@ -239,7 +253,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
   std::unique_ptr<MonitorMaster> monitors;
   const int eval_batch = int(args.per_device_eval_batch_size);
   try {
-    engine_holder = std::make_unique<ZeroEngine>(layout, *backend, comm, ds);
+    engine_holder = std::make_unique<ZeroEngine>(layout, *backend, *data_comm, comm, ds);
     model_holder = std::make_unique<Gpt2Model<float>>(layout, *backend, backend->ops(), std::max(micro_batch, eval_batch),
                                                       seq_len, args.gradient_checkpointing);
     monitors = std::make_unique<MonitorMaster>(ds.tensorboard, ds.csv_monitor, rank == 0);
@@ -360,14 +374,13 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     note_run_peaks();  // the previous step's window (its eval and checkpoint included)
     reset_pool_peaks();
     timers.clear();
-    comm.reset_stats();
+    data_comm->reset_stats();
     // This rank's contiguous slice of the global batch; micro-step m takes its m-th micro-batch.
     const uint64_t rank_first = position.next_sample + uint64_t(rank) * rank_samples;
-    double loss_sum = 0;
     for (int64_t micro = 0; micro < accumulation; ++micro) {
       sampler->fill(rank_first + uint64_t(micro * micro_batch), micro_batch, inputs.data(), targets.data());
       timers.start("forward");
-      loss_sum += model.forward(engine, inputs.data(), targets.data(), micro_batch, seq_len);
+      model.forward(engine, inputs.data(), targets.data(), micro_batch, seq_len);
       timers.stop("forward");
       maybe_inject_fault(rank, step);
       timers.start("backward");
@@ -376,6 +389,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     }
     timers.start("optimizer_step");
     const StepOutcome outcome = engine.step();
+    const double loss_sum = model.take_loss();  // the step's one read of the loss
     timers.stop("optimizer_step");
     position.next_sample += uint64_t(ds.train_batch_size);
     // One reduction for the step's loss and for whether any rank was told to stop (SIGTERM,
@@ -390,7 +404,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& 
     const double tokens_per_s = double(tokens_per_step) / (step_ms / 1e3);
     const double gflops = flops_per_step / (step_ms * 1e6);
     if (step % args.logging_steps == 0 || step == args.max_steps) {
-      const CommStats cs = comm.stats();
+      const CommStats cs = data_comm->stats();
       boost::json::object line{{"step", step},
                                {"loss", last_loss},
                                {"lr", outcome.lr},

@@ -11,6 +11,6 @@ namespace zt {
 /// code. Bad input found while setting up is agreed on by all ranks first: the lowest failing
 /// rank prints its one line, every rank returns 2, and nothing has been written. A failure once
 /// training runs throws (the caller ends every rank).
-int run_trainer(const TrainArgs& args, const ProcessPlace& place, Communicator& comm);
+int run_trainer(const TrainArgs& args, const ProcessPlace& place, HostComm& comm);
 
 }  // namespace zt

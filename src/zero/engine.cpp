@@ -8,8 +8,10 @@
 
 namespace zt {
 
-ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator& comm, const DsConfig& config)
-    : layout_(layout), backend_(backend), comm_(comm), opt_ops_(backend.optimizer_ops()), config_(config),
+ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, DataComm& comm, HostComm& control,
+                       const DsConfig& config)
+    : layout_(layout), backend_(backend), compute_(backend.compute_stream()), comm_(comm), control_(control),
+      opt_ops_(backend.optimizer_ops()), config_(config),
       stage_(config.zero.stage), world_(comm.size()), rank_(comm.rank()), dtype_(config.param_dtype()),
       comm_dtype_(config.communication_data_type.value_or(config.param_dtype())),
       partition_(layout.flat_size(), comm.size()), adam_(config.optimizer),
@@ -37,13 +39,19 @@ ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator&
   if (dtype_ != DType::kF32) master_ = DeviceArray<float>(backend, device_count_);
   exp_avg_ = DeviceArray<float>(backend, device_count_);
   exp_avg_sq_ = DeviceArray<float>(backend, device_count_);
-  (grads_on_host_ ? host_optimizer_ops() : opt_ops_).zero(grads_.data(), dtype_, grads_.size() / elem());
+  zero_grads();
+  norm_sq_ = DeviceArray<double>(backend, 1);
+  norm_sq_host_ = DeviceArray<double>(backend, 1, Pool::kPinned);
   opt_ops_.zero(exp_avg_.data(), DType::kF32, device_count_);
   opt_ops_.zero(exp_avg_sq_.data(), DType::kF32, device_count_);
   if (offloaded > 0) {
     offload_ = std::make_unique<OptimizerOffload>(backend, off, config.aio, offloaded, size_t(config.zero.sub_group_size),
                                                   dtype_, rank_);
-    if (!grads_on_host_) host_grads_ = DeviceArray<unsigned char>(backend, offloaded * elem(), offload_->host_pool());
+    if (!grads_on_host_) {
+      host_grads_ = DeviceArray<unsigned char>(backend, offloaded * elem(), offload_->host_pool());
+      d2h_stream_ = backend.create_stream("offload gradients");
+      event_ = backend.create_event();
+    }
   }
 
   size_t other = 0;  // the largest unit but the embeddings
@@ -85,7 +93,7 @@ ZeroEngine::ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator&
       param_swapper_ = swapper.get();
       param_store_ = std::move(swapper);
     } else {
-      param_store_ = std::make_unique<HostParamStore>(params_.data(), dtype_);
+      param_store_ = std::make_unique<HostParamStore>(params_.data(), dtype_, backend);
     }
     gatherer_ = std::make_unique<ParamGatherer>(layout, backend, comm, partition_, dtype_, *param_store_, config.zero);
   }
@@ -133,7 +141,7 @@ const float* ZeroEngine::acquire_weights(int unit) {
   if (dtype_ == DType::kF32) return reinterpret_cast<const float*>(param_at(offset));
   bool fresh = false;
   float* slot = working_slot(weight_slots_, unit, fresh);
-  if (fresh) convert(param_at(offset), dtype_, slot, DType::kF32, layout_.unit_size(unit));
+  if (fresh) backend_.cast_async(param_at(offset), dtype_, slot, DType::kF32, layout_.unit_size(unit), compute_);
   return slot;
 }
 
@@ -151,7 +159,7 @@ float* ZeroEngine::grad_accumulator(int unit) {
   if (grad_slots_.empty()) return reinterpret_cast<float*>(grad_at(layout_.unit_offset(unit)));
   bool fresh = false;
   float* slot = working_slot(grad_slots_, unit, fresh);
-  std::memset(slot, 0, layout_.unit_size(unit) * sizeof(float));
+  backend_.zero_async(slot, layout_.unit_size(unit) * sizeof(float), compute_);
   return slot;
 }
 
@@ -175,27 +183,30 @@ void ZeroEngine::backward_done() {
 
 void ZeroEngine::copy_grads_to_host(size_t lo, size_t hi) {
   const size_t a = std::max(lo, offload_begin()), b = std::min(hi, opt_begin_ + opt_count_);
-  if (b > a) backend_.copy(host_grads_.data() + (a - offload_begin()) * elem(), grad_at(a), (b - a) * elem());
+  if (b <= a) return;
+  // After the compute stream's reduction into [a, b); backward goes on meanwhile.
+  backend_.record(*event_, compute_);
+  backend_.wait(*d2h_stream_, *event_);
+  backend_.copy_async(host_grads_.data() + (a - offload_begin()) * elem(), grad_at(a), (b - a) * elem(), *d2h_stream_);
 }
 
 ParamSink ZeroEngine::param_sink() {
   const size_t base = offload_begin();
   if (param_swapper_) {
-    return [this, base](size_t lo, size_t n, const void* src) {
-      param_swapper_->write(base + lo - partition_.begin(rank_), n, src);
+      return [this, base](size_t lo, size_t n, const void* src, Stream&) {
+      param_swapper_->write(base + lo - partition_.begin(rank_), n, src);  // host memory and the file, at once
     };
   }
-  return [this, base](size_t lo, size_t n, const void* src) {
-    backend_.copy(param_at(base + lo), src, n * elem());
-    backend_.synchronize();  // the staging buffer is reused for the next piece
+  return [this, base](size_t lo, size_t n, const void* src, Stream& stream) {
+    backend_.copy_async(param_at(base + lo), src, n * elem(), stream);
   };
 }
 
 const void* ZeroEngine::offloaded_grads() {
-  if (grads_on_host_) return grad_at(offload_begin());
+  if (grads_on_host_) return grad_at(offload_begin());  // the compute stream was synchronised for the norm
   // Stage 2 copied each bucket during the last backward; stage 1 reduced only now.
   if (stage_ == 1) copy_grads_to_host(offload_begin(), opt_begin_ + opt_count_);
-  backend_.synchronize();
+  backend_.synchronize(*d2h_stream_);
   return host_grads_.data();
 }
 
@@ -209,29 +220,29 @@ void ZeroEngine::reduce_full_gradients() {
   const bool same_dtype = comm_dtype_ == dtype_;
   unsigned char* send_stage = staging_.data();
   unsigned char* recv_stage = staging_.data() + (same_dtype ? 0 : chunk * celem);
-  std::vector<std::shared_ptr<Work>> pending;
+  std::vector<std::shared_ptr<DataWork>> pending;
   for (size_t lo = 0; lo < padded; lo += chunk) {
     const size_t hi = std::min(padded, lo + chunk), n = hi - lo;
     void* send = grad_at(lo);
     if (!same_dtype) {
-      convert(grad_at(lo), dtype_, send_stage, comm_dtype_, n);
+      backend_.cast_async(grad_at(lo), dtype_, send_stage, comm_dtype_, n, compute_);
       send = send_stage;
     }
     if (stage_ == 0) {
-      auto work = comm_.all_reduce(send, n, comm_dtype_);
+      auto work = comm_.all_reduce(send, n, comm_dtype_, compute_);
       if (same_dtype) {  // in place: queue every chunk, wait at the end
         pending.push_back(work);
         continue;
       }
-      work->wait();
-      convert(send_stage, comm_dtype_, grad_at(lo), dtype_, n);
+      work->wait(compute_);
+      backend_.cast_async(send_stage, comm_dtype_, grad_at(lo), dtype_, n, compute_);
       continue;
     }
-    comm_.reduce_scatter(send, recv_stage, partition_.split(lo, hi), comm_dtype_)->wait();
+    comm_.reduce_scatter(send, recv_stage, partition_.split(lo, hi), comm_dtype_, compute_)->wait(compute_);
     const size_t a = std::max(lo, partition_.begin(rank_)), b = std::min(hi, partition_.end(rank_));
-    if (b > a) convert(recv_stage, comm_dtype_, grad_at(a), dtype_, b - a);
+    if (b > a) backend_.cast_async(recv_stage, comm_dtype_, grad_at(a), dtype_, b - a, compute_);
   }
-  for (auto& w : pending) w->wait();
+  for (auto& w : pending) w->wait(compute_);
 }
 
 // Stages 1 and 2: every rank updated its own range; all-gather the updated 16-bit parameters
@@ -240,7 +251,7 @@ void ZeroEngine::reduce_full_gradients() {
 void ZeroEngine::share_parameters() {
   if (!config_.zero.allgather_partitions) {
     for (int r = 0; r < world_; ++r) {
-      comm_.broadcast(param_at(partition_.begin(r)), partition_.partition_size, dtype_, r)->wait();
+      comm_.broadcast(param_at(partition_.begin(r)), partition_.partition_size, dtype_, r, compute_)->wait(compute_);
     }
     return;
   }
@@ -251,13 +262,14 @@ void ZeroEngine::all_gather_flat(void* base, DType dtype) {
   auto* bytes = static_cast<unsigned char*>(base);
   const size_t padded = partition_.padded_size, esize = dtype_size(dtype);
   const size_t chunk = collective_chunk(config_.zero.allgather_bucket_size);
-  std::vector<std::shared_ptr<Work>> pending;
+  std::vector<std::shared_ptr<DataWork>> pending;
   for (size_t lo = 0; lo < padded; lo += chunk) {
     const size_t hi = std::min(padded, lo + chunk);
     const size_t mine = std::min(hi, std::max(lo, partition_.begin(rank_)));
-    pending.push_back(comm_.all_gather(bytes + mine * esize, bytes + lo * esize, partition_.split(lo, hi), dtype));
+    pending.push_back(
+        comm_.all_gather(bytes + mine * esize, bytes + lo * esize, partition_.split(lo, hi), dtype, compute_));
   }
-  for (auto& w : pending) w->wait();
+  for (auto& w : pending) w->wait(compute_);
 }
 
 StepOutcome ZeroEngine::step() {
@@ -266,11 +278,10 @@ StepOutcome ZeroEngine::step() {
   micro_step_ = 0;
   offload_prefetched_ = false;
   if (stage_ <= 1 && world_ > 1) reduce_full_gradients();
-  OptimizerOps& grad_ops = grads_on_host_ ? host_optimizer_ops() : opt_ops_;
-  const double local = grad_ops.sum_squares(grad_at(opt_begin_), dtype_, opt_count_);
+  const double local = local_grad_sum_squares();
   // Stage 0: every rank holds the whole reduced gradient. Otherwise each holds a partition, and
   // the sum over ranks makes the norm, and any inf/NaN, the same everywhere.
-  const double sum_sq = stage_ == 0 ? local : comm_.all_reduce_sum(local);
+  const double sum_sq = stage_ == 0 ? local : control_.all_reduce_sum(local);
   const bool overflow = !std::isfinite(sum_sq);
   out.grad_norm = std::sqrt(sum_sq) / out.loss_scale / double(world_);
   const ScheduledValues sched = scheduler_.current();
@@ -280,7 +291,7 @@ StepOutcome ZeroEngine::step() {
     // (fp16) lower the loss scale.
     out.skipped = true;
     scaler_.update(true);
-    grad_ops.zero(grads_.data(), dtype_, grads_.size() / elem());
+    zero_grads();
     return out;
   }
   ZT_CHECK(!overflow, "the gradient norm is not finite (", sum_sq, ") in ", dtype_name(dtype_),
@@ -295,8 +306,11 @@ StepOutcome ZeroEngine::step() {
     opt_ops_.adam_step(args, master_at(opt_begin_), exp_avg_.data(), exp_avg_sq_.data(), grad_at(opt_begin_), dtype_,
                        param_at(opt_begin_), dtype_, device_count_);
   }
-  if (offload_) offload_->adam_step(args, offloaded_grads(), dtype_, param_sink());
-  grad_ops.zero(grads_.data(), dtype_, grads_.size() / elem());
+  if (offload_) {
+    offload_->adam_step(args, offloaded_grads(), dtype_, param_sink());
+    backend_.wait(compute_, offload_->params_written());
+  }
+  zero_grads();
   if ((stage_ == 1 || stage_ == 2) && world_ > 1) share_parameters();
   if (gatherer_) gatherer_->invalidate();
   for (auto& s : weight_slots_) s.unit = -1;  // the weights changed: working copies are stale
@@ -313,7 +327,7 @@ std::vector<float> ZeroEngine::gather_master_weights() {
     std::vector<float> mine(opt_count_);
     read_field(StateField::kMaster, opt_begin_, opt_count_, mine.data());
     std::vector<size_t> counts(size_t(world_), partition_.partition_size);
-    comm_.all_gather(mine.data(), full.data(), counts, DType::kF32)->wait();
+    comm_.all_gather(mine.data(), full.data(), counts, DType::kF32, compute_)->synchronize();
   }
   full.resize(layout_.flat_size());
   return full;
@@ -365,8 +379,7 @@ void ZeroEngine::read_field(StateField field, size_t lo, size_t n, float* out) {
     const float* src = field == StateField::kMaster   ? master_at(lo)
                        : field == StateField::kExpAvg ? exp_avg_.data() + (lo - opt_begin_)
                                                       : exp_avg_sq_.data() + (lo - opt_begin_);
-    backend_.copy(out, src, (dev_hi - lo) * sizeof(float));
-    backend_.synchronize();
+    backend_.copy_to_host(out, src, (dev_hi - lo) * sizeof(float));
   }
   // The offloaded part.
   const size_t off_lo = std::max(lo, offload_begin());
@@ -378,15 +391,49 @@ void ZeroEngine::read_field(StateField field, size_t lo, size_t n, float* out) {
   }
 }
 
+void ZeroEngine::load_to_device(const std::function<void(size_t lo, size_t hi, float* out)>& read, size_t lo,
+                                size_t hi, float* device) {
+  // The source writes host memory; the device gets it piece by piece (16 MiB of host memory).
+  constexpr size_t kPiece = size_t(4) << 20;
+  std::vector<float> piece(std::min(kPiece, hi - lo));
+  for (size_t a = lo; a < hi; a += kPiece) {
+    const size_t b = std::min(hi, a + kPiece);
+    read(a, b, piece.data());
+    backend_.copy_from_host(device + (a - lo), piece.data(), (b - a) * sizeof(float));
+  }
+}
+
+double ZeroEngine::local_grad_sum_squares() {
+  if (grads_on_host_) {
+    backend_.synchronize(compute_);  // the reductions into the host partition have run
+    double sum = 0;
+    host_optimizer_ops().sum_squares(grad_at(opt_begin_), dtype_, opt_count_, &sum);
+    return sum;
+  }
+  backend_.zero_async(norm_sq_.data(), sizeof(double), compute_);
+  opt_ops_.sum_squares(grad_at(opt_begin_), dtype_, opt_count_, norm_sq_.data());
+  backend_.copy_to_host(norm_sq_host_.data(), norm_sq_.data(), sizeof(double));
+  return *norm_sq_host_.data();
+}
+
+void ZeroEngine::zero_grads() {
+  if (grads_on_host_) {
+    backend_.synchronize(compute_);  // nothing reduces into them any more
+    host_optimizer_ops().zero(grads_.data(), dtype_, grads_.size() / elem());
+    return;
+  }
+  opt_ops_.zero(grads_.data(), dtype_, grads_.size() / elem());
+}
+
 void ZeroEngine::gather_params(size_t lo, size_t hi, void* out) {
   if (stage_ < 3) {
-    std::memcpy(out, param_at(lo), (hi - lo) * elem());
+    backend_.copy_to_host(out, param_at(lo), (hi - lo) * elem());
     return;
   }
   const size_t begin = partition_.begin(rank_), end = partition_.end(rank_);
   const size_t a = std::min(std::max(lo, begin), end), b = std::max(std::min(hi, end), a);
   const void* mine = param_store_->acquire(a - begin, b - begin);
-  comm_.all_gather(mine, out, partition_.split(lo, hi), dtype_)->wait();
+  comm_.all_gather(mine, out, partition_.split(lo, hi), dtype_, compute_)->synchronize();
   param_store_->release(mine);
 }
 
@@ -421,13 +468,16 @@ void ZeroEngine::load(const StateSource& source) {
     opt_ops_.zero(exp_avg_.data(), DType::kF32, device_count_);
     opt_ops_.zero(exp_avg_sq_.data(), DType::kF32, device_count_);
   }
+  auto field_reader = [&](StateField field) {
+    return [&, field](size_t a, size_t b, float* out) { read_padded(field, a, b, out); };
+  };
   if (hi > lo) {
     if (moments) {
-      read_padded(StateField::kExpAvg, lo, hi, exp_avg_.data() + (lo - opt_begin_));
-      read_padded(StateField::kExpAvgSq, lo, hi, exp_avg_sq_.data() + (lo - opt_begin_));
+      load_to_device(field_reader(StateField::kExpAvg), lo, hi, exp_avg_.data() + (lo - opt_begin_));
+      load_to_device(field_reader(StateField::kExpAvgSq), lo, hi, exp_avg_sq_.data() + (lo - opt_begin_));
     }
-    read_padded(StateField::kMaster, lo, hi, master_at(lo));
-    if (dtype_ != DType::kF32) convert(master_at(lo), DType::kF32, param_at(lo), dtype_, hi - lo);
+    load_to_device(field_reader(StateField::kMaster), lo, hi, master_at(lo));
+    if (dtype_ != DType::kF32) backend_.cast_async(master_at(lo), DType::kF32, param_at(lo), dtype_, hi - lo, compute_);
   }
   if (offload_) {
     // Straight into the offloaded state (through the swap buffers on NVMe), then the parameters.
@@ -438,6 +488,7 @@ void ZeroEngine::load(const StateSource& source) {
       read_padded(StateField::kMaster, base + p.lo, base + p.lo + p.n, p.master);
     });
     offload_->copy_params_from_master(param_sink());
+    backend_.wait(compute_, offload_->params_written());
   }
   if (world_ > 1 && stage_ == 0) {
     // Stage 0 keeps everything whole on every rank.
@@ -448,7 +499,7 @@ void ZeroEngine::load(const StateSource& source) {
     if (dtype_ != DType::kF32) all_gather_flat(master_.data(), DType::kF32);
   }
   if (world_ > 1 && stage_ <= 2) all_gather_flat(params_.data(), dtype_);  // stages 0-2 hold every parameter
-  (grads_on_host_ ? host_optimizer_ops() : opt_ops_).zero(grads_.data(), dtype_, grads_.size() / elem());
+  zero_grads();
   micro_step_ = 0;
   if (gatherer_) gatherer_->invalidate();
   for (auto& s : weight_slots_) s.unit = -1;

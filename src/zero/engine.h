@@ -34,6 +34,7 @@
 #include "backend/backend.h"
 #include "backend/device_array.h"
 #include "comm/communicator.h"
+#include "comm/data_comm.h"
 #include "config/ds_config.h"
 #include "model/gpt2_layout.h"
 #include "model/param_source.h"
@@ -100,7 +101,9 @@ StateSource gpt2_init_source(const Gpt2Layout& layout, uint64_t seed);
 
 class ZeroEngine final : public ParamSource<float> {
  public:
-  ZeroEngine(const Gpt2Layout& layout, Backend& backend, Communicator& comm, const DsConfig& config);
+  /// Collectives on the model states go through `comm`; the few host doubles a step agrees on
+  /// (the gradient norm) through `control`.
+  ZeroEngine(const Gpt2Layout& layout, Backend& backend, DataComm& comm, HostComm& control, const DsConfig& config);
 
   /// load(gpt2_init_source(layout, seed)). At stage 3 the full model never exists on any rank.
   void init_params(uint64_t seed) { load(gpt2_init_source(layout_, seed)); }
@@ -131,10 +134,8 @@ class ZeroEngine final : public ParamSource<float> {
   /// Copies elements [lo, lo + n) of a field into `out`, for a range inside this rank's optimizer
   /// range (stage 0: any range), wherever the state lives. Checkpoints write partitions from here.
   void read_field(StateField field, size_t lo, size_t n, float* out);
-  /// The whole parameter buffer in param_dtype() at stages 0-2 (every rank holds it), else null.
-  const void* full_params() const { return stage_ < 3 ? params_.data() : nullptr; }
   /// Elements [lo, hi) of the parameters in param_dtype(), assembled from every rank's partition
-  /// into `out`. Collective (stage 3's partitions); a copy at other stages.
+  /// into host memory `out`. Collective (stage 3's partitions); a copy at other stages.
   void gather_params(size_t lo, size_t hi, void* out);
   EngineState state() const;
   /// The counters of an engine that has not stepped yet, as the config sets them.
@@ -182,10 +183,19 @@ class ZeroEngine final : public ParamSource<float> {
   /// Where updated parameters of the offloaded range go: the device's flat buffer, or the
   /// parameter store at stage 3.
   ParamSink param_sink();
+  /// This rank's sum of squares of its gradient range, read from the device (one host wait).
+  double local_grad_sum_squares();
+  /// Zeroes the gradients where they live (device, or host memory at stage 3 with offload).
+  void zero_grads();
+  /// Fills device range [lo, hi) of a field from `source`, through host memory in pieces.
+  void load_to_device(const std::function<void(size_t lo, size_t hi, float* out)>& read, size_t lo, size_t hi,
+                      float* device);
 
   const Gpt2Layout& layout_;
   Backend& backend_;
-  Communicator& comm_;
+  Stream& compute_;
+  DataComm& comm_;
+  HostComm& control_;
   OptimizerOps& opt_ops_;
   DsConfig config_;
   const int stage_, world_, rank_;
@@ -205,6 +215,9 @@ class ZeroEngine final : public ParamSource<float> {
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   std::unique_ptr<OptimizerOffload> offload_;  // offload_optimizer
   DeviceArray<unsigned char> host_grads_;      // the offloaded range's gradient, copied to the host
+  std::unique_ptr<Stream> d2h_stream_;         // ... by copies on this stream, beside backward
+  std::unique_ptr<Event> event_;               // orders d2h_stream_ after the compute stream
+  DeviceArray<double> norm_sq_, norm_sq_host_; // device / pinned: the step's sum of squares
   bool grads_on_host_ = false;                 // stage 3 offload: grads_ itself is host memory
   bool params_on_host_ = false;                // offload_param: params_ is host memory
   int64_t micro_step_ = 0;                     // backward passes since the last step

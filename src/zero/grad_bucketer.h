@@ -5,7 +5,10 @@
 // copied into a bucket of reduce_bucket_size elements (in communication_data_type); a full bucket
 // is reduce-scattered at once (each rank receives the sum of the part it owns, per PartitionMap)
 // while backward continues (overlap_comm, two buckets in flight), and each rank adds what it
-// received into its gradient partition, so the partition accumulates across micro-steps. Sums,
+// received into its gradient partition, so the partition accumulates across micro-steps.
+// Streams: buckets are filled and the received sums added on the compute stream; the reduction
+// runs on the communicator's stream after the fill, and the compute stream waits for it before it
+// adds the sums or fills that bucket again. Sums,
 // not means: the optimizer divides by the world size (DeepSpeed's post-scaling).
 #pragma once
 
@@ -15,7 +18,7 @@
 
 #include "backend/backend.h"
 #include "backend/device_array.h"
-#include "comm/communicator.h"
+#include "comm/data_comm.h"
 #include "zero/partition.h"
 
 namespace zt {
@@ -26,7 +29,7 @@ class GradBucketer {
   /// reduce_scatter: false) and keeps the owned part.
   /// What this rank receives is added into `partition` (its gradient partition, in
   /// `partition_dtype`).
-  GradBucketer(Backend& backend, Communicator& comm, const PartitionMap& partition, DType comm_dtype,
+  GradBucketer(Backend& backend, DataComm& comm, const PartitionMap& partition, DType comm_dtype,
                size_t bucket_elements, bool overlap, bool use_reduce_scatter, void* grad_partition,
                DType partition_dtype);
 
@@ -45,13 +48,14 @@ class GradBucketer {
   struct Bucket {
     DeviceArray<unsigned char> send, recv;
     size_t lo = 0, hi = 0;  // the flat range held, right-aligned in `send`
-    std::shared_ptr<Work> work;
+    std::shared_ptr<DataWork> work;
   };
   void flush();
   void complete(Bucket& b);
 
   Backend& backend_;
-  Communicator& comm_;
+  Stream& compute_;
+  DataComm& comm_;
   OptimizerOps& ops_;
   PartitionMap partition_;
   DType comm_dtype_;
@@ -62,6 +66,9 @@ class GradBucketer {
   std::function<void(size_t, size_t)> on_reduced_;
   Bucket buckets_[2];  // one fills while the other is reduced
   int current_ = 0;
+  // Test hook (ZT_TEST_SKIP_WAIT=grad_bucket): leaves out the wait that orders the compute
+  // stream after a bucket's reduction, so that a test can see the emulated backend catch it.
+  bool skip_wait_ = false;
 };
 
 }  // namespace zt

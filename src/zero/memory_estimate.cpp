@@ -188,7 +188,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
     }
     // OptimizerOffload: pieces of whole 2048-element multiples.
     const size_t piece = std::max<size_t>(2048, round_up(std::min(offloaded, size_t(z.sub_group_size)), 2048));
-    est.offload_buffers += piece * e;  // the staging of updated parameters
+    est.offload_buffers += 2 * piece * e;  // the double-buffered staging of updated parameters
     if (off.device == OffloadConfig::Device::kCpu) {
       moved.master = moved.exp_avg = moved.exp_avg_sq = offloaded * 4;
       add(opt_pool, 3 * offloaded * 4);

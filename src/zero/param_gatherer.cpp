@@ -16,7 +16,7 @@ size_t largest_owned_slice(const Gpt2Layout& layout, const PartitionMap& partiti
   return largest;
 }
 
-ParamGatherer::ParamGatherer(const Gpt2Layout& layout, Backend& backend, Communicator& comm,
+ParamGatherer::ParamGatherer(const Gpt2Layout& layout, Backend& backend, DataComm& comm,
                              const PartitionMap& partition, DType dtype, ParamStore& store,
                              const ZeroConfig& config)
     : layout_(layout), backend_(backend), comm_(comm), partition_(partition), dtype_(dtype),
@@ -76,7 +76,7 @@ void ParamGatherer::gather(int unit) {
     complete(oldest->second);
   }
   g.source = store_.acquire(a, b);
-  g.pending = comm_.all_gather(g.source, g.raw.data(), partition_.split(lo, lo + n), dtype_);
+  g.pending = comm_.all_gather(g.source, g.raw.data(), partition_.split(lo, lo + n), dtype_, backend_.compute_stream());
   (void)elem;
 }
 
@@ -89,7 +89,11 @@ std::pair<size_t, size_t> ParamGatherer::owned_slice(int unit) const {
 }
 
 void ParamGatherer::complete(Gathered& g) {
-  if (g.pending) g.pending->wait();
+  if (g.pending) {
+    g.pending->wait(backend_.compute_stream());
+    // A store that refills its buffer after release needs the gather to have read it.
+    if (g.source && store_.reuses_buffers()) g.pending->synchronize();
+  }
   g.pending.reset();
   if (g.source) store_.release(g.source);
   g.source = nullptr;
@@ -159,7 +163,8 @@ const float* ParamGatherer::acquire(int unit) {
   prefetch();
   if (dtype_ == DType::kF32) return reinterpret_cast<const float*>(g.raw.data());
   if (!g.converted) {
-    convert(g.raw.data(), dtype_, g.fp32.data(), DType::kF32, layout_.unit_size(unit));
+    backend_.cast_async(g.raw.data(), dtype_, g.fp32.data(), DType::kF32, layout_.unit_size(unit),
+                        backend_.compute_stream());
     g.converted = true;
   }
   return g.fp32.data();

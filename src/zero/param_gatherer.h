@@ -8,6 +8,9 @@
 //   stage3_param_persistence_threshold  units at most this big stay gathered until the next step
 // The trace is recorded during the first micro-step; until then nothing is prefetched and every
 // unit is released after use. After an optimizer step every gathered copy is stale and dropped.
+// Streams: a gather runs on the communicator's stream after what the compute stream has
+// enqueued (so a reused buffer is no longer read), and the compute stream waits for it before
+// the unit's first use.
 #pragma once
 
 #include <map>
@@ -16,7 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/device_array.h"
-#include "comm/communicator.h"
+#include "comm/data_comm.h"
 #include "config/ds_config.h"
 #include "offload/param_store.h"
 #include "model/gpt2_layout.h"
@@ -31,7 +34,7 @@ size_t largest_owned_slice(const Gpt2Layout& layout, const PartitionMap& partiti
 class ParamGatherer {
  public:
   /// `store` holds this rank's parameter partition in `dtype`; it must outlive the gatherer.
-  ParamGatherer(const Gpt2Layout& layout, Backend& backend, Communicator& comm, const PartitionMap& partition,
+  ParamGatherer(const Gpt2Layout& layout, Backend& backend, DataComm& comm, const PartitionMap& partition,
                 DType dtype, ParamStore& store, const ZeroConfig& config);
 
   /// The unit's full weights in fp32, valid until release(unit).
@@ -50,7 +53,7 @@ class ParamGatherer {
   struct Gathered {
     DeviceArray<unsigned char> raw;  // the unit in `dtype`
     DeviceArray<float> fp32;         // converted working copy (16-bit training only)
-    std::shared_ptr<Work> pending;
+    std::shared_ptr<DataWork> pending;
     const void* source = nullptr;  // this rank's slice, held in the store until `pending` is done
     bool converted = false, in_use = false;
   };
@@ -73,7 +76,7 @@ class ParamGatherer {
 
   const Gpt2Layout& layout_;
   Backend& backend_;
-  Communicator& comm_;
+  DataComm& comm_;
   PartitionMap partition_;
   DType dtype_;
   ParamStore& store_;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "comm/data_comm.h"
 #include "checkpoint/checkpoint.h"
 #include "comm/self_comm.h"
 #include "core/timer.h"
@@ -40,7 +41,8 @@ int main(int argc, char** argv) {
   ds.train_micro_batch_size_per_gpu = 1;
   ds.train_batch_size = 1;
   SelfComm comm;
-  ZeroEngine engine(layout, *backend, comm, ds);
+  auto engine_comm = make_data_comm(*backend, comm);
+  ZeroEngine engine(layout, *backend, *engine_comm, comm, ds);
   engine.init_params(1);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/data_comm.h"
 #include "backend/cpu/gemm.h"
 #include "core/timer.h"
 #include "comm/self_comm.h"
@@ -84,7 +85,8 @@ int main(int argc, char** argv) {
   auto backend = make_cpu_backend();
   const Gpt2Layout layout(mc);
   SelfComm comm;
-  ZeroEngine engine(layout, *backend, comm, ds);
+  auto engine_comm = make_data_comm(*backend, comm);
+  ZeroEngine engine(layout, *backend, *engine_comm, comm, ds);
   engine.init_params(1);
   Gpt2Model<float> model(layout, *backend, backend->ops(), o.batch, o.block, o.checkpointing);
   const int BT = o.batch * o.block;

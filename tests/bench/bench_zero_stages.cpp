@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
 #include "comm/mpi_runtime.h"
 #include "core/timer.h"
@@ -89,7 +90,8 @@ int main(int argc, char** argv) {
       // Stage 3 as the paper counts it: release every unit after use, gather again in backward.
       ds.zero.stage3_max_reuse_distance = 0;
       ds.zero.stage3_param_persistence_threshold = 0;
-      ZeroEngine engine(layout, *backend, comm, ds);
+      auto engine_comm = make_data_comm(*backend, comm);
+      ZeroEngine engine(layout, *backend, *engine_comm, comm, ds);
       engine.init_params(1);
       for (int s = 0; s <= steps; ++s) {  // step 0 warms up (and records stage 3's trace)
         comm.barrier()->wait();

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checkpoints end to end: bit-exact resume at 1 and 2 ranks for every stage; resharding 2->1,
+# Checkpoints end to end: bit-exact resume at 1 and 2 ranks for every stage, and between the CPU
+# and the emulated device; resharding 2->1,
 # 1->2 and 2->4 across stages; a kill -9 at many points of a save leaves `latest` loadable; a
 # corrupt, missing, truncated or mismatched checkpoint is one clear error, exit 2, nothing touched.
 source "$(dirname "$0")/lib.sh"
@@ -49,6 +50,19 @@ for np in 1 2; do
     want=$(last_losses "$WORK/full_$tag/metrics.jsonl" 4)
     got=$(last_losses "$WORK/cut_$tag/metrics.jsonl" 4)
     if [[ -n "$want" && "$want" == "$got" ]]; then pass "resume $tag bit-exact"; else fail "resume $tag: [$want] vs [$got] $(tail -2 "$WORK/$tag.log")"; fi
+  done
+done
+
+# ---- across backends (issue 14): written on the emulated device, resumed on the CPU, and the
+# other way round, bit-exact against the CPU's uninterrupted run (fp32 is the same arithmetic) ----
+for stage in 0 1 2 3; do
+  for way in emulated:cpu cpu:emulated; do
+    tag=${way/:/_to_}_s$stage
+    zt 2 "$stage" "$WORK/x_$tag" --max_steps 4 --save_steps 4 --accelerator "${way%:*}" 2>/dev/null
+    zt 2 "$stage" "$WORK/x_$tag" --max_steps 8 --resume_from_checkpoint auto --accelerator "${way#*:}" 2>"$WORK/x_$tag.log"
+    want=$(last_losses "$WORK/full_np2_s$stage/metrics.jsonl" 4)
+    got=$(last_losses "$WORK/x_$tag/metrics.jsonl" 4)
+    if [[ -n "$want" && "$want" == "$got" ]]; then pass "resume $tag bit-exact"; else fail "resume $tag: [$want] vs [$got] $(tail -2 "$WORK/x_$tag.log")"; fi
   done
 done
 

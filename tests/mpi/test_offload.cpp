@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
 #include "core/error.h"
 #include "core/memory_pool.h"
@@ -111,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(OffloadMemory, DeviceHoldsOnlyWhatTheStageKeeps) {
   MpiComm world(MPI_COMM_WORLD);
   const Gpt2Layout layout(tiny_model());
-  auto backend = make_cpu_backend();
+  auto backend = test_backend();
   const PartitionMap part(layout.flat_size(), world.size());
   const double P = double(part.padded_size), p = double(part.partition_size);
   // Stage 2, cpu optimizer offload: 2 Psi + 2 Psi / N on the device; 12 Psi / N (+ the 2 Psi / N
@@ -119,7 +120,8 @@ TEST(OffloadMemory, DeviceHoldsOnlyWhatTheStageKeeps) {
   {
     const size_t host_before = pool_in_use()[Pool::kHost];
     DsConfig cfg = offload_config(OffloadCase{2, DType::kBF16, 1, kCpu}, world.size());
-    ZeroEngine engine(layout, *backend, world, cfg);
+    auto engine_comm = make_data_comm(*backend, world);
+    ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     const ModelStateBytes dev = engine.model_state_bytes(), off = engine.offloaded_state_bytes();
     EXPECT_EQ(double(dev.total()), 2 * P + 2 * p);
     EXPECT_EQ(double(off.master + off.exp_avg + off.exp_avg_sq), 12 * p);
@@ -130,7 +132,8 @@ TEST(OffloadMemory, DeviceHoldsOnlyWhatTheStageKeeps) {
   // is the live working set (gather buffers), and the host holds 16 Psi / N.
   {
     DsConfig cfg = offload_config(OffloadCase{3, DType::kBF16, 1, kCpu, 1.0, kCpu}, world.size());
-    ZeroEngine engine(layout, *backend, world, cfg);
+    auto engine_comm = make_data_comm(*backend, world);
+    ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     EXPECT_EQ(engine.model_state_bytes().total(), 0u);
     EXPECT_EQ(double(engine.offloaded_state_bytes().total()), 16 * p);
   }
@@ -138,16 +141,18 @@ TEST(OffloadMemory, DeviceHoldsOnlyWhatTheStageKeeps) {
   {
     const size_t nvme_before = pool_in_use()[Pool::kNvme];
     DsConfig cfg = offload_config(OffloadCase{3, DType::kBF16, 1, kNvme}, world.size());
-    ZeroEngine engine(layout, *backend, world, cfg);
+    auto engine_comm = make_data_comm(*backend, world);
+    ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     // The parameter partition; the gradient partition went to the host with the optimizer.
     EXPECT_EQ(double(engine.model_state_bytes().total()), 2 * p);
     EXPECT_GE(double(pool_in_use()[Pool::kNvme] - nvme_before), 12 * p);
-    EXPECT_LE(double(engine.buffer_bytes().offload), 4 * 12 * 4096 + 2 * 4096);  // 4 swap buffers + staging
+    EXPECT_LE(double(engine.buffer_bytes().offload), 4 * 12 * 4096 + 2 * 2 * 4096);  // 4 swap buffers + 2 staging
   }
   // Stage 3, everything on NVMe: the parameters' swap file too.
   {
     DsConfig cfg = offload_config(OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kNvme}, world.size());
-    ZeroEngine engine(layout, *backend, world, cfg);
+    auto engine_comm = make_data_comm(*backend, world);
+    ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     EXPECT_EQ(engine.model_state_bytes().total(), 0u);
     EXPECT_GE(double(engine.offloaded_state_bytes().params), 2 * p);
     EXPECT_GE(double(pool_in_use()[Pool::kNvme]), 14 * p);
@@ -165,10 +170,11 @@ TEST(OffloadNvme, LeavesNoFilesBehind) {
     return n;
   };
   const Gpt2Layout layout(tiny_model());
-  auto backend = make_cpu_backend();
+  auto backend = test_backend();
   {
     DsConfig cfg = offload_config(OffloadCase{2, DType::kBF16, 1, kNvme}, world.size());
-    ZeroEngine engine(layout, *backend, world, cfg);
+    auto engine_comm = make_data_comm(*backend, world);
+    ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     engine.init_params(3);
     EXPECT_GT(pool_in_use()[Pool::kNvme], 0u);
     EXPECT_EQ(ours(), 0) << "the swap file is visible in " << nvme_dir();
@@ -180,11 +186,12 @@ TEST(OffloadNvme, LeavesNoFilesBehind) {
 TEST(OffloadNvme, BadPathIsAStartupError) {
   MpiComm world(MPI_COMM_WORLD);
   const Gpt2Layout layout(tiny_model());
-  auto backend = make_cpu_backend();
+  auto backend = test_backend();
   DsConfig cfg = offload_config(OffloadCase{2, DType::kBF16, 1, kNvme}, world.size());
   cfg.zero.offload_optimizer.nvme_path = nvme_dir() + "/zerotrain-no-such-dir";
   try {
-    ZeroEngine engine(layout, *backend, world, cfg);
+    auto engine_comm = make_data_comm(*backend, world);
+    ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     ADD_FAILURE() << "a missing nvme_path was accepted";
   } catch (const UsageError& e) {
     const std::string what = e.what();
@@ -193,19 +200,20 @@ TEST(OffloadNvme, BadPathIsAStartupError) {
   }
   cfg.zero.offload_optimizer.nvme_path = nvme_dir();
   cfg.zero.offload_optimizer.buffer_count = 2;
-  EXPECT_THROW(ZeroEngine(layout, *backend, world, cfg), UsageError);
+  EXPECT_THROW(ZeroEngine(layout, *backend, *make_data_comm(*backend, world), world, cfg), UsageError);
   // NVMe parameters need buffers as big as the largest slice, and the optimizer offloaded whole.
   cfg = offload_config(OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kNvme}, world.size());
   cfg.zero.offload_param.buffer_size = 100;
   try {
-    ZeroEngine engine(layout, *backend, world, cfg);
+    auto engine_comm = make_data_comm(*backend, world);
+    ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     ADD_FAILURE() << "a too small buffer_size was accepted";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("offload_param.buffer_size: 100 elements is smaller"), std::string::npos)
         << e.what();
   }
   cfg = offload_config(OffloadCase{3, DType::kBF16, 1, kNone, 1.0, kNvme}, world.size());
-  EXPECT_THROW(ZeroEngine(layout, *backend, world, cfg), UsageError);
+  EXPECT_THROW(ZeroEngine(layout, *backend, *make_data_comm(*backend, world), world, cfg), UsageError);
 }
 
 }  // namespace

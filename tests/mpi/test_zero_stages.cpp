@@ -5,8 +5,11 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
 #include "core/error.h"
 #include "model/gpt2.h"
@@ -64,13 +67,14 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ZeroFp16, OverflowSkipsTheSameStepOnEveryRank) {
   MpiComm world(MPI_COMM_WORLD);
   for (int stage = 0; stage <= 3; ++stage) {
-    auto backend = make_cpu_backend();
+    auto backend = test_backend();
     const Gpt2Layout layout(tiny_model());
     DsConfig cfg = make_config(stage, DType::kF32, world.size(), 1);
     cfg.fp16.enabled = true;
     cfg.fp16.initial_scale_power = 24;  // 2^24 x these gradients overflow fp16; a few halvings do not
     cfg.fp16.hysteresis = 1;
-    ZeroEngine engine(layout, *backend, world, cfg);
+    auto engine_comm = make_data_comm(*backend, world);
+    ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     engine.init_params(5);
     const int micro = int(cfg.train_micro_batch_size_per_gpu);
     Gpt2Model<float> model(layout, *backend, backend->ops(), micro, kSeq, false);
@@ -102,14 +106,15 @@ TEST(ZeroMemory, ModelStateBytesFollowTheTable) {
   m.vocab_size = 500;
   const Gpt2Layout layout(m);
   const double psi = double(layout.num_params());
-  auto backend = make_cpu_backend();
+  auto backend = test_backend();
   // docs/design.md: per-rank bytes with mixed precision and Adam.
   const double table[4] = {2 * psi + 2 * psi + 12 * psi, 2 * psi + 2 * psi + 12 * psi / N,
                            2 * psi + (2 * psi + 12 * psi) / N, 16 * psi / N};
   for (int stage = 0; stage <= 3; ++stage) {
     DsConfig cfg = make_config(stage, DType::kBF16, 1, 1);
     cfg.train_micro_batch_size_per_gpu = 1;
-    ZeroEngine engine(layout, *backend, world, cfg);
+    auto engine_comm = make_data_comm(*backend, world);
+    ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     const double bytes = double(engine.model_state_bytes().total());
     EXPECT_NEAR(bytes, table[stage], 0.02 * table[stage]) << "stage " << stage << " at " << N << " ranks";
   }
@@ -138,4 +143,49 @@ TEST(ZeroStage3, NeverHoldsMoreThanMaxLiveParameters) {
 }
 
 }  // namespace
+}  // namespace zt
+
+namespace zt {
+
+// The emulated device runs the CPU's kernels in the same order behind streams and protected
+// memory: fp32 training gives the same losses and weights as the CPU backend, bit for bit.
+TEST(ZeroEmulated, Fp32EqualsTheCpuBackendBitForBit) {
+  MpiComm world(MPI_COMM_WORLD);
+  const char* before = std::getenv("ZT_TEST_ACCELERATOR");
+  const std::string restore = before ? before : "";
+  for (int stage = 0; stage <= 3; ++stage) {
+    const DsConfig cfg = make_config(stage, DType::kF32, world.size(), stage == 2 ? 4 : 1);
+    std::vector<float> cpu_master, emulated_master;
+    setenv("ZT_TEST_ACCELERATOR", "cpu", 1);
+    const std::vector<double> cpu = train(world, cfg, nullptr, nullptr, &cpu_master);
+    setenv("ZT_TEST_ACCELERATOR", "emulated", 1);
+    const std::vector<double> emulated = train(world, cfg, nullptr, nullptr, &emulated_master);
+    EXPECT_EQ(cpu, emulated) << "stage " << stage;
+    EXPECT_TRUE(cpu_master == emulated_master) << "stage " << stage;
+  }
+  if (restore.empty()) unsetenv("ZT_TEST_ACCELERATOR");
+  else setenv("ZT_TEST_ACCELERATOR", restore.c_str(), 1);
+}
+
+// The emulated backend catches a missing event wait: without the wait that orders the compute
+// stream after a gradient bucket's reduction, the first use of the bucket afterwards is reported.
+TEST(ZeroEmulated, AMissingEventWaitFails) {
+  MpiComm world(MPI_COMM_WORLD);
+  const char* before = std::getenv("ZT_TEST_ACCELERATOR");
+  const std::string restore = before ? before : "";
+  setenv("ZT_TEST_ACCELERATOR", "emulated", 1);
+  const DsConfig cfg = make_config(2, DType::kBF16, world.size(), 1);
+  EXPECT_NO_THROW(train(world, cfg));  // with the wait
+  setenv("ZT_TEST_SKIP_WAIT", "grad_bucket", 1);
+  try {
+    train(world, cfg);
+    ADD_FAILURE() << "no error without the wait";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing synchronisation"), std::string::npos) << e.what();
+  }
+  unsetenv("ZT_TEST_SKIP_WAIT");
+  if (restore.empty()) unsetenv("ZT_TEST_ACCELERATOR");
+  else setenv("ZT_TEST_ACCELERATOR", restore.c_str(), 1);
+}
+
 }  // namespace zt

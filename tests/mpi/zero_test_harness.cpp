@@ -1,5 +1,9 @@
+#include "comm/data_comm.h"
 #include "zero_test_harness.h"
 
+#include <cstdlib>
+
+#include "backend/accelerator.h"
 #include "backend/backend.h"
 #include "model/gpt2.h"
 
@@ -35,6 +39,11 @@ DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation) {
   return c;
 }
 
+std::unique_ptr<Backend> test_backend() {
+  const char* name = std::getenv("ZT_TEST_ACCELERATOR");
+  return make_backend(name ? name : "cpu", 0, "ZT_TEST_ACCELERATOR");
+}
+
 int32_t token(int64_t step, int64_t g, int t) {
   uint64_t x = uint64_t(step * 1000003 + g * 7919 + t * 31 + 17);
   x ^= x >> 13;
@@ -42,18 +51,18 @@ int32_t token(int64_t step, int64_t g, int t) {
   return int32_t((x >> 33) % 97);
 }
 
-std::vector<double> train(Communicator& comm, const DsConfig& cfg, size_t* peak_live, ModelStateBytes* states,
+std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live, ModelStateBytes* states,
                           std::vector<float>* master) {
-  auto backend = make_cpu_backend();
+  auto backend = test_backend();
   const Gpt2Layout layout(tiny_model());
-  ZeroEngine engine(layout, *backend, comm, cfg);
+  auto engine_comm = make_data_comm(*backend, comm);
+  ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg);
   engine.init_params(5);
   const int micro = int(cfg.train_micro_batch_size_per_gpu);
   Gpt2Model<float> model(layout, *backend, backend->ops(), micro, kSeq, false);
   std::vector<int32_t> in(size_t(micro) * kSeq), tg(size_t(micro) * kSeq);
   std::vector<double> losses;
   for (int64_t step = 0; step < kSteps; ++step) {
-    double loss = 0;
     for (int64_t m = 0; m < cfg.gradient_accumulation_steps; ++m) {
       const int64_t first = comm.rank() * micro * cfg.gradient_accumulation_steps + m * micro;
       for (int b = 0; b < micro; ++b) {
@@ -63,10 +72,11 @@ std::vector<double> train(Communicator& comm, const DsConfig& cfg, size_t* peak_
           tg[size_t(b) * kSeq + t] = (token(step, first + b, t) + 1 + (token(step, first + b, t + 100) % 5 == 0)) % 97;
         }
       }
-      loss += model.forward(engine, in.data(), tg.data(), micro, kSeq);
+      model.forward(engine, in.data(), tg.data(), micro, kSeq);
       model.backward(engine, engine.backward_scale());
     }
     engine.step();
+    const double loss = model.take_loss();
     losses.push_back(comm.all_reduce_sum(loss / double(cfg.gradient_accumulation_steps)) / comm.size());
   }
   if (peak_live) *peak_live = engine.peak_live_parameters();

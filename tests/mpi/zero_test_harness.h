@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.h"
 #include "comm/communicator.h"
 #include "config/ds_config.h"
 #include "config/model_config.h"
@@ -17,12 +18,14 @@ inline constexpr int kSeq = 16, kGlobalBatch = 16, kSteps = 30;
 ModelConfig tiny_model();
 /// A config for `stage` whose buckets are small enough that reductions and gathers run in pieces.
 DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation);
+/// The backend the tests run on: ZT_TEST_ACCELERATOR (cpu, emulated), cpu when unset.
+std::unique_ptr<Backend> test_backend();
 /// Token t of global sample g at `step`: a fixed pseudo-random sequence, the same on every rank.
 int32_t token(int64_t step, int64_t g, int t);
 /// Trains kSteps on `comm` (each rank takes its contiguous slice of the global batch) and returns
 /// the mean loss of every step. Optionally reports stage 3's peak live parameters, the model-state
 /// bytes, and the final fp32 master weights.
-std::vector<double> train(Communicator& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
+std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
                           ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr);
 
 }  // namespace zt

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "comm/data_comm.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export_hf.h"
 #include "checkpoint/pretrained.h"
@@ -69,7 +70,8 @@ class Export : public ::testing::Test {
     ds.bf16 = bf16;
     ds.zero.stage3_gather_16bit_weights_on_model_save = gather16;
     SelfComm comm;
-    ZeroEngine engine(layout, *backend, comm, ds);
+    auto engine_comm = make_data_comm(*backend, comm);
+    ZeroEngine engine(layout, *backend, *engine_comm, comm, ds);
     engine.init_params(3);
     Gpt2Model<float> m(layout, *backend, backend->ops(), 2, 16, false);
     std::vector<int32_t> in(32), tg(32);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "comm/data_comm.h"
 #include "comm/self_comm.h"
 #include "model/gpt2.h"
 #include "zero/engine.h"
@@ -45,7 +46,8 @@ TrainRun train(DType dtype, int steps, int64_t accumulation = 1, int micro = 2) 
   DsConfig cfg = config_for(dtype, accumulation);
   cfg.train_micro_batch_size_per_gpu = micro;
   SelfComm comm;
-  ZeroEngine engine(layout, *backend, comm, cfg);
+  auto engine_comm = make_data_comm(*backend, comm);
+  ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg);
   engine.init_params(1);
   const int T = 16, total = 2 * 2;  // a global batch of 4 sequences however it is split
   Gpt2Model<float> model(layout, *backend, backend->ops(), micro, T, false);
@@ -56,12 +58,11 @@ TrainRun train(DType dtype, int steps, int64_t accumulation = 1, int micro = 2) 
       in[i] = (i * 7 + step) % 64;
       tg[i] = (i * 7 + step + 1) % 64;  // a learnable rule: next = current + 1
     }
-    double loss = 0;
     for (int m = 0; m < accumulation; ++m) {
-      loss += model.forward(engine, in.data() + m * micro * T, tg.data() + m * micro * T, micro, T);
+      model.forward(engine, in.data() + m * micro * T, tg.data() + m * micro * T, micro, T);
       model.backward(engine, engine.backward_scale());
     }
-    run.losses.push_back(loss / double(accumulation));
+    run.losses.push_back(model.take_loss() / double(accumulation));
     run.outcomes.push_back(engine.step());
   }
   return run;
@@ -73,7 +74,8 @@ TEST(Engine, ModelStateBytesFollowTheStage0Table) {
   const double psi = double(layout.num_params());
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     SelfComm comm;
-    ZeroEngine engine(layout, *backend, comm, config_for(dtype));
+    auto engine_comm = make_data_comm(*backend, comm);
+    ZeroEngine engine(layout, *backend, *engine_comm, comm, config_for(dtype));
     ModelStateBytes b = engine.model_state_bytes();
     // Stage 0: 2 psi + 2 psi + 12 psi, within the padding (every tensor is 64-byte aligned).
     EXPECT_NEAR(double(b.params), 2 * psi, 0.02 * 2 * psi);
@@ -82,7 +84,8 @@ TEST(Engine, ModelStateBytesFollowTheStage0Table) {
     EXPECT_NEAR(double(b.total()), 16 * psi, 0.02 * 16 * psi);
   }
   SelfComm comm;
-  ZeroEngine fp32(layout, *backend, comm, config_for(DType::kF32));
+  auto fp32_comm = make_data_comm(*backend, comm);
+  ZeroEngine fp32(layout, *backend, *fp32_comm, comm, config_for(DType::kF32));
   EXPECT_EQ(fp32.model_state_bytes().master, 0u);  // the fp32 parameters are the master weights
   EXPECT_EQ(fp32.buffer_bytes().working, 0u);  // fp32 stage 0 computes on the flat buffers directly
 }
@@ -117,7 +120,8 @@ TEST(Engine, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   cfg.fp16.initial_scale_power = 40;  // 2^40 x gradients overflow fp16 for sure
   cfg.fp16.hysteresis = 1;
   SelfComm comm;
-  ZeroEngine engine(layout, *backend, comm, cfg);
+  auto engine_comm = make_data_comm(*backend, comm);
+  ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg);
   engine.init_params(1);
   const int T = 16;
   Gpt2Model<float> model(layout, *backend, backend->ops(), 2, T, false);

@@ -98,11 +98,13 @@ TEST_P(KernelConsistency, SoftmaxCrossEntropy) {
   for (int r = 0; r < rows; ++r) t[r] = (r * 97) % V;
   t[3] = -1;
   std::vector<double> losses(rows);
-  double total = f64->softmax_xent_forward(l.data(), losses.data(), t.data(), rows, V);
+  double total = 0;
+  f64->softmax_xent_forward(l.data(), losses.data(), t.data(), rows, V, &total, 1.0);
   f64->softmax_xent_backward(l.data(), t.data(), rows, V, 0.25);
   auto lf = to_f(rnd(rows * V, 9, 4.0));
   std::vector<float> lossf(rows);
-  double totalf = f32->softmax_xent_forward(lf.data(), lossf.data(), t.data(), rows, V);
+  double totalf = 0;
+  f32->softmax_xent_forward(lf.data(), lossf.data(), t.data(), rows, V, &totalf, 1.0);
   f32->softmax_xent_backward(lf.data(), t.data(), rows, V, 0.25);
   EXPECT_NEAR(totalf, total, 1e-5 * std::fabs(total));
   EXPECT_LT(nmse(lf, l), kTol);

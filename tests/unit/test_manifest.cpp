@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 
+#include "comm/data_comm.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/manifest.h"
 #include "comm/self_comm.h"
@@ -43,7 +44,8 @@ class ManifestCheck : public ::testing::Test {
     ds.train_batch_size = 2;
     ds.zero.stage = 1;
     SelfComm comm;
-    ZeroEngine engine(layout, *backend, comm, ds);
+    auto engine_comm = make_data_comm(*backend, comm);
+    ZeroEngine engine(layout, *backend, *engine_comm, comm, ds);
     engine.init_params(3);
     save_checkpoint(dir.string(), engine, layout, ds, comm, TrainingPosition{3, 6, 1});
     path = (dir / "global_step3" / "manifest.json").string();

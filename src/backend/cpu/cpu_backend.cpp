@@ -2,6 +2,8 @@
 // OpenMP team, and "asynchronous" copies are synchronous.
 #include <omp.h>
 
+#include <cstring>
+
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/cpu_features.h"
@@ -10,6 +12,17 @@
 namespace zt {
 
 namespace {
+
+class CpuStream final : public Stream {
+ public:
+  explicit CpuStream(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+
+ private:
+  std::string name_;
+};
+
+class CpuEvent final : public Event {};
 
 class CpuBackend final : public Backend {
  public:
@@ -30,12 +43,33 @@ class CpuBackend final : public Backend {
                openblas_get_config(), ")");
   }
 
+  bool synchronous() const override { return true; }
+
   void* allocate(Pool pool, size_t bytes) override { return pool_alloc(pool, bytes); }
   void deallocate(Pool pool, void* ptr, size_t bytes) override { pool_free(pool, ptr, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) override {
-    if (dst != src) std::memcpy(dst, src, bytes);
-  }
+
+  // Every operation has run when its call returns: streams are names, events are nothing, and
+  // waiting is free.
+  Stream& compute_stream() override { return compute_; }
+  std::unique_ptr<Stream> create_stream(const std::string& name) override { return std::make_unique<CpuStream>(name); }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
+  void record(Event&, Stream&) override {}
+  void wait(Stream&, Event&) override {}
+  void synchronize(Event&) override {}
+  void synchronize(Stream&) override {}
   void synchronize() override {}
+
+  void copy_async(void* dst, const void* src, size_t bytes, Stream&) override {
+    if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void cast_async(const void* src, DType src_dtype, void* dst, DType dst_dtype, size_t n, Stream&) override {
+    if (src != dst || src_dtype != dst_dtype) convert(src, src_dtype, dst, dst_dtype, n);
+  }
+  void zero_async(void* dst, size_t bytes, Stream&) override {
+    optimizer_->zero(dst, DType::kBF16, bytes / 2);  // in parallel, in whole 16-bit elements
+    if (bytes % 2) static_cast<unsigned char*>(dst)[bytes - 1] = 0;
+  }
+  void launch_host_func(Stream&, std::function<void()> fn) override { fn(); }
 
   KernelOps<float>& ops() override { return *kernels_; }
   KernelOps<double>* ops_f64() override { return kernels_f64_.get(); }
@@ -43,6 +77,7 @@ class CpuBackend final : public Backend {
 
  private:
   CpuIsa isa_;
+  CpuStream compute_{"compute"};
   std::unique_ptr<KernelOps<float>> kernels_;
   std::unique_ptr<KernelOps<double>> kernels_f64_;
   std::unique_ptr<OptimizerOps> optimizer_;

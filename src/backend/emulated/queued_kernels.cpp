@@ -1,0 +1,167 @@
+// KernelOps and OptimizerOps for the emulated backend: each call declares the bytes its arguments
+// span (shapes as kernel_ops.h documents them) and runs the CPU kernel on the compute stream.
+#include "backend/emulated/emulated_backend.h"
+
+namespace zt::emulated {
+
+namespace {
+
+template <typename T>
+Access in(const T* p, size_t n) {
+  return {p, n * sizeof(T), false};
+}
+template <typename T>
+Access out(T* p, size_t n) {
+  return {p, n * sizeof(T), true};
+}
+// Arguments that may be null (no bias, no dx): no access.
+template <typename T>
+void maybe(std::vector<Access>& v, T* p, size_t n, bool write) {
+  if (p) v.push_back({p, n * sizeof(T), write});
+}
+
+class QueuedKernels final : public KernelOps<float> {
+  using T = float;
+
+ public:
+  QueuedKernels(ComputeQueue& q, KernelOps<float>& k) : q_(q), k_(k) {}
+
+  void embedding_forward(T* o, const int32_t* tok, const T* wte, const T* wpe, int B, int T_, int C) override {
+    const size_t BT = size_t(B) * T_;
+    q_.enqueue_compute("embedding_forward",
+                       {out(o, BT * C), in(tok, BT), {wte, kToEnd, false}, in(wpe, size_t(T_) * C)},
+                       [=, this] { k_.embedding_forward(o, tok, wte, wpe, B, T_, C); });
+  }
+  void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int B, int T_, int C) override {
+    const size_t BT = size_t(B) * T_;
+    q_.enqueue_compute("embedding_backward",
+                       {{dwte, kToEnd, true}, out(dwpe, size_t(T_) * C), in(dout, BT * C), in(tok, BT)},
+                       [=, this] { k_.embedding_backward(dwte, dwpe, dout, tok, B, T_, C); });
+  }
+  void layernorm_forward(T* o, T* mean, T* rstd, const T* x, const T* w, const T* b, int rows, int C,
+                         double eps) override {
+    const size_t R = size_t(rows);
+    q_.enqueue_compute("layernorm_forward",
+                       {out(o, R * C), out(mean, R), out(rstd, R), in(x, R * C), in(w, size_t(C)), in(b, size_t(C))},
+                       [=, this] { k_.layernorm_forward(o, mean, rstd, x, w, b, rows, C, eps); });
+  }
+  void layernorm_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, const T* mean, const T* rstd,
+                          int rows, int C) override {
+    const size_t R = size_t(rows);
+    q_.enqueue_compute("layernorm_backward",
+                       {out(dx, R * C), out(dw, size_t(C)), out(db, size_t(C)), in(dout, R * C), in(x, R * C),
+                        in(w, size_t(C)), in(mean, R), in(rstd, R)},
+                       [=, this] { k_.layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, rows, C); });
+  }
+  void matmul_forward(T* o, const T* x, const T* w, const T* b, int rows, int in_dim, int out_dim) override {
+    std::vector<Access> a{out(o, size_t(rows) * out_dim), in(x, size_t(rows) * in_dim),
+                          in(w, size_t(in_dim) * out_dim)};
+    maybe(a, b, size_t(out_dim), false);
+    q_.enqueue_compute("matmul_forward", std::move(a),
+                       [=, this] { k_.matmul_forward(o, x, w, b, rows, in_dim, out_dim); });
+  }
+  void matmul_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, int rows, int in_dim,
+                       int out_dim) override {
+    std::vector<Access> a{out(dw, size_t(in_dim) * out_dim), in(dout, size_t(rows) * out_dim),
+                          in(x, size_t(rows) * in_dim), in(w, size_t(in_dim) * out_dim)};
+    maybe(a, dx, size_t(rows) * in_dim, true);
+    maybe(a, db, size_t(out_dim), true);
+    q_.enqueue_compute("matmul_backward", std::move(a),
+                       [=, this] { k_.matmul_backward(dx, dw, db, dout, x, w, rows, in_dim, out_dim); });
+  }
+  void attention_forward(T* o, T* att, const T* qkv, int B, int T_, int C, int NH) override {
+    const size_t BT = size_t(B) * T_;
+    q_.enqueue_compute("attention_forward",
+                       {out(o, BT * C), out(att, size_t(B) * NH * T_ * T_), in(qkv, BT * 3 * C)},
+                       [=, this] { k_.attention_forward(o, att, qkv, B, T_, C, NH); });
+  }
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
+                          int NH) override {
+    const size_t BT = size_t(B) * T_;
+    q_.enqueue_compute("attention_backward",
+                       {out(dqkv, BT * 3 * C), in(dout, BT * C), in(qkv, BT * 3 * C), in(att, size_t(B) * NH * T_ * T_)},
+                       [=, this] { k_.attention_backward(dqkv, dout, qkv, att, B, T_, C, NH); });
+  }
+  void gelu_forward(T* o, const T* x, size_t n) override {
+    q_.enqueue_compute("gelu_forward", {out(o, n), in(x, n)}, [=, this] { k_.gelu_forward(o, x, n); });
+  }
+  void gelu_backward(T* dx, const T* x, const T* dout, size_t n) override {
+    q_.enqueue_compute("gelu_backward", {out(dx, n), in(x, n), in(dout, n)},
+                       [=, this] { k_.gelu_backward(dx, x, dout, n); });
+  }
+  void residual_forward(T* o, const T* a, const T* b, size_t n) override {
+    q_.enqueue_compute("residual_forward", {out(o, n), in(a, n), in(b, n)},
+                       [=, this] { k_.residual_forward(o, a, b, n); });
+  }
+  void accumulate(T* acc, const T* x, size_t n) override {
+    q_.enqueue_compute("accumulate", {out(acc, n), in(x, n)}, [=, this] { k_.accumulate(acc, x, n); });
+  }
+  void softmax_xent_forward(T* logits, T* losses, const int32_t* targets, int rows, int V, double* loss_sum,
+                            double weight) override {
+    const size_t R = size_t(rows);
+    q_.enqueue_compute("softmax_xent_forward",
+                       {out(logits, R * V), out(losses, R), in(targets, R), out(loss_sum, 1)},
+                       [=, this] { k_.softmax_xent_forward(logits, losses, targets, rows, V, loss_sum, weight); });
+  }
+  void softmax_xent_backward(T* probs, const int32_t* targets, int rows, int V, double dloss) override {
+    q_.enqueue_compute("softmax_xent_backward", {out(probs, size_t(rows) * V), in(targets, size_t(rows))},
+                       [=, this] { k_.softmax_xent_backward(probs, targets, rows, V, dloss); });
+  }
+  void matmul_nt_forward(T* o, const T* x, const T* w, int rows, int K, int N) override {
+    q_.enqueue_compute("matmul_nt_forward", {out(o, size_t(rows) * N), in(x, size_t(rows) * K), in(w, size_t(N) * K)},
+                       [=, this] { k_.matmul_nt_forward(o, x, w, rows, K, N); });
+  }
+  void matmul_nt_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, int rows, int K, int N) override {
+    q_.enqueue_compute("matmul_nt_backward",
+                       {out(dx, size_t(rows) * K), out(dw, size_t(N) * K), in(dout, size_t(rows) * N),
+                        in(x, size_t(rows) * K), in(w, size_t(N) * K)},
+                       [=, this] { k_.matmul_nt_backward(dx, dw, dout, x, w, rows, K, N); });
+  }
+
+ private:
+  ComputeQueue& q_;
+  KernelOps<float>& k_;
+};
+
+Access in_raw(const void* p, DType t, size_t n) { return {p, n * dtype_size(t), false}; }
+Access out_raw(void* p, DType t, size_t n) { return {p, n * dtype_size(t), true}; }
+
+class QueuedOptimizerOps final : public OptimizerOps {
+ public:
+  QueuedOptimizerOps(ComputeQueue& q, OptimizerOps& k) : q_(q), k_(k) {}
+
+  void adam_step(const AdamStepArgs& args, float* master, float* m, float* v, const void* grad, DType gt, void* param,
+                 DType pt, size_t n) override {
+    std::vector<Access> a{out(m, n), out(v, n), in_raw(grad, gt, n), out_raw(param, pt, n)};
+    if (static_cast<void*>(master) != param) a.push_back(out(master, n));
+    q_.enqueue_compute("adam_step", std::move(a),
+                       [=, this] { k_.adam_step(args, master, m, v, grad, gt, param, pt, n); });
+  }
+  void sum_squares(const void* data, DType t, size_t n, double* result) override {
+    q_.enqueue_compute("sum_squares", {in_raw(data, t, n), out(result, 1)},
+                       [=, this] { k_.sum_squares(data, t, n, result); });
+  }
+  void accumulate_into(void* acc, DType at, const void* x, DType xt, size_t n) override {
+    q_.enqueue_compute("accumulate_into", {out_raw(acc, at, n), in_raw(x, xt, n)},
+                       [=, this] { k_.accumulate_into(acc, at, x, xt, n); });
+  }
+  void zero(void* data, DType t, size_t n) override {
+    q_.enqueue_compute("zero", {out_raw(data, t, n)}, [=, this] { k_.zero(data, t, n); });
+  }
+
+ private:
+  ComputeQueue& q_;
+  OptimizerOps& k_;
+};
+
+}  // namespace
+
+std::unique_ptr<KernelOps<float>> make_queued_kernels(ComputeQueue& queue, KernelOps<float>& inner) {
+  return std::make_unique<QueuedKernels>(queue, inner);
+}
+
+std::unique_ptr<OptimizerOps> make_queued_optimizer_ops(ComputeQueue& queue, OptimizerOps& inner) {
+  return std::make_unique<QueuedOptimizerOps>(queue, inner);
+}
+
+}  // namespace zt::emulated

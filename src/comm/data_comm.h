@@ -1,0 +1,78 @@
+// DataComm: the collectives of the data path, on the backend's buffers, ordered by streams as
+// NCCL's are. A collective starts after the work enqueued so far on the caller's stream (its
+// inputs are ready) and runs on the communicator's own stream; the DataWork it returns orders a
+// stream after it (wait), and only synchronize() blocks the host. So a reduction overlaps the
+// compute stream's backward on a device, and nothing waits that need not.
+//
+// Partitions may be uneven (any model size): reduce_scatter and all_gather take one count per
+// rank, and a count may be 0.
+//
+// Implementations:
+//   direct   (comm/direct_comm.cpp) a synchronous backend (the CPU): device memory is host memory
+//            and streams are always complete, so MPI moves the buffers themselves; wait() is a
+//            host wait for MPI's progress thread.
+//   staged   (comm/staged_comm.cpp) any other backend: each collective is copied into pinned
+//            staging on the communication stream, moved by MPI from a host function on that
+//            stream, and copied back (device -> pinned -> MPI -> device).
+//   nccl     the GPU issue.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "core/dtype.h"
+
+namespace zt {
+
+/// A collective in flight.
+class DataWork {
+ public:
+  virtual ~DataWork() = default;
+  /// Work enqueued on `stream` after this call runs after the collective (on a synchronous
+  /// backend this waits on the host). Rethrows the collective's failure where it can see it.
+  virtual void wait(Stream& stream) = 0;
+  /// Blocks the host until the collective has completed on this rank.
+  virtual void synchronize() = 0;
+};
+
+class DataComm {
+ public:
+  virtual ~DataComm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "mpi", "mpi, staged through pinned memory" or "nccl", for messages and logs.
+  virtual std::string name() const = 0;
+  /// The largest collective, in elements, worth issuing in one call; callers cut bigger ones
+  /// into pieces of this size.
+  virtual size_t max_collective_elements() const = 0;
+
+  /// In-place sum over ranks of `count` elements.
+  virtual std::shared_ptr<DataWork> all_reduce(void* buffer, size_t count, DType dtype, Stream& after) = 0;
+  /// Sums `send` (sum of recv_counts elements, the same on every rank) over ranks; rank r receives
+  /// its recv_counts[r] elements into `recv`. `recv` must not overlap `send`.
+  virtual std::shared_ptr<DataWork> reduce_scatter(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                                   DType dtype, Stream& after) = 0;
+  /// Rank r contributes counts[r] elements from `send`; everyone receives the concatenation in
+  /// rank order in `recv`. `send` may point into `recv` at this rank's own place (in place).
+  virtual std::shared_ptr<DataWork> all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
+                                               DType dtype, Stream& after) = 0;
+  virtual std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream& after) = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ protected:
+  CommStats stats_;
+};
+
+/// The data communicator for `backend` over the ranks of `control`: direct on a synchronous
+/// backend (sharing `control`, whose collectives the same thread issues), staged otherwise (over a
+/// duplicate of `control`, since a stream's thread issues its collectives). Collective.
+std::unique_ptr<DataComm> make_data_comm(Backend& backend, HostComm& control);
+
+}  // namespace zt
