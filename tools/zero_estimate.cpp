@@ -86,187 +86,248 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
               gib(double(e.by_pool[1])).c_str(), gib(double(e.by_pool[2])).c_str(), gib(double(e.by_pool[3])).c_str());
 }
 
-int run(int argc, char** argv) {
+// The command line, as given.
+struct Args {
   int stage = -1, gpus_per_node = 1, num_nodes = 1;
   int64_t micro = 8, eval_batch = 8, block = 0;
+  bool micro_given = false;  // --per_device_train_batch_size on the command line, for "auto"
   double factor = 1.5;
   std::string params_text, largest_text, model_path, ds_path, gpu_text, cpu_text, nvme_text,
       nvme_path = "/local_nvme";
   bool checkpointing = false, bf16 = false, fp16 = false, as_json = false;
+  bool recommend_wanted() const { return !gpu_text.empty() || !cpu_text.empty() || !nvme_text.empty(); }
+};
+
+// Every flag's own constraints, and which flags need which.
+void check_args(const Args& a) {
+  ZT_USAGE_CHECK(a.gpus_per_node >= 1, "--num_gpus_per_node must be >= 1, got ", a.gpus_per_node);
+  ZT_USAGE_CHECK(a.num_nodes >= 1, "--num_nodes must be >= 1, got ", a.num_nodes);
+  ZT_USAGE_CHECK(a.factor > 0, "--additional_buffer_factor must be positive, got ", a.factor);
+  ZT_USAGE_CHECK(a.micro >= 1 && a.eval_batch >= 1,
+                 "--per_device_train_batch_size and --per_device_eval_batch_size must be >= 1");
+  ZT_USAGE_CHECK(!(a.bf16 && a.fp16), "--bf16 and --fp16 cannot both be set");
+  ZT_USAGE_CHECK(a.model_path.empty() != a.params_text.empty(),
+                 "give the model as --params N [--largest_layer_params L] or as --config_name MODEL.json (one of them)");
+  ZT_USAGE_CHECK(a.stage == -1 || (a.stage >= 0 && a.stage <= 3), "--stage must be 0-3, got ", a.stage);
+  ZT_USAGE_CHECK(!a.recommend_wanted() || (!a.gpu_text.empty() && !a.cpu_text.empty()),
+                 "the recommender needs both --gpu_memory and --cpu_memory");
+  ZT_USAGE_CHECK(!a.recommend_wanted() || !a.model_path.empty(),
+                 "the recommender needs --config_name (it estimates activations)");
+}
+
+// Parses and checks the command line into `a`; false when it asked for --help (printed).
+bool parse_args(int argc, char** argv, Args& a) {
   po::options_description opts("zero_estimate");
   opts.add_options()
     ("help,h", "print this help")
-    ("stage", po::value(&stage), "ZeRO stage (2 or 3 for DeepSpeed's table; 0-3 for zerotrain's estimate)")
-    ("params", po::value(&params_text), "total parameters: 2783M, 1.5B, 7e9")
-    ("largest_layer_params", po::value(&largest_text), "parameters of the largest layer (stage 3)")
-    ("config_name", po::value(&model_path), "HF GPT-2 config.json: parameters and layers from the model")
-    ("num_gpus_per_node", po::value(&gpus_per_node), "GPUs (ranks) per node (default 1)")
-    ("num_nodes", po::value(&num_nodes), "nodes (default 1)")
-    ("additional_buffer_factor", po::value(&factor), "DeepSpeed's CPU estimation factor (default 1.5)")
-    ("deepspeed", po::value(&ds_path), "ds_config.json to estimate (\"auto\" resolves from the flags)")
-    ("per_device_train_batch_size", po::value(&micro), "micro-batch per rank (default 8)")
-    ("per_device_eval_batch_size", po::value(&eval_batch), "eval batch per rank (default 8)")
-    ("block_size", po::value(&block), "sequence length (default n_positions)")
-    ("gradient_checkpointing", po::bool_switch(&checkpointing), "recompute each block in backward")
-    ("bf16", po::bool_switch(&bf16), "bf16 parameters and gradients")
-    ("fp16", po::bool_switch(&fp16), "fp16 parameters and gradients")
-    ("gpu_memory", po::value(&gpu_text), "recommender: memory per GPU, e.g. 80GB (GB = 2^30 bytes)")
-    ("cpu_memory", po::value(&cpu_text), "recommender: host memory per node, e.g. 512GB")
-    ("nvme_capacity", po::value(&nvme_text), "recommender: NVMe per node, e.g. 2TB (enables the NVMe rungs)")
-    ("nvme_path", po::value(&nvme_path), "recommender: nvme_path for the NVMe rungs (default /local_nvme)")
-    ("json", po::bool_switch(&as_json), "print one JSON object instead of text");
+    ("stage", po::value(&a.stage), "ZeRO stage (2 or 3 for DeepSpeed's table; 0-3 for zerotrain's estimate)")
+    ("params", po::value(&a.params_text), "total parameters: 2783M, 1.5B, 7e9")
+    ("largest_layer_params", po::value(&a.largest_text), "parameters of the largest layer (stage 3)")
+    ("config_name", po::value(&a.model_path), "HF GPT-2 config.json: parameters and layers from the model")
+    ("num_gpus_per_node", po::value(&a.gpus_per_node), "GPUs (ranks) per node (default 1)")
+    ("num_nodes", po::value(&a.num_nodes), "nodes (default 1)")
+    ("additional_buffer_factor", po::value(&a.factor), "DeepSpeed's CPU estimation factor (default 1.5)")
+    ("deepspeed", po::value(&a.ds_path), "ds_config.json to estimate (\"auto\" resolves from the flags)")
+    ("per_device_train_batch_size", po::value(&a.micro), "micro-batch per rank (default 8)")
+    ("per_device_eval_batch_size", po::value(&a.eval_batch), "eval batch per rank (default 8)")
+    ("block_size", po::value(&a.block), "sequence length (default n_positions)")
+    ("gradient_checkpointing", po::bool_switch(&a.checkpointing), "recompute each block in backward")
+    ("bf16", po::bool_switch(&a.bf16), "bf16 parameters and gradients")
+    ("fp16", po::bool_switch(&a.fp16), "fp16 parameters and gradients")
+    ("gpu_memory", po::value(&a.gpu_text), "recommender: memory per GPU, e.g. 80GB (GB = 2^30 bytes)")
+    ("cpu_memory", po::value(&a.cpu_text), "recommender: host memory per node, e.g. 512GB")
+    ("nvme_capacity", po::value(&a.nvme_text), "recommender: NVMe per node, e.g. 2TB (enables the NVMe rungs)")
+    ("nvme_path", po::value(&a.nvme_path), "recommender: nvme_path for the NVMe rungs (default /local_nvme)")
+    ("json", po::bool_switch(&a.as_json), "print one JSON object instead of text");
   po::variables_map vm;
-  if (!parse_tool_command_line(argc, argv, opts, vm)) return 0;
-  ZT_USAGE_CHECK(gpus_per_node >= 1, "--num_gpus_per_node must be >= 1, got ", gpus_per_node);
-  ZT_USAGE_CHECK(num_nodes >= 1, "--num_nodes must be >= 1, got ", num_nodes);
-  ZT_USAGE_CHECK(factor > 0, "--additional_buffer_factor must be positive, got ", factor);
-  ZT_USAGE_CHECK(micro >= 1 && eval_batch >= 1, "--per_device_train_batch_size and --per_device_eval_batch_size must be >= 1");
-  ZT_USAGE_CHECK(!(bf16 && fp16), "--bf16 and --fp16 cannot both be set");
-  ZT_USAGE_CHECK(model_path.empty() != params_text.empty(),
-                 "give the model as --params N [--largest_layer_params L] or as --config_name MODEL.json (one of them)");
-  ZT_USAGE_CHECK(stage == -1 || (stage >= 0 && stage <= 3), "--stage must be 0-3, got ", stage);
-  const bool recommend_wanted = !gpu_text.empty() || !cpu_text.empty() || !nvme_text.empty();
-  ZT_USAGE_CHECK(!recommend_wanted || (!gpu_text.empty() && !cpu_text.empty()),
-                 "the recommender needs both --gpu_memory and --cpu_memory");
-  ZT_USAGE_CHECK(!recommend_wanted || !model_path.empty(), "the recommender needs --config_name (it estimates activations)");
+  if (!parse_tool_command_line(argc, argv, opts, vm)) return false;
+  a.micro_given = vm.count("per_device_train_batch_size") > 0;
+  check_args(a);
+  return true;
+}
 
-  json::object out;
-  double total = 0, largest = 0;
-  std::optional<ModelConfig> model;
-  if (!model_path.empty()) {
-    model = load_model_config(model_path);
-    total = double(Gpt2Layout(*model).num_params());
-    largest = double(largest_layer_params(*model));
-  } else {
-    total = double(parse_size(params_text, SizeKind::kCount, "--params"));
-    if (!largest_text.empty()) largest = double(parse_size(largest_text, SizeKind::kCount, "--largest_layer_params"));
-    ZT_USAGE_CHECK(stage == 2 || stage == 3, "--stage 2 or 3 is needed for DeepSpeed's table with --params");
-    ZT_USAGE_CHECK(stage != 3 || !largest_text.empty(), "--stage 3 needs --largest_layer_params");
+// The model: its config when given one (the estimate and the recommender need it), and its size
+// either way.
+struct Model {
+  std::optional<ModelConfig> config;
+  double total = 0, largest = 0;  // parameters: all of them, and the largest layer's
+};
+
+Model read_model(const Args& a) {
+  Model m;
+  if (!a.model_path.empty()) {
+    m.config = load_model_config(a.model_path);
+    m.total = double(Gpt2Layout(*m.config).num_params());
+    m.largest = double(largest_layer_params(*m.config));
+    return m;
   }
-  out["num_params"] = total;
-  out["largest_layer_params"] = largest;
+  m.total = double(parse_size(a.params_text, SizeKind::kCount, "--params"));
+  if (!a.largest_text.empty()) m.largest = double(parse_size(a.largest_text, SizeKind::kCount, "--largest_layer_params"));
+  ZT_USAGE_CHECK(a.stage == 2 || a.stage == 3, "--stage 2 or 3 is needed for DeepSpeed's table with --params");
+  ZT_USAGE_CHECK(a.stage != 3 || !a.largest_text.empty(), "--stage 3 needs --largest_layer_params");
+  return m;
+}
 
-  // 1. DeepSpeed's table.
-  if (stage == 2 || stage == 3) {
-    const auto rows = stage == 2 ? deepspeed_zero2_rows(total, gpus_per_node, num_nodes, factor)
-                                 : deepspeed_zero3_rows(total, largest, gpus_per_node, num_nodes, factor);
-    json::array table;
-    for (const auto& r : rows) {
-      json::object row{{"cpu_bytes", r.cpu_bytes}, {"gpu_bytes", r.gpu_bytes}, {"offload_optimizer", r.offload_optimizer}};
-      if (stage == 3) {
-        row["offload_param"] = r.offload_param;
-        row["zero_init"] = r.zero_init;
-      }
-      table.push_back(std::move(row));
+// 1. DeepSpeed's model-state table (--stage 2 or 3).
+void report_deepspeed_table(const Args& a, const Model& m, json::object& out) {
+  const auto rows = a.stage == 2 ? deepspeed_zero2_rows(m.total, a.gpus_per_node, a.num_nodes, a.factor)
+                                 : deepspeed_zero3_rows(m.total, m.largest, a.gpus_per_node, a.num_nodes, a.factor);
+  json::array table;
+  for (const auto& r : rows) {
+    json::object row{{"cpu_bytes", r.cpu_bytes}, {"gpu_bytes", r.gpu_bytes}, {"offload_optimizer", r.offload_optimizer}};
+    if (a.stage == 3) {
+      row["offload_param"] = r.offload_param;
+      row["zero_init"] = r.zero_init;
     }
-    out["deepspeed_model_states"] = std::move(table);
-    if (!as_json) std::fputs(deepspeed_table(stage, total, largest, gpus_per_node, num_nodes, factor).c_str(), stdout);
+    table.push_back(std::move(row));
   }
-  if (!model) {
-    if (as_json) std::cout << json::serialize(out) << "\n";
-    return 0;
+  out["deepspeed_model_states"] = std::move(table);
+  if (!a.as_json) {
+    std::fputs(deepspeed_table(a.stage, m.total, m.largest, a.gpus_per_node, a.num_nodes, a.factor).c_str(), stdout);
   }
+}
 
-  // 2. zerotrain's own estimate.
+// The run being estimated, from the flags (the micro-batch is settled by the config).
+RunShape make_run_shape(const Args& a, const ModelConfig& model) {
   RunShape run;
-  run.world_size = gpus_per_node * num_nodes;
-  run.ranks_per_node = gpus_per_node;
-  run.micro_batch = int(micro);
-  run.eval_batch = int(eval_batch);
-  run.seq_len = int(block > 0 ? block : model->n_positions);
-  run.gradient_checkpointing = checkpointing;
-  ZT_USAGE_CHECK(run.seq_len <= model->n_positions, "--block_size ", run.seq_len, " exceeds n_positions ",
-                 model->n_positions);
+  run.world_size = a.gpus_per_node * a.num_nodes;
+  run.ranks_per_node = a.gpus_per_node;
+  run.micro_batch = int(a.micro);
+  run.eval_batch = int(a.eval_batch);
+  run.seq_len = int(a.block > 0 ? a.block : model.n_positions);
+  run.gradient_checkpointing = a.checkpointing;
+  ZT_USAGE_CHECK(run.seq_len <= model.n_positions, "--block_size ", run.seq_len, " exceeds n_positions ",
+                 model.n_positions);
+  return run;
+}
+
+// --deepspeed CONFIG with "auto" resolved from the flags (--stage overrides its stage), or
+// without one, the defaults zerotrain would use at --stage.
+DsConfig make_ds_config(const Args& a, const ModelConfig& model, const RunShape& run) {
   AutoValues autos;
   autos.world_size = run.world_size;
-  autos.hidden_size = model->n_embd;
-  autos.micro_batch = {micro, vm.count("per_device_train_batch_size") > 0};
-  autos.bf16 = {bf16, bf16};
-  autos.fp16 = {fp16, fp16};
-  DsConfig config;
-  if (!ds_path.empty()) {
-    config = load_ds_config(ds_path, autos);
-    if (stage >= 0) config.zero.stage = stage;
-  } else {
-    const std::string defaults = cat(
-        R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-            "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
-            "zero_optimization": {"stage": )", std::max(stage, 0), R"(, "overlap_comm": true,
-              "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
-              "stage3_param_persistence_threshold": "auto"}})");
-    config = parse_ds_config(parse_json_lenient(defaults, "zero_estimate defaults"), "zero_estimate defaults", autos);
+  autos.hidden_size = model.n_embd;
+  autos.micro_batch = {a.micro, a.micro_given};
+  autos.bf16 = {a.bf16, a.bf16};
+  autos.fp16 = {a.fp16, a.fp16};
+  if (!a.ds_path.empty()) {
+    DsConfig config = load_ds_config(a.ds_path, autos);
+    if (a.stage >= 0) config.zero.stage = a.stage;
+    return config;
   }
-  run.micro_batch = int(config.train_micro_batch_size_per_gpu);
-  if (stage >= 0 || !ds_path.empty()) {
-    const MemoryEstimate e = estimate_memory(*model, config, run);
-    out["estimate"] = estimate_json(e);
-    out["estimate"].as_object()["config"] = describe(config);
-    if (!as_json) {
-      std::printf("\n");
-      print_estimate(e, config, run);
-    }
-  }
+  const std::string defaults = cat(
+      R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+          "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+          "zero_optimization": {"stage": )", std::max(a.stage, 0), R"(, "overlap_comm": true,
+            "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+            "stage3_param_persistence_threshold": "auto"}})");
+  return parse_ds_config(parse_json_lenient(defaults, "zero_estimate defaults"), "zero_estimate defaults", autos);
+}
 
-  // 3. The recommender.
-  if (recommend_wanted) {
-    Hardware hw;
-    hw.gpu_memory = parse_size(gpu_text, SizeKind::kBytesMemory, "--gpu_memory");
-    hw.cpu_memory = parse_size(cpu_text, SizeKind::kBytesMemory, "--cpu_memory");
-    if (!nvme_text.empty()) hw.nvme_capacity = parse_size(nvme_text, SizeKind::kBytesMemory, "--nvme_capacity");
-    hw.nvme_path = nvme_path;
-    Recommendation rec = recommend(*model, config, run, hw);
-    // Nothing fits as asked: activations are often what overflows, so try again recomputing them.
-    bool needs_checkpointing = false;
-    if (rec.chosen < 0 && !run.gradient_checkpointing) {
-      RunShape recompute = run;
-      recompute.gradient_checkpointing = true;
-      Recommendation again = recommend(*model, config, recompute, hw);
-      if (again.chosen >= 0) {
-        rec = std::move(again);
-        needs_checkpointing = true;
-      }
-    }
-    json::array ladder;
-    if (!as_json) std::printf("\nrecommender (GPU %s, node memory %s%s), fastest first:\n", gib(double(hw.gpu_memory)).c_str(),
-                              gib(double(hw.cpu_memory)).c_str(),
-                              hw.nvme_capacity ? cat(", NVMe ", gib(double(hw.nvme_capacity))).c_str() : "");
-    for (const RungVerdict& v : rec.rungs) {
-      ladder.push_back(json::object{{"rung", v.name}, {"fits", v.fits}, {"why_not", v.why_not},
-                                    {"estimate", estimate_json(v.estimate)}});
-      if (!as_json) {
-        std::printf("  %-58s %s\n", v.name.c_str(),
-                    v.fits ? cat("fits: device ", gib(double(v.estimate.device_total())), ", host ",
-                                 gib(double(v.estimate.host_total())), " per rank")
-                                 .c_str()
-                           : cat("no: ", v.why_not).c_str());
-      }
-    }
-    json::object r{{"ladder", std::move(ladder)}};
-    if (rec.chosen >= 0) {
-      const RungVerdict& v = rec.rungs[size_t(rec.chosen)];
-      r["chosen"] = v.name;
-      r["gradient_checkpointing"] = run.gradient_checkpointing || needs_checkpointing;
-      r["ds_config"] = ds_config_json(v.config);
-      if (!as_json) {
-        std::printf("\nrecommended: %s%s. ds_config.json:\n%s\n", v.name.c_str(),
-                    needs_checkpointing ? ", with --gradient_checkpointing (nothing fits without it)" : "",
-                    pretty_json(r["ds_config"]).c_str());
-      }
-    } else {
-      r["chosen"] = nullptr;
-      if (!as_json) {
-        std::printf("\nnothing fits, with or without --gradient_checkpointing: use more GPUs or a smaller batch\n");
-      }
-    }
-    out["recommendation"] = std::move(r);
-    if (rec.chosen < 0 && !as_json) return 1;
-    if (rec.chosen < 0) {
-      std::cout << json::serialize(out) << "\n";
-      return 1;
-    }
+// 2. zerotrain's own estimate per rank.
+void report_estimate(const Args& a, const ModelConfig& model, const DsConfig& config, const RunShape& run,
+                     json::object& out) {
+  const MemoryEstimate e = estimate_memory(model, config, run);
+  out["estimate"] = estimate_json(e);
+  out["estimate"].as_object()["config"] = describe(config);
+  if (!a.as_json) {
+    std::printf("\n");
+    print_estimate(e, config, run);
   }
-  if (as_json) std::cout << json::serialize(out) << "\n";
-  return 0;
+}
+
+Hardware read_hardware(const Args& a) {
+  Hardware hw;
+  hw.gpu_memory = parse_size(a.gpu_text, SizeKind::kBytesMemory, "--gpu_memory");
+  hw.cpu_memory = parse_size(a.cpu_text, SizeKind::kBytesMemory, "--cpu_memory");
+  if (!a.nvme_text.empty()) hw.nvme_capacity = parse_size(a.nvme_text, SizeKind::kBytesMemory, "--nvme_capacity");
+  hw.nvme_path = a.nvme_path;
+  return hw;
+}
+
+// The recommender's verdict, and whether it took recomputing the activations to fit.
+struct Advice {
+  Recommendation rec;
+  bool needs_checkpointing = false;
+};
+
+Advice advise(const ModelConfig& model, const DsConfig& config, const RunShape& run, const Hardware& hw) {
+  Advice advice{recommend(model, config, run, hw), false};
+  // Nothing fits as asked: activations are often what overflows, so try again recomputing them.
+  if (advice.rec.chosen < 0 && !run.gradient_checkpointing) {
+    RunShape recompute = run;
+    recompute.gradient_checkpointing = true;
+    Recommendation again = recommend(model, config, recompute, hw);
+    if (again.chosen >= 0) advice = {std::move(again), true};
+  }
+  return advice;
+}
+
+void print_ladder(const Hardware& hw, const Recommendation& rec) {
+  std::printf("\nrecommender (GPU %s, node memory %s%s), fastest first:\n", gib(double(hw.gpu_memory)).c_str(),
+              gib(double(hw.cpu_memory)).c_str(),
+              hw.nvme_capacity ? cat(", NVMe ", gib(double(hw.nvme_capacity))).c_str() : "");
+  for (const RungVerdict& v : rec.rungs) {
+    std::printf("  %-58s %s\n", v.name.c_str(),
+                v.fits ? cat("fits: device ", gib(double(v.estimate.device_total())), ", host ",
+                             gib(double(v.estimate.host_total())), " per rank")
+                             .c_str()
+                       : cat("no: ", v.why_not).c_str());
+  }
+}
+
+// 3. The recommender: every rung from the fastest to the leanest, and the first that fits as a
+// ds_config.json. Returns whether one fits.
+bool report_recommendation(const Args& a, const ModelConfig& model, const DsConfig& config, const RunShape& run,
+                           json::object& out) {
+  const Hardware hw = read_hardware(a);
+  const Advice advice = advise(model, config, run, hw);
+  const Recommendation& rec = advice.rec;
+  if (!a.as_json) print_ladder(hw, rec);
+  json::array ladder;
+  for (const RungVerdict& v : rec.rungs) {
+    ladder.push_back(json::object{{"rung", v.name}, {"fits", v.fits}, {"why_not", v.why_not},
+                                  {"estimate", estimate_json(v.estimate)}});
+  }
+  json::object r{{"ladder", std::move(ladder)}};
+  if (rec.chosen >= 0) {
+    const RungVerdict& v = rec.rungs[size_t(rec.chosen)];
+    r["chosen"] = v.name;
+    r["gradient_checkpointing"] = run.gradient_checkpointing || advice.needs_checkpointing;
+    r["ds_config"] = ds_config_json(v.config);
+    if (!a.as_json) {
+      std::printf("\nrecommended: %s%s. ds_config.json:\n%s\n", v.name.c_str(),
+                  advice.needs_checkpointing ? ", with --gradient_checkpointing (nothing fits without it)" : "",
+                  pretty_json(r["ds_config"]).c_str());
+    }
+  } else {
+    r["chosen"] = nullptr;
+    if (!a.as_json) std::printf("\nnothing fits, with or without --gradient_checkpointing: use more GPUs or a smaller batch\n");
+  }
+  out["recommendation"] = std::move(r);
+  return rec.chosen >= 0;
+}
+
+// Prints each part the flags ask for, in order; with --json, all of them as one object at the
+// end. Exits 1 when the recommender finds nothing that fits.
+int run(int argc, char** argv) {
+  Args a;
+  if (!parse_args(argc, argv, a)) return 0;
+  json::object out;
+  const Model m = read_model(a);
+  out["num_params"] = m.total;
+  out["largest_layer_params"] = m.largest;
+  if (a.stage == 2 || a.stage == 3) report_deepspeed_table(a, m, out);
+  bool fits = true;
+  if (m.config) {
+    RunShape run = make_run_shape(a, *m.config);
+    const DsConfig config = make_ds_config(a, *m.config, run);
+    run.micro_batch = int(config.train_micro_batch_size_per_gpu);
+    if (a.stage >= 0 || !a.ds_path.empty()) report_estimate(a, *m.config, config, run, out);
+    if (a.recommend_wanted()) fits = report_recommendation(a, *m.config, config, run, out);
+  }
+  if (a.as_json) std::cout << json::serialize(out) << "\n";
+  return fits ? 0 : 1;
 }
 
 }  // namespace

@@ -105,34 +105,37 @@ uint32_t file_crc32(const std::string& path) {
   return uint32_t(crc);
 }
 
-SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
-                                const DsConfig& ds, HostComm& comm, const TrainingPosition& position,
-                                const NodePlacement& placement, int64_t keep_last) {
+namespace {
+
+// One writer of shared files per file system: rank 0, or each node's local rank 0 when every
+// node has its own disk.
+bool is_node_writer(int rank, const NodePlacement& placement) {
+  return rank == 0 || (placement.node_local && placement.local_rank == 0);
+}
+
+// A node writer's preparation: creates `dir` and checks that it has room for what the ranks
+// sharing its file system will write (their shards, 12 bytes per element, and the 16-bit model).
+// Returns the problem, empty when there is none; a directory without room is removed again.
+std::string prepare_checkpoint_dir(const std::string& dir, const ZeroEngine& engine, const Gpt2Layout& layout,
+                                   int world, const NodePlacement& placement) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return cat(dir, ": cannot create: ", ec.message());
+  const int writers = placement.node_local ? (world + placement.num_nodes - 1) / placement.num_nodes : world;
+  const double needed = 1.02 * (double(engine.partition().partition_size) * 12.0 * writers +
+                                double(layout.flat_size() * dtype_size(engine.param_dtype())));
+  const fs::space_info space = fs::space(dir, ec);
+  if (ec || double(space.available) >= needed) return "";  // a file system that cannot say: try
+  fs::remove(dir, ec);
+  return cat(dir, ": not enough disk space to save the checkpoint: it needs about ", uint64_t(needed), " bytes and ",
+             space.available, " are available (No space left on device); the previous checkpoint is untouched");
+}
+
+// Before anything is written, every rank learns whether some rank's preparation failed, so that
+// a full disk ends the job with a clear message and the previous checkpoint untouched. The
+// lowest failing rank throws with its `problem`.
+void agree_on_preparation(const std::string& problem, HostComm& comm) {
   const int rank = comm.rank(), world = comm.size();
-  const std::string tag = cat("global_step", position.step);
-  const std::string dir = (fs::path(output_dir) / tag).string();
-  // One writer of shared files per file system: rank 0, or each node's local rank 0 when every
-  // node has its own disk.
-  const bool node_writer = rank == 0 || (placement.node_local && placement.local_rank == 0);
-  // Before anything is written: room for what the ranks sharing this file system will write
-  // (their shards, 12 bytes per element, and the 16-bit model), so a full disk ends the job
-  // with a clear message and the previous checkpoint untouched.
-  std::string problem;
-  if (node_writer) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) problem = cat(dir, ": cannot create: ", ec.message());
-    const int writers = placement.node_local ? (world + placement.num_nodes - 1) / placement.num_nodes : world;
-    const double needed = 1.02 * (double(engine.partition().partition_size) * 12.0 * writers +
-                                  double(layout.flat_size() * dtype_size(engine.param_dtype())));
-    const fs::space_info space = fs::space(dir, ec);
-    if (problem.empty() && !ec && double(space.available) < needed) {
-      problem = cat(dir, ": not enough disk space to save the checkpoint: it needs about ", uint64_t(needed),
-                    " bytes and ", space.available, " are available (No space left on device); ",
-                    "the previous checkpoint is untouched");
-      fs::remove(dir, ec);
-    }
-  }
   const double first_failed = -comm.all_reduce_max(-(problem.empty() ? double(world) : double(rank)));
   if (first_failed < world) {
     if (int(first_failed) == rank) throw Error(problem);
@@ -140,19 +143,20 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
     comm.barrier()->wait();
   }
   comm.barrier()->wait();
+}
 
-  // This rank's partition of the fp32 state (every stage writes by the same partition map, so a
-  // reader never needs to know how the writer's optimizer was laid out).
-  const PartitionMap& part = engine.partition();
-  const auto [lo, hi] = part.held(rank);
-  const size_t count = hi - lo;
+// This rank's partition of the fp32 state, with the attributes a reader checks it by. Every
+// stage writes by the same partition map, so a reader never needs to know how the writer's
+// optimizer was laid out.
+void write_shard(const std::string& path, ZeroEngine& engine, const Gpt2Layout& layout,
+                 const TrainingPosition& position, int rank, int world) {
+  const auto [lo, hi] = engine.partition().held(rank);
   const EngineState st = engine.state();
-  const std::string shard = (fs::path(dir) / shard_name(rank)).string();
   {
-    H5File f = H5File::create(shard + ".tmp");
+    H5File f = H5File::create(path + ".tmp");
     for (StateField field : {StateField::kMaster, StateField::kExpAvg, StateField::kExpAvgSq}) {
       // In pieces, so an offloaded state (host memory or NVMe) is never copied whole.
-      f.write(field_name(field), count, [&](size_t offset, size_t n, float* out) {
+      f.write(field_name(field), hi - lo, [&](size_t offset, size_t n, float* out) {
         engine.read_field(field, lo + offset, n, out);
       });
     }
@@ -172,107 +176,173 @@ SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engin
     crash_point();  // the shard is half written
     f.close();
   }
-  publish(shard + ".tmp", shard);
+  publish(path + ".tmp", path);
+}
 
-  // Rank 0: the 16-bit model under HF names, when it holds the parameters whole (stages 0-2),
-  // or gathered tensor by tensor at stage 3 with stage3_gather_16bit_weights_on_model_save.
-  const std::string model_path = (fs::path(dir) / "model_states.h5").string();
-  const bool gather = engine.stage() == 3 && ds.zero.stage3_gather_16bit_weights_on_model_save;
-  std::optional<H5File> model_h5;
-  if (rank == 0) {
-    model_h5.emplace(H5File::create(model_path + ".tmp"));
-    model_h5->set_attribute("format_version", int64_t(kFormatVersion));
-    model_h5->set_attribute("param_dtype", std::string(dtype_name(engine.param_dtype())));
-    model_h5->set_attribute("model_config", boost::json::serialize(model_json(layout.config())));
+// The parameters in param_dtype() (T: float, or the raw bits of a 16-bit type) under their HF
+// names, into `out` where there is one (rank 0). One tensor at a time in host memory, through
+// gather_params on every rank: a collective at stage 3, and the engine's own copy out of
+// wherever the parameters live at the other stages (a device buffer the host must not read).
+template <typename T>
+void write_params(H5File* out, ZeroEngine& engine, const Gpt2Layout& layout) {
+  ZT_CHECK(sizeof(T) == dtype_size(engine.param_dtype()), "write_params: element type of ", sizeof(T),
+           " bytes for ", dtype_name(engine.param_dtype()));
+  std::vector<T> tensor;
+  for (const auto& p : layout.params()) {
+    tensor.resize(p.numel);
+    engine.gather_params(p.offset, p.offset + p.numel, tensor.data());
+    if (out) out->write(p.name, tensor.data(), p.numel);
   }
-  if (engine.stage() < 3 || gather) {
-    // One tensor at a time through host memory: a copy at stages 0-2 (rank 0's), collective at 3.
-    std::vector<unsigned char> tensor;
-    for (const auto& p : layout.params()) {
-      if (rank != 0 && !gather) break;
-      tensor.resize(p.numel * dtype_size(engine.param_dtype()));
-      engine.gather_params(p.offset, p.offset + p.numel, tensor.data());
-      if (rank != 0) continue;
-      if (engine.param_dtype() == DType::kF32) {
-        model_h5->write(p.name, reinterpret_cast<const float*>(tensor.data()), p.numel);
-      } else {
-        model_h5->write(p.name, reinterpret_cast<const uint16_t*>(tensor.data()), p.numel);
-      }
+}
+
+// model_states.h5, written by rank 0: the 16-bit model under HF names at stages 0-2, and at
+// stage 3 with stage3_gather_16bit_weights_on_model_save (without it, only the attributes: the
+// weights are in the shards).
+void write_model_states(const std::string& path, ZeroEngine& engine, const Gpt2Layout& layout, const DsConfig& ds,
+                        int rank) {
+  std::optional<H5File> file;
+  if (rank == 0) {
+    file.emplace(H5File::create(path + ".tmp"));
+    file->set_attribute("format_version", int64_t(kFormatVersion));
+    file->set_attribute("param_dtype", std::string(dtype_name(engine.param_dtype())));
+    file->set_attribute("model_config", boost::json::serialize(model_json(layout.config())));
+  }
+  if (engine.stage() < 3 || ds.zero.stage3_gather_16bit_weights_on_model_save) {
+    H5File* out = file ? &*file : nullptr;
+    if (engine.param_dtype() == DType::kF32) {
+      write_params<float>(out, engine, layout);
+    } else {
+      write_params<uint16_t>(out, engine, layout);
     }
   }
   if (rank == 0) {
-    model_h5->close();
-    model_h5.reset();
-    publish(model_path + ".tmp", model_path);
+    file->close();
+    file.reset();
+    publish(path + ".tmp", path);
   }
+}
 
-  // Every rank's file is durable: agree, collect sizes, checksums and nodes, then publish the
-  // manifest and move `latest`, in that order.
-  std::vector<double> files(size_t(3 * world), 0.0);
-  files[size_t(3 * rank)] = double(fs::file_size(shard));
-  files[size_t(3 * rank + 1)] = double(file_crc32(shard));
-  files[size_t(3 * rank + 2)] = double(placement.node);
-  comm.all_reduce_doubles(files, false);
+// One published file as the manifest lists it.
+struct WrittenFile {
+  uint64_t bytes = 0;
+  uint64_t crc32 = 0;
+  int node = 0;
+};
+
+struct WrittenFiles {
+  std::vector<WrittenFile> shards;  // by rank
+  WrittenFile model;                // model_states.h5, on rank 0's node
+  uint64_t total_bytes() const {
+    uint64_t sum = model.bytes;
+    for (const WrittenFile& f : shards) sum += f.bytes;
+    return sum;
+  }
+};
+
+// Once every rank's files are durable: every rank learns every file's size, checksum and node,
+// since every manifest writer lists them all (model_states.h5 lives on rank 0's node).
+// Collective.
+WrittenFiles collect_written_files(const std::string& shard, const std::string& model_path,
+                                   const NodePlacement& placement, HostComm& comm) {
+  const int rank = comm.rank(), world = comm.size();
+  std::vector<double> table(size_t(3 * world), 0.0);
+  table[size_t(3 * rank)] = double(fs::file_size(shard));
+  table[size_t(3 * rank + 1)] = double(file_crc32(shard));
+  table[size_t(3 * rank + 2)] = double(placement.node);
+  comm.all_reduce_doubles(table, false);
   crash_point();  // every rank durable, nothing published
-  SavedCheckpoint saved{dir, 0, {}};
-  for (int r = 0; r < world; ++r) saved.bytes += uint64_t(files[size_t(3 * r)]);
-  // model_states.h5 lives on rank 0's node; every manifest writer needs its size and checksum.
-  std::vector<double> model_file{0.0, 0.0};
-  if (rank == 0) model_file = {double(fs::file_size(model_path)), double(file_crc32(model_path))};
-  comm.all_reduce_doubles(model_file, false);
-  saved.bytes += uint64_t(model_file[0]);
+  std::vector<double> model{0.0, 0.0};
+  if (rank == 0) model = {double(fs::file_size(model_path)), double(file_crc32(model_path))};
+  comm.all_reduce_doubles(model, false);
+  WrittenFiles files;
+  for (int r = 0; r < world; ++r) {
+    files.shards.push_back(
+        {uint64_t(table[size_t(3 * r)]), uint64_t(table[size_t(3 * r + 1)]), int(table[size_t(3 * r + 2)])});
+  }
+  files.model = {uint64_t(model[0]), uint64_t(model[1]), 0};
+  return files;
+}
+
+boost::json::array manifest_files(const WrittenFiles& files) {
+  boost::json::array list;
+  auto entry = [](const std::string& name, const WrittenFile& f) {
+    return boost::json::object{{"name", name}, {"bytes", f.bytes}, {"crc32", f.crc32}, {"node", f.node}};
+  };
+  for (size_t r = 0; r < files.shards.size(); ++r) list.push_back(entry(shard_name(int(r)), files.shards[r]));
+  list.push_back(entry("model_states.h5", files.model));
+  return list;
+}
+
+// manifest.json's fields (docs/formats.md), unsigned.
+boost::json::object build_manifest(const ZeroEngine& engine, const Gpt2Layout& layout, const DsConfig& ds,
+                                   const TrainingPosition& position, const NodePlacement& placement,
+                                   const WrittenFiles& files) {
+  const int world = int(files.shards.size());
+  const EngineState st = engine.state();
+  boost::json::array params, partitions;
+  for (const auto& p : layout.params()) {
+    boost::json::array shape(p.shape.begin(), p.shape.end());
+    params.push_back({{"name", p.name}, {"shape", shape}, {"offset", p.offset}, {"numel", p.numel}});
+  }
+  for (int r = 0; r < world; ++r) {
+    partitions.push_back(boost::json::array{engine.partition().held(r).first, engine.partition().held(r).second});
+  }
+  return boost::json::object{
+      {"format", "zerotrain-checkpoint"},
+      {"format_version", kFormatVersion},
+      {"step", position.step},
+      {"world_size", world},
+      {"stage", engine.stage()},
+      {"param_dtype", dtype_name(engine.param_dtype())},
+      {"flat_size", layout.flat_size()},
+      {"model_config", model_json(layout.config())},
+      {"ds_config_source", ds.source},
+      {"state",
+       {{"data_position", position.data_position},
+        {"seed", position.seed},
+        {"adam_step", st.adam_step},
+        {"scheduler_last_batch_iteration", st.scheduler_iteration},
+        {"loss_scale", st.scaler.scale},
+        {"loss_scale_cur_iter", st.scaler.cur_iter},
+        {"loss_scale_last_overflow_iter", st.scaler.last_overflow_iter},
+        {"loss_scale_cur_hysteresis", st.scaler.cur_hysteresis}}},
+      {"params", params},
+      {"partitions", partitions},
+      {"node_local", placement.node_local},
+      {"num_nodes", placement.num_nodes},
+      {"files", manifest_files(files)}};
+}
+
+}  // namespace
+
+SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
+                                const DsConfig& ds, HostComm& comm, const TrainingPosition& position,
+                                const NodePlacement& placement, int64_t keep_last) {
+  const int rank = comm.rank();
+  const std::string tag = cat("global_step", position.step);
+  const std::string dir = (fs::path(output_dir) / tag).string();
+  const bool node_writer = is_node_writer(rank, placement);
+  agree_on_preparation(node_writer ? prepare_checkpoint_dir(dir, engine, layout, comm.size(), placement) : "", comm);
+
+  // Each rank's shard, rank 0's model, each published (fsync'ed and renamed) on its own.
+  const std::string shard = (fs::path(dir) / shard_name(rank)).string();
+  const std::string model_path = (fs::path(dir) / "model_states.h5").string();
+  write_shard(shard, engine, layout, position, rank, comm.size());
+  write_model_states(model_path, engine, layout, ds, rank);
+
+  // Every rank's files are durable: then the manifest, then `latest`, in that order. With
+  // node-local storage each node's writer publishes the manifest on its own disk (the same text
+  // everywhere: it describes every node's part). Signed: manifest_crc32 last.
+  const WrittenFiles files = collect_written_files(shard, model_path, placement, comm);
   if (node_writer) {
-    boost::json::array file_list;
-    for (int r = 0; r < world; ++r) {
-      file_list.push_back({{"name", shard_name(r)},
-                           {"bytes", uint64_t(files[size_t(3 * r)])},
-                           {"crc32", uint64_t(files[size_t(3 * r + 1)])},
-                           {"node", int(files[size_t(3 * r + 2)])}});
-    }
-    file_list.push_back({{"name", "model_states.h5"},
-                         {"bytes", uint64_t(model_file[0])},
-                         {"crc32", uint64_t(model_file[1])},
-                         {"node", 0}});
-    boost::json::array params, partitions;
-    for (const auto& p : layout.params()) {
-      boost::json::array shape(p.shape.begin(), p.shape.end());
-      params.push_back({{"name", p.name}, {"shape", shape}, {"offset", p.offset}, {"numel", p.numel}});
-    }
-    for (int r = 0; r < world; ++r) {
-      partitions.push_back(boost::json::array{part.held(r).first, part.held(r).second});
-    }
-    boost::json::object manifest{
-        {"format", "zerotrain-checkpoint"},
-        {"format_version", kFormatVersion},
-        {"step", position.step},
-        {"world_size", world},
-        {"stage", engine.stage()},
-        {"param_dtype", dtype_name(engine.param_dtype())},
-        {"flat_size", layout.flat_size()},
-        {"model_config", model_json(layout.config())},
-        {"ds_config_source", ds.source},
-        {"state",
-         {{"data_position", position.data_position},
-          {"seed", position.seed},
-          {"adam_step", st.adam_step},
-          {"scheduler_last_batch_iteration", st.scheduler_iteration},
-          {"loss_scale", st.scaler.scale},
-          {"loss_scale_cur_iter", st.scaler.cur_iter},
-          {"loss_scale_last_overflow_iter", st.scaler.last_overflow_iter},
-          {"loss_scale_cur_hysteresis", st.scaler.cur_hysteresis}}},
-        {"params", params},
-        {"partitions", partitions},
-        {"node_local", placement.node_local},
-        {"num_nodes", placement.num_nodes},
-        {"files", file_list}};
-    // With node-local storage each node's writer publishes the manifest on its own disk (the
-    // same text everywhere: it describes every node's part). Signed: manifest_crc32 last.
-    write_text_atomically((fs::path(dir) / "manifest.json").string(), sign_manifest(std::move(manifest)));
+    write_text_atomically((fs::path(dir) / "manifest.json").string(),
+                          sign_manifest(build_manifest(engine, layout, ds, position, placement, files)));
   }
   // Every node's manifest is durable before any node's `latest` moves.
   comm.barrier()->wait();
   if (node_writer) write_text_atomically((fs::path(output_dir) / "latest").string(), tag);
   comm.barrier()->wait();
+  SavedCheckpoint saved{dir, files.total_bytes(), {}};
   if (node_writer && keep_last > 0) saved.removed = rotate_checkpoints(output_dir, position.step, keep_last);
   return saved;
 }

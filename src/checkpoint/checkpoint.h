@@ -1,8 +1,8 @@
 // ZeRO checkpoints: OUTPUT/global_step<N>/ holds one zero_rank_<R>_optim_states.h5 per rank (that
 // rank's partition of the fp32 master weights, exp_avg and exp_avg_sq, chunked with Fletcher32;
 // attributes for rank, world size, stage, dtype, partition bounds and the training counters),
-// model_states.h5 (the 16-bit parameters under their HF names when a rank holds them whole,
-// i.e. stages 0-2), and manifest.json (configs, the parameter table with flat offsets, partition
+// model_states.h5 (the 16-bit parameters under their HF names at stages 0-2, and at stage 3 with
+// stage3_gather_16bit_weights_on_model_save), and manifest.json (configs, the parameter table with flat offsets, partition
 // bounds, every file with its size and CRC-32, and its own CRC-32: checkpoint/manifest.h).
 //
 // Publishing is atomic: every file is written under a .tmp name, fsync'ed and renamed; all ranks

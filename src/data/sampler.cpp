@@ -6,13 +6,6 @@
 
 namespace zt {
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 FeistelPermutation::FeistelPermutation(uint64_t n, uint64_t key) : n_(n), key_(key), half_bits_(1) {
   ZT_CHECK(n > 0, "empty permutation");
   while ((uint64_t(1) << (2 * half_bits_)) < n) ++half_bits_;

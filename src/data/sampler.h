@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "core/hash.h"  // mix64 (model/gpt2_layout.cpp still reaches it through this header)
 #include "data/token_shard.h"
 
 namespace zt {
@@ -28,9 +29,6 @@ class FeistelPermutation {
   uint64_t n_, key_;
   int half_bits_;
 };
-
-/// splitmix64: the hash behind every seeded choice (permutations, initialisation).
-uint64_t mix64(uint64_t x);
 
 class DistributedSampler {
  public:

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "data/sampler.h"
+#include "core/hash.h"
 
 namespace zt {
 
