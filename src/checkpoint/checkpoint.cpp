@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/regular_file.h"
 #include "core/timer.h"
+#include "model/gpt2_layout.h"
 #include "zero/partition.h"
 
 namespace zt {

@@ -25,6 +25,11 @@
 
 namespace zt {
 
+/// 4 Mi elements. Open MPI 4.1's shared-memory reduce-scatter took 566 ms for 200 MB in 50 M
+/// element pieces and 115-125 ms in 4 M pieces on the 2-core test machine (all-reduce: 331 vs
+/// 115 ms), so buckets are reduced in pieces of at most this size (zero_estimate sizes them so).
+inline constexpr size_t kMpiMaxCollectiveElements = size_t(4) << 20;
+
 class MpiComm final : public HostComm {
  public:
   /// Duplicates `parent` (MPI_COMM_WORLD, or MPI_COMM_SELF for a one-rank reference).
@@ -34,10 +39,7 @@ class MpiComm final : public HostComm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
-  /// 4 Mi elements. Open MPI 4.1's shared-memory reduce-scatter took 566 ms for 200 MB in 50 M
-  /// element pieces and 115-125 ms in 4 M pieces on the 2-core test machine (all-reduce: 331 vs
-  /// 115 ms), so buckets are reduced in pieces of at most this size.
-  size_t max_collective_elements() const override { return size_t(4) << 20; }
+  size_t max_collective_elements() const override { return kMpiMaxCollectiveElements; }
 
   std::shared_ptr<Work> all_reduce(void* buffer, size_t count, DType dtype) override;
   std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, const std::vector<size_t>& recv_counts,

@@ -38,6 +38,7 @@ Gpt2Layout::Gpt2Layout(const ModelConfig& config) : config_(config) {
   add("transformer.ln_f.weight", {C}, config.n_layer + 1, ParamInit::kOnes);
   lnf_bias_offset_ = add("transformer.ln_f.bias", {C}, config.n_layer + 1, ParamInit::kZeros) - lnf_base;
   unit_offsets_.push_back(flat_size_);
+  tied_unit_ = embedding_unit();  // wte is the lm_head too
   ZT_CHECK(int64_t(num_params_) == config.num_params(), "layout and ModelConfig::num_params disagree");
 }
 
@@ -56,10 +57,8 @@ size_t Gpt2Layout::add(const std::string& name, std::vector<int64_t> shape, int 
   return params_.back().offset;
 }
 
-size_t Gpt2Layout::max_unit_size() const {
-  size_t m = 0;
-  for (int u = 0; u < num_units(); ++u) m = std::max(m, unit_size(u));
-  return m;
+void Gpt2Layout::init(uint64_t seed, float* out, size_t begin, size_t end) const {
+  init_gpt2_params(*this, seed, out, begin, end);
 }
 
 const ParamInfo& Gpt2Layout::find(const std::string& name) const {

@@ -1,11 +1,11 @@
 // The GPT-2 parameter registry: HF names and shapes, grouped into units, and each parameter's
 // offset in the flat buffer that holds the whole model.
 //
-// Units are what the ZeRO engine gathers, releases and reduces as one piece:
+// Units (ParamLayout) are what the ZeRO engine gathers, releases and reduces as one piece:
 //   unit 0          transformer.wte.weight [V, C], transformer.wpe.weight [P, C]
 //   unit 1 + l      transformer.h.<l>.*  (12 tensors, HF's order)
 //   unit L + 1      transformer.ln_f.weight, transformer.ln_f.bias
-// The lm_head is tied to wte and has no storage of its own. Every parameter starts on a
+// The lm_head is tied to wte and has no storage of its own: unit 0 is the tied unit. Every parameter starts on a
 // multiple of kParamAlignment elements (64 bytes in fp32) so SIMD loads of a tensor are aligned;
 // the padding is zero and stays zero.
 #pragma once
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config/model_config.h"
+#include "model/param_layout.h"
 
 namespace zt {
 
@@ -37,24 +38,15 @@ struct BlockOffsets {
   size_t ln1_w, ln1_b, attn_w, attn_b, attn_proj_w, attn_proj_b, ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
 };
 
-class Gpt2Layout {
+class Gpt2Layout final : public ParamLayout {
  public:
   explicit Gpt2Layout(const ModelConfig& config);
 
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamInfo>& params() const { return params_; }
-  /// Ψ: parameters without padding.
-  size_t num_params() const { return num_params_; }
-  /// Elements in the flat buffer, padding included.
-  size_t flat_size() const { return flat_size_; }
-
-  int num_units() const { return config_.n_layer + 2; }
   int embedding_unit() const { return 0; }
   int block_unit(int layer) const { return 1 + layer; }
   int final_norm_unit() const { return config_.n_layer + 1; }
-  size_t unit_offset(int unit) const { return unit_offsets_[unit]; }
-  size_t unit_size(int unit) const { return unit_offsets_[unit + 1] - unit_offsets_[unit]; }
-  size_t max_unit_size() const;
 
   /// Offsets inside unit 0: wte at 0, wpe after it.
   size_t wpe_offset() const { return wpe_offset_; }
@@ -66,13 +58,15 @@ class Gpt2Layout {
   /// The parameter with this HF name; throws UsageError when there is none.
   const ParamInfo& find(const std::string& name) const;
 
+  /// init_gpt2_params.
+  void init(uint64_t seed, float* out, size_t begin, size_t end) const override;
+
  private:
   size_t add(const std::string& name, std::vector<int64_t> shape, int unit, ParamInit init);
 
   ModelConfig config_;
   std::vector<ParamInfo> params_;
-  std::vector<size_t> unit_offsets_;
-  size_t num_params_ = 0, flat_size_ = 0, wpe_offset_ = 0, lnf_bias_offset_ = 0;
+  size_t wpe_offset_ = 0, lnf_bias_offset_ = 0;
   BlockOffsets block_{};
 };
 

@@ -16,7 +16,31 @@ size_t pieces_for(size_t count, int64_t sub_group_size) {
   return std::max<size_t>(2048, (piece + 2047) / 2048 * 2048);
 }
 
+/// File bytes per piece: [master | exp_avg | exp_avg_sq], aligned for O_DIRECT.
+size_t slot_bytes_for(size_t piece_elements) { return align_up(3 * piece_elements * sizeof(float)); }
+
+/// NVMe swap buffers: a pipeline of buffer_count, never more than the pieces (+2) can use.
+size_t swap_buffers_for(const OffloadConfig& config, size_t pieces) {
+  return size_t(std::min<int64_t>(config.buffer_count, int64_t(pieces) + 2));
+}
+
 }  // namespace
+
+OffloadFootprint OptimizerOffload::footprint(const OffloadConfig& config, size_t count, size_t sub_group_size,
+                                             DType param_dtype) {
+  OffloadFootprint f;
+  if (count == 0) return f;
+  const size_t piece = pieces_for(count, int64_t(sub_group_size)), pieces = (count + piece - 1) / piece;
+  f.buffers = 2 * piece * dtype_size(param_dtype);  // the double-buffered parameter staging
+  if (config.device == OffloadConfig::Device::kCpu) {
+    f.host_state = 3 * count * sizeof(float);
+  } else {
+    const size_t slot = slot_bytes_for(piece);
+    f.nvme = align_up(slot * pieces);  // SwapFile's size
+    f.buffers += swap_buffers_for(config, pieces) * slot;
+  }
+  return f;
+}
 
 OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config, const AioConfig& aio, size_t count,
                                    size_t sub_group_size, DType param_dtype, int rank)
@@ -36,11 +60,11 @@ OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config
       throw UsageError(cat(key, ".buffer_count: ", config.buffer_count,
                            " is too few for NVMe: one piece is read, one stepped and one written at a time (need >= 3)"));
     }
-    slot_bytes_ = align_up(3 * piece_elements_ * sizeof(float));
+    slot_bytes_ = slot_bytes_for(piece_elements_);
     file_ = std::make_unique<SwapFile>(config.nvme_path, cat("rank", rank, "-optimizer"), slot_bytes_ * piece_count(),
                                        key + ".nvme_path");
     aio_ = std::make_unique<AioEngine>(aio);
-    buffers_.resize(size_t(std::min<int64_t>(config.buffer_count, int64_t(piece_count()) + 2)));
+    buffers_.resize(swap_buffers_for(config, piece_count()));
     for (SwapBuffer& b : buffers_) b.data = DeviceArray<unsigned char>(backend, slot_bytes_, host_pool_);
     // Nothing to write yet: reserved (fallocated) blocks read back as zeros, which is what fresh
     // moments are, and the engine's init or load writes every piece before the first step.

@@ -41,8 +41,20 @@ enum class SwapMode { kRead, kWrite, kReadWrite };
 /// buffer is reused once that has run) or copies at once.
 using ParamSink = std::function<void(size_t lo, size_t n, const void* src, Stream& stream)>;
 
+/// What an offload component allocates, by where it lives (zero_estimate sizes a run from these;
+/// the same rules size the real allocations).
+struct OffloadFootprint {
+  size_t host_state = 0;  ///< state kept in host memory (the component's host pool)
+  size_t nvme = 0;        ///< bytes of its swap file
+  size_t buffers = 0;     ///< swap and staging buffers (host pool)
+};
+
 class OptimizerOffload {
  public:
+  /// What an OptimizerOffload with these arguments allocates.
+  static OffloadFootprint footprint(const OffloadConfig& config, size_t count, size_t sub_group_size,
+                                    DType param_dtype);
+
   /// `count` elements of state for this rank (`rank` names its swap file).
   OptimizerOffload(Backend& backend, const OffloadConfig& config, const AioConfig& aio, size_t count,
                    size_t sub_group_size, DType param_dtype, int rank);

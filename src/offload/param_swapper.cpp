@@ -11,13 +11,39 @@ namespace {
 
 size_t align_down(size_t x, size_t a) { return x / a * a; }
 
+// Whole pages stay in memory, so every file offset is page-aligned for O_DIRECT.
+size_t resident_for(const OffloadConfig& config, size_t count, DType dtype) {
+  return std::min(count, align_down(size_t(config.max_in_cpu), kDirectAlignment / dtype_size(dtype)));
+}
+
+size_t file_bytes_for(size_t count, size_t resident, size_t elem) {
+  return count > resident ? (align_up(count, kDirectAlignment / elem) - resident) * elem : 0;
+}
+
+// A read buffer holds the largest slice with room to align both ends for O_DIRECT.
+size_t read_buffer_bytes(size_t largest_slice, size_t elem) {
+  return align_up(largest_slice * elem) + 3 * kDirectAlignment;
+}
+
 }  // namespace
+
+OffloadFootprint ParamSwapper::footprint(const OffloadConfig& config, size_t count, DType dtype,
+                                         size_t largest_slice) {
+  OffloadFootprint f;
+  const size_t elem = dtype_size(dtype), resident = resident_for(config, count, dtype);
+  f.host_state = resident * elem;
+  const size_t file = file_bytes_for(count, resident, elem);
+  if (file > 0) {
+    f.nvme = align_up(file);  // SwapFile's size
+    f.buffers = size_t(config.buffer_count) * read_buffer_bytes(largest_slice, elem);
+  }
+  return f;
+}
 
 ParamSwapper::ParamSwapper(Backend& backend, const OffloadConfig& config, const AioConfig& aio, size_t count,
                            DType dtype, size_t largest_slice, int rank)
     : backend_(backend), dtype_(dtype), elem_(dtype_size(dtype)), count_(count),
-      // Whole pages stay in memory, so every file offset is page-aligned for O_DIRECT.
-      resident_(std::min(count, align_down(size_t(config.max_in_cpu), kDirectAlignment / dtype_size(dtype)))),
+      resident_(resident_for(config, count, dtype)),
       capacity_(largest_slice) {
   const std::string key = "zero_optimization.offload_param";
   if (size_t(config.buffer_size) < largest_slice) {
@@ -27,13 +53,12 @@ ParamSwapper::ParamSwapper(Backend& backend, const OffloadConfig& config, const 
   const Pool pool = config.pin_memory ? Pool::kPinned : Pool::kHost;
   resident_data_ = DeviceArray<unsigned char>(backend, resident_ * elem_, pool);
   if (count_ > resident_) {
-    const size_t padded = align_up(count_, kDirectAlignment / elem_);
-    file_ = std::make_unique<SwapFile>(config.nvme_path, cat("rank", rank, "-params"), (padded - resident_) * elem_,
+    file_ = std::make_unique<SwapFile>(config.nvme_path, cat("rank", rank, "-params"), file_bytes_for(count_, resident_, elem_),
                                        key + ".nvme_path");
     aio_ = std::make_unique<AioEngine>(aio);
     buffers_.resize(size_t(config.buffer_count));
     for (Buffer& b : buffers_) {
-      b.data = DeviceArray<unsigned char>(backend, align_up(capacity_ * elem_) + 3 * kDirectAlignment, pool);
+      b.data = DeviceArray<unsigned char>(backend, read_buffer_bytes(capacity_, elem_), pool);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "backend/device_array.h"
 #include "config/ds_config.h"
 #include "offload/aio_engine.h"
+#include "offload/optimizer_offload.h"
 #include "offload/param_store.h"
 #include "offload/swap_file.h"
 
@@ -21,6 +22,10 @@ namespace zt {
 
 class ParamSwapper final : public ParamStore {
  public:
+  /// What a ParamSwapper with these arguments allocates: the resident elements in host memory,
+  /// the rest in the file, and its read buffers when it has a file.
+  static OffloadFootprint footprint(const OffloadConfig& config, size_t count, DType dtype, size_t largest_slice);
+
   /// `count` elements of `dtype`; `largest_slice`: the most elements one acquire asks for (a
   /// UsageError if buffer_size is smaller).
   ParamSwapper(Backend& backend, const OffloadConfig& config, const AioConfig& aio, size_t count, DType dtype,

@@ -91,7 +91,7 @@ StateSource starting_state(Setup& setup, const Gpt2Layout& layout, uint64_t seed
             ckpt.engine_state()};
   }
   if (setup.pretrained) return pretrained_source(*setup.pretrained, layout);
-  return gpt2_init_source(layout, seed);
+  return init_source(layout, seed);
 }
 
 // What DeepSpeed's monitors get after step k (train/monitor.h), indexed by the samples seen so

@@ -4,11 +4,14 @@
 #include <cmath>
 #include <cstdio>
 
+#include "comm/mpi_comm.h"
 #include "core/error.h"
-#include "model/gpt2_layout.h"
-#include "offload/swap_file.h"
-#include "zero/param_gatherer.h"
-#include "zero/partition.h"
+#include "model/model_memory.h"
+#include "zero/gradient_reducer.h"
+#include "zero/mixed_precision_buffers.h"
+#include "zero/optimizer_partition.h"
+#include "zero/parameter_coordinator.h"
+#include "zero/zero_plan.h"
 
 namespace zt {
 
@@ -110,141 +113,53 @@ std::string deepspeed_table(int stage, double total, double largest, int gpus_pe
   return out;
 }
 
-int64_t largest_layer_params(const ModelConfig& m) {
-  const int64_t C = m.n_embd, V = m.vocab_size, P = m.n_positions;
-  return std::max({V * C, P * C, 3 * C * C + 3 * C, 4 * C * C + 4 * C, 4 * C * C + C});
-}
-
 // ---- this engine ----
 
-namespace {
-
-// The transport's largest collective (MpiComm cuts collectives into 4 Mi-element pieces).
-constexpr size_t kCollectivePiece = size_t(4) << 20;
-
-size_t round_up(size_t x, size_t q) { return (x + q - 1) / q * q; }
-
-}  // namespace
-
+// Every line below is a component's own size function, for the plan the engine would make: the
+// arithmetic lives with the allocation it describes.
 MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config, const RunShape& run) {
-  const Gpt2Layout layout(model);
-  const PartitionMap part(layout.flat_size(), run.world_size);
-  const ZeroConfig& z = config.zero;
-  const int stage = z.stage;
-  const DType dtype = config.param_dtype();
-  const size_t e = dtype_size(dtype), ce = dtype_size(config.communication_data_type.value_or(dtype));
-  const size_t padded = part.padded_size, psize = part.partition_size;
-  const bool sixteen = dtype != DType::kF32;
+  const std::unique_ptr<ParamLayout> layout = make_param_layout(model);
+  const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0);
   MemoryEstimate est;
   auto add = [&](Pool p, size_t bytes) { est.by_pool[int(p)] += bytes; };
+  est.offloaded_param_pool = config.zero.offload_param.pin_memory ? Pool::kPinned : Pool::kHost;
 
-  // Model states (ZeroEngine's constructor).
-  const OffloadConfig& off = z.offload_optimizer;
-  const OffloadConfig& off_param = z.offload_param;
-  const size_t opt_count = stage == 0 ? padded : psize;
-  const size_t offloaded = off.enabled() ? size_t(std::llround(double(opt_count) * off.ratio)) : 0;
-  const size_t device_count = opt_count - offloaded;
-  const bool grads_on_host = stage == 3 && offloaded > 0 && device_count == 0;
-  const bool params_on_host = stage == 3 && off_param.enabled();
-  const bool params_on_nvme = params_on_host && off_param.device == OffloadConfig::Device::kNvme;
-  const size_t params_bytes = (stage == 3 ? psize : padded) * e, grads_bytes = (stage >= 2 ? psize : padded) * e;
-  est.offloaded_param_pool = off_param.pin_memory ? Pool::kPinned : Pool::kHost;
-  est.offloaded_optimizer_pool = off.pin_memory ? Pool::kPinned : Pool::kHost;
-  const Pool opt_pool = est.offloaded_optimizer_pool;
-
-  bool param_file = false;  // offload_param nvme with more than max_in_cpu elements
+  // Model states: the 16-bit buffers, wherever the plan puts them.
+  const MixedPrecisionBuffers::Bytes mp = MixedPrecisionBuffers::sizes(plan, *layout);
   ModelStateBytes& dev = est.device_states;
   ModelStateBytes& moved = est.offloaded_states;
-  if (!params_on_host) {
-    dev.params = params_bytes;
-    add(Pool::kDevice, params_bytes);
-  } else if (!params_on_nvme) {
-    moved.params = params_bytes;
-    add(est.offloaded_param_pool, params_bytes);
-  } else {
-    // ParamSwapper: whole pages of max_in_cpu in memory, the rest in the swap file.
-    const size_t page = kDirectAlignment / e;
-    const size_t resident = std::min(psize, size_t(off_param.max_in_cpu) / page * page);
-    const size_t file = psize > resident ? align_up((round_up(psize, page) - resident) * e) : 0;
-    moved.params = resident * e + file;
-    param_file = file > 0;
-    add(est.offloaded_param_pool, resident * e);
-    add(Pool::kNvme, file);
-  }
-  if (!grads_on_host) {
-    dev.grads = grads_bytes;
-    add(Pool::kDevice, grads_bytes);
-  } else {
-    moved.grads = grads_bytes;
-    add(opt_pool, grads_bytes);
-  }
-  dev.master = sixteen ? device_count * 4 : 0;
-  dev.exp_avg = dev.exp_avg_sq = device_count * 4;
+  (plan.params_on_host ? moved.params : dev.params) = mp.params;
+  add(plan.param_pool, mp.params);
+  (plan.grads_on_host ? moved.grads : dev.grads) = mp.grads;
+  add(plan.grad_pool, mp.grads);
+  // Stage 3's parameter store: ParamSwapper's resident part, file and read buffers (nvme).
+  const OffloadFootprint store = PartitionedParameterCoordinator::store_footprint(plan, *layout, config);
+  moved.params += store.host_state + store.nvme;
+  add(est.offloaded_param_pool, store.host_state + store.buffers);
+  add(Pool::kNvme, store.nvme);
+  // The optimizer partition: master and moments on the device, the offloaded part's state.
+  const OptimizerPartition::Bytes opt = OptimizerPartition::sizes(plan, config);
+  est.offloaded_optimizer_pool = opt.host_pool;
+  dev.master = opt.device.master;
+  dev.exp_avg = opt.device.exp_avg;
+  dev.exp_avg_sq = opt.device.exp_avg_sq;
   add(Pool::kDevice, dev.master + dev.exp_avg + dev.exp_avg_sq);
-  if (offloaded > 0) {
-    if (!grads_on_host) {  // the host copy the CPU Adam reads
-      moved.grads = offloaded * e;
-      add(opt_pool, moved.grads);
-    }
-    // OptimizerOffload: pieces of whole 2048-element multiples.
-    const size_t piece = std::max<size_t>(2048, round_up(std::min(offloaded, size_t(z.sub_group_size)), 2048));
-    est.offload_buffers += 2 * piece * e;  // the double-buffered staging of updated parameters
-    if (off.device == OffloadConfig::Device::kCpu) {
-      moved.master = moved.exp_avg = moved.exp_avg_sq = offloaded * 4;
-      add(opt_pool, 3 * offloaded * 4);
-    } else {
-      const size_t pieces = (offloaded + piece - 1) / piece, slot = align_up(3 * piece * 4);
-      moved.master = moved.exp_avg = moved.exp_avg_sq = slot * pieces / 3;
-      add(Pool::kNvme, slot * pieces);
-      est.offload_buffers += std::min<size_t>(size_t(off.buffer_count), pieces + 2) * slot;
-    }
-  }
-  add(opt_pool, est.offload_buffers);
-  if (param_file) {  // ParamSwapper's read buffers, sized for the largest slice a rank reads
-    size_t largest_slice = 0;  // the worst rank's
-    for (int r = 0; r < run.world_size; ++r) largest_slice = std::max(largest_slice, largest_owned_slice(layout, part, r));
-    const size_t bytes = size_t(off_param.buffer_count) * (align_up(largest_slice * e) + 3 * kDirectAlignment);
-    est.offload_buffers += bytes;
-    add(est.offloaded_param_pool, bytes);
-  }
+  moved.master = opt.offloaded.master;
+  moved.exp_avg = opt.offloaded.exp_avg;
+  moved.exp_avg_sq = opt.offloaded.exp_avg_sq;
+  if (!plan.grads_on_host) moved.grads += opt.offloaded.grads;
+  add(opt.host_pool, opt.host + opt.buffers);
+  add(Pool::kNvme, opt.nvme);
+  est.offload_buffers = opt.buffers + store.buffers;
 
-  // Device buffers.
-  size_t other_unit = 0;
-  for (int u = 1; u < layout.num_units(); ++u) other_unit = std::max(other_unit, layout.unit_size(u));
-  const size_t unit0 = layout.unit_size(0);
-  if (stage >= 2) {  // GradBucketer: two buckets, send (+ receive with reduce_scatter)
-    const size_t cap = std::min({size_t(z.reduce_bucket_size), padded, kCollectivePiece});
-    est.buckets = 2 * (cap * ce + (z.reduce_scatter ? std::min(cap, psize) * ce : 0));
-  } else if (run.world_size > 1) {  // stage 0/1 reduction staging
-    const size_t chunk = std::min({size_t(z.reduce_bucket_size), padded, kCollectivePiece});
-    const size_t send = ce != e ? chunk : 0, recv = stage == 1 ? std::min(chunk, psize) : 0;
-    est.buckets = (send + recv) * ce;
-  }
-  if (sixteen && stage < 3) est.working += (unit0 + 2 * other_unit) * 4;  // fp32 copies of weights
-  if (sixteen || stage >= 2) est.working += (unit0 + other_unit) * 4;     // fp32 unit gradients
-  if (stage == 3) {
-    // Gathered units (16-bit, plus an fp32 copy in mixed precision): at most
-    // stage3_max_live_parameters at once, and with the default reuse distance every unit stays
-    // gathered until the step. Freed buffers are kept for reuse by size, so up to one more unit's
-    // worth may be allocated than is live.
-    const size_t cap = size_t(std::min<int64_t>(z.stage3_max_live_parameters, int64_t(layout.flat_size())));
-    const size_t live = std::min(cap < layout.flat_size() ? cap + layout.max_unit_size() : cap, layout.flat_size());
-    est.gather = live * (e + (sixteen ? 4 : 0));
-  }
+  // Device buffers: buckets, working copies, gathered units (the worst case), activations.
+  est.buckets = GradientReducer::buffer_bytes(plan, config.zero, kMpiMaxCollectiveElements);
+  est.working = mp.working;
+  est.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero);
   add(Pool::kDevice, est.buckets + est.working + est.gather);
-
-  // Activations (Gpt2Model, fp32), sized for the larger of the train and eval batches. Per block
-  // (kept for all L, or for one with checkpointing, which recomputes): ln1, qkv, attention output,
-  // residual, ln2 (7C per token), the MLP's two 4C intermediates, four layernorm statistics per
-  // token and the attention probabilities (H T per token). Plus every block's input, ln_f, the
-  // logits and losses, and backward's scratch (14C per token).
-  const size_t B = size_t(std::max(run.micro_batch, run.eval_batch)), T = size_t(run.seq_len);
-  const size_t BT = B * T, C = size_t(model.n_embd), V = size_t(model.vocab_size), H = size_t(model.n_head);
-  const size_t per_block = BT * 15 * C + 4 * BT + B * H * T * T;
-  const size_t kept_blocks = run.gradient_checkpointing ? 1 : size_t(model.n_layer);
-  const size_t elements = (size_t(model.n_layer) + 1) * BT * C + kept_blocks * per_block + BT * C + 3 * BT +
-                          BT * V + 14 * BT * C;
-  est.activations = elements * 4;
+  // Activations are sized for the larger of the train and eval batches.
+  est.activations = activation_bytes(model, size_t(std::max(run.micro_batch, run.eval_batch)), size_t(run.seq_len),
+                                     run.gradient_checkpointing);
   add(Pool::kDevice, est.activations);
   return est;
 }

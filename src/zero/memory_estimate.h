@@ -5,9 +5,11 @@
 //    our tool against the one they know.
 // 2. What this engine will allocate per rank for a given model, config and batch: model states by
 //    kind and where they live (device, host, pinned, NVMe), the temporary buffers (buckets,
-//    gathered parameters, working copies, swap buffers) and the activations. It follows the
-//    engine's own allocation rules (ZeroEngine, GradBucketer, ParamGatherer, OptimizerOffload,
-//    ParamSwapper, Gpt2Model); a test runs the trainer and compares.
+//    gathered parameters, working copies, swap buffers) and the activations, as the sum of the
+//    size functions of the engine's components (MixedPrecisionBuffers, GradientReducer,
+//    PartitionedParameterCoordinator, OptimizerPartition, and through them OptimizerOffload and
+//    ParamSwapper) for the plan the engine would make, and the model's own activation count. A
+//    test runs the trainer and compares.
 #pragma once
 
 #include <array>
@@ -18,7 +20,8 @@
 #include "config/ds_config.h"
 #include "config/model_config.h"
 #include "core/memory_pool.h"
-#include "zero/engine.h"
+#include "model/model_memory.h"
+#include "zero/model_states.h"
 
 namespace zt {
 
@@ -39,9 +42,6 @@ std::vector<DeepSpeedEstimateRow> deepspeed_zero3_rows(double total_params, doub
 /// The text estimate_zero{2,3}_model_states_mem_needs_all_cold prints.
 std::string deepspeed_table(int stage, double total_params, double largest_layer_params, int gpus_per_node,
                             int num_nodes, double additional_buffer_factor);
-/// DeepSpeed's "largest layer": the most parameters held directly by one module of the HF model
-/// (for GPT-2 the token embedding, or the MLP's first Linear when n_embd is large).
-int64_t largest_layer_params(const ModelConfig& model);
 
 // ---- this engine ----
 

@@ -1,6 +1,6 @@
 // How the flat model buffer is split across ranks: the one place that states the arithmetic.
 //
-// The flat buffer (Gpt2Layout::flat_size elements, each tensor 16-element aligned) is padded up
+// The flat buffer (ParamLayout::flat_size elements, each tensor 16-element aligned) is padded up
 // to a multiple of world_size x kPartitionAlignment, then cut into world_size equal, contiguous
 // partitions; rank r owns [r P, (r + 1) P). The padding keeps every partition the same size (so a
 // plain reduce-scatter/all-gather of the whole buffer is legal) and every partition start

@@ -38,8 +38,10 @@ for i in $(seq "$pairs"); do
     bin=build/release/tests/bench/bench_zero_stages
     [[ $side == before ]] && bin=$before_bin
     # shellcheck disable=SC2086
-    line=$(mpirun -np "$ranks" --oversubscribe -x OMP_NUM_THREADS="$threads" "$bin" $args |
-           grep '^RESULT') || { echo "bench_backend_contract: the $side run failed" >&2; exit 1; }
+    # bench_zero_stages exits 1 when its own per-stage targets (against stage 0) are missed; this
+    # benchmark compares before with after only, so it needs the RESULT line, not that verdict.
+    out=$(mpirun -np "$ranks" --oversubscribe -x OMP_NUM_THREADS="$threads" "$bin" $args) || true
+    line=$(grep '^RESULT' <<<"$out") || { echo "bench_backend_contract: the $side run failed" >&2; exit 1; }
     echo "$side $line" | tee -a "$runs"
   done
 done

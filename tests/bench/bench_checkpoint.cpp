@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/self_comm.h"
 #include "core/timer.h"
+#include "model/gpt2_layout.h"
 #include "zero/engine.h"
 
 using namespace zt;

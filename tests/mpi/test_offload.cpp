@@ -14,6 +14,7 @@
 #include "comm/mpi_comm.h"
 #include "core/error.h"
 #include "core/memory_pool.h"
+#include "model/gpt2_layout.h"
 #include "zero/engine.h"
 #include "zero_test_harness.h"
 

@@ -6,6 +6,7 @@
 
 #include "config/sizes.h"
 #include "core/error.h"
+#include "model/gpt2_layout.h"
 #include "zero/memory_estimate.h"
 #include "zero/recommender.h"
 

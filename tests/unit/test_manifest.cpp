@@ -18,6 +18,7 @@
 #include "checkpoint/manifest.h"
 #include "comm/self_comm.h"
 #include "core/error.h"
+#include "model/gpt2_layout.h"
 #include "zero/engine.h"
 #include "zero/partition.h"
 

@@ -1,4 +1,4 @@
-#include "zero/param_gatherer.h"
+#include "zero/parameter_coordinator.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 
 namespace zt {
 
-size_t largest_owned_slice(const Gpt2Layout& layout, const PartitionMap& partition, int rank) {
+size_t largest_owned_slice(const ParamLayout& layout, const PartitionMap& partition, int rank) {
   size_t largest = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
     const size_t lo = std::max(layout.unit_offset(u), partition.begin(rank));
@@ -16,15 +16,50 @@ size_t largest_owned_slice(const Gpt2Layout& layout, const PartitionMap& partiti
   return largest;
 }
 
-ParamGatherer::ParamGatherer(const Gpt2Layout& layout, Backend& backend, DataComm& comm,
-                             const PartitionMap& partition, DType dtype, ParamStore& store,
-                             const ZeroConfig& config)
-    : layout_(layout), backend_(backend), comm_(comm), partition_(partition), dtype_(dtype),
-      store_(store),
-      max_live_(size_t(config.stage3_max_live_parameters)),
-      prefetch_limit_(size_t(config.stage3_prefetch_bucket_size)),
-      max_reuse_(size_t(config.stage3_max_reuse_distance)),
-      persistence_(size_t(config.stage3_param_persistence_threshold)) {
+size_t PartitionedParameterCoordinator::gather_bytes(const ZeroPlan& plan, const ParamLayout& layout,
+                                                    const ZeroConfig& config) {
+  if (plan.stage != 3) return 0;
+  const size_t flat = layout.flat_size();
+  const size_t cap = size_t(std::min<int64_t>(config.stage3_max_live_parameters, int64_t(flat)));
+  // Freed buffers are kept for reuse by size, so up to one more unit's worth may be allocated
+  // than is live.
+  const size_t live = std::min(cap < flat ? cap + layout.max_unit_size() : cap, flat);
+  return live * (plan.elem() + (plan.dtype != DType::kF32 ? sizeof(float) : 0));
+}
+
+OffloadFootprint PartitionedParameterCoordinator::store_footprint(const ZeroPlan& plan, const ParamLayout& layout,
+                                                                  const DsConfig& config) {
+  if (!plan.params_on_nvme) return {};
+  size_t largest_slice = 0;  // the worst rank's, so that the estimate holds for every rank
+  for (int r = 0; r < plan.world; ++r) {
+    largest_slice = std::max(largest_slice, largest_owned_slice(layout, plan.partition, r));
+  }
+  return ParamSwapper::footprint(config.zero.offload_param, plan.partition.partition_size, plan.dtype, largest_slice);
+}
+
+namespace {
+
+std::unique_ptr<ParamStore> make_store(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend,
+                                       void* params, const DsConfig& config) {
+  if (!plan.params_on_nvme) return std::make_unique<HostParamStore>(params, plan.dtype, backend);
+  return std::make_unique<ParamSwapper>(backend, config.zero.offload_param, config.aio, plan.partition.partition_size,
+                                        plan.dtype, largest_owned_slice(layout, plan.partition, plan.rank),
+                                        plan.rank);
+}
+
+}  // namespace
+
+PartitionedParameterCoordinator::PartitionedParameterCoordinator(const ZeroPlan& plan, const ParamLayout& layout,
+                                                                 Backend& backend, DataComm& comm, void* params,
+                                                                 const DsConfig& config)
+    : layout_(layout), backend_(backend), comm_(comm), partition_(plan.partition), dtype_(plan.dtype),
+      store_owner_(make_store(plan, layout, backend, params, config)),
+      swapper_(plan.params_on_nvme ? static_cast<ParamSwapper*>(store_owner_.get()) : nullptr),
+      store_(*store_owner_),
+      max_live_(size_t(config.zero.stage3_max_live_parameters)),
+      prefetch_limit_(size_t(config.zero.stage3_prefetch_bucket_size)),
+      max_reuse_(size_t(config.zero.stage3_max_reuse_distance)),
+      persistence_(size_t(config.zero.stage3_param_persistence_threshold)) {
   const size_t largest = layout.max_unit_size();
   if (largest > max_live_) {
     throw UsageError(cat("zero_optimization.stage3_max_live_parameters (", max_live_,
@@ -33,10 +68,28 @@ ParamGatherer::ParamGatherer(const Gpt2Layout& layout, Backend& backend, DataCom
   }
 }
 
-bool ParamGatherer::persistent(int unit) const { return layout_.unit_size(unit) <= persistence_; }
+OffloadFootprint PartitionedParameterCoordinator::store_bytes() const {
+  OffloadFootprint f;
+  if (!swapper_) return f;
+  f.host_state = swapper_->host_bytes();
+  f.nvme = swapper_->nvme_bytes();
+  f.buffers = swapper_->buffer_bytes();
+  return f;
+}
+
+void PartitionedParameterCoordinator::gather_params(size_t lo, size_t hi, void* out) {
+  const int rank = comm_.rank();
+  const size_t begin = partition_.begin(rank), end = partition_.end(rank);
+  const size_t a = std::min(std::max(lo, begin), end), b = std::max(std::min(hi, end), a);
+  const void* mine = store_.acquire(a - begin, b - begin);
+  comm_.all_gather(mine, out, partition_.split(lo, hi), dtype_, backend_.compute_stream())->synchronize();
+  store_.release(mine);
+}
+
+bool PartitionedParameterCoordinator::persistent(int unit) const { return layout_.unit_size(unit) <= persistence_; }
 
 template <typename T>
-DeviceArray<T> ParamGatherer::take_buffer(size_t count) {
+DeviceArray<T> PartitionedParameterCoordinator::take_buffer(size_t count) {
   auto& pool = [&]() -> auto& {
     if constexpr (std::is_same_v<T, float>) return free_fp32_;
     else return free_raw_;
@@ -52,13 +105,13 @@ DeviceArray<T> ParamGatherer::take_buffer(size_t count) {
 }
 
 template <typename T>
-void ParamGatherer::give_back(DeviceArray<T>&& buffer) {
+void PartitionedParameterCoordinator::give_back(DeviceArray<T>&& buffer) {
   if (buffer.size() == 0) return;
   if constexpr (std::is_same_v<T, float>) free_fp32_.emplace(buffer.size(), std::move(buffer));
   else free_raw_.emplace(buffer.size(), std::move(buffer));
 }
 
-void ParamGatherer::gather(int unit) {
+void PartitionedParameterCoordinator::gather(int unit) {
   const size_t lo = layout_.unit_offset(unit), n = layout_.unit_size(unit), elem = dtype_size(dtype_);
   make_room(n, unit);
   Gathered& g = live_[unit];
@@ -80,7 +133,7 @@ void ParamGatherer::gather(int unit) {
   (void)elem;
 }
 
-std::pair<size_t, size_t> ParamGatherer::owned_slice(int unit) const {
+std::pair<size_t, size_t> PartitionedParameterCoordinator::owned_slice(int unit) const {
   const int rank = comm_.rank();
   const size_t lo = layout_.unit_offset(unit), hi = lo + layout_.unit_size(unit);
   const size_t begin = partition_.begin(rank), end = partition_.end(rank);
@@ -88,7 +141,7 @@ std::pair<size_t, size_t> ParamGatherer::owned_slice(int unit) const {
   return {a - begin, b - begin};
 }
 
-void ParamGatherer::complete(Gathered& g) {
+void PartitionedParameterCoordinator::complete(Gathered& g) {
   if (g.pending) {
     g.pending->wait(backend_.compute_stream());
     // A store that refills its buffer after release needs the gather to have read it.
@@ -99,7 +152,7 @@ void ParamGatherer::complete(Gathered& g) {
   g.source = nullptr;
 }
 
-void ParamGatherer::drop(int unit) {
+void PartitionedParameterCoordinator::drop(int unit) {
   auto it = live_.find(unit);
   if (it == live_.end()) return;
   complete(it->second);
@@ -111,7 +164,7 @@ void ParamGatherer::drop(int unit) {
 
 // Frees gathered units that are not in use, farthest next use first, until `elements` more fit
 // under stage3_max_live_parameters.
-void ParamGatherer::make_room(size_t elements, int keep_unit) {
+void PartitionedParameterCoordinator::make_room(size_t elements, int keep_unit) {
   while (live_elements_ + elements > max_live_) {
     int victim = -1;
     size_t farthest = 0;
@@ -131,7 +184,7 @@ void ParamGatherer::make_room(size_t elements, int keep_unit) {
 
 // Elements gathered between now and the next use of `unit` before the optimizer step (the
 // trace covers one step; after it every copy is stale anyway). "Never" before the trace is known.
-size_t ParamGatherer::distance_to_next_use(int unit) const {
+size_t PartitionedParameterCoordinator::distance_to_next_use(int unit) const {
   if (!trace_complete_) return SIZE_MAX;
   size_t distance = 0;
   for (size_t i = position_; i < trace_.size(); ++i) {
@@ -141,7 +194,7 @@ size_t ParamGatherer::distance_to_next_use(int unit) const {
   return SIZE_MAX;
 }
 
-const float* ParamGatherer::acquire(int unit) {
+const float* PartitionedParameterCoordinator::acquire(int unit) {
   if (!trace_complete_) {
     trace_.push_back(unit);
   } else if (!trace_.empty()) {
@@ -170,7 +223,7 @@ const float* ParamGatherer::acquire(int unit) {
   return g.fp32.data();
 }
 
-void ParamGatherer::prefetch() {
+void PartitionedParameterCoordinator::prefetch() {
   if (!trace_complete_ || trace_.empty()) return;
   size_t ahead = 0;
   for (size_t i = position_; i < trace_.size(); ++i) {  // never past the step: those would be stale
@@ -188,7 +241,7 @@ void ParamGatherer::prefetch() {
   }
 }
 
-void ParamGatherer::release(int unit) {
+void PartitionedParameterCoordinator::release(int unit) {
   auto it = live_.find(unit);
   if (it == live_.end()) return;
   it->second.in_use = false;
@@ -197,7 +250,7 @@ void ParamGatherer::release(int unit) {
   drop(unit);
 }
 
-void ParamGatherer::invalidate() {
+void PartitionedParameterCoordinator::invalidate() {
   while (!live_.empty()) drop(live_.begin()->first);
   if (!trace_.empty()) trace_complete_ = true;
   position_ = 0;

@@ -1,4 +1,5 @@
-// Stage 3 parameters: each rank holds only its partition; a unit's full weights are all-gathered
+// Stage 3 parameters (DeepSpeed's PartitionedParameterCoordinator): each rank holds only its
+// partition, in a ParamStore (device memory, host memory with offload_param cpu, or NVMe); a unit's full weights are all-gathered
 // before use and released after, within DeepSpeed's limits:
 //   stage3_prefetch_bucket_size         elements gathered ahead of use, following the recorded
 //                                       order of units of a micro-step (the trace)
@@ -21,27 +22,45 @@
 #include "backend/device_array.h"
 #include "comm/data_comm.h"
 #include "config/ds_config.h"
+#include "offload/optimizer_offload.h"
 #include "offload/param_store.h"
-#include "model/gpt2_layout.h"
+#include "offload/param_swapper.h"
+#include "model/param_layout.h"
 #include "zero/partition.h"
+#include "zero/zero_plan.h"
 
 namespace zt {
 
 /// The most elements of one unit that `rank` owns: the largest slice it contributes to a gather
 /// (what a parameter store must be able to hand out at once).
-size_t largest_owned_slice(const Gpt2Layout& layout, const PartitionMap& partition, int rank);
+size_t largest_owned_slice(const ParamLayout& layout, const PartitionMap& partition, int rank);
 
-class ParamGatherer {
+class PartitionedParameterCoordinator {
  public:
-  /// `store` holds this rank's parameter partition in `dtype`; it must outlive the gatherer.
-  ParamGatherer(const Gpt2Layout& layout, Backend& backend, DataComm& comm, const PartitionMap& partition,
-                DType dtype, ParamStore& store, const ZeroConfig& config);
+  /// Device bytes of gather buffers at most: stage3_max_live_parameters (or the model) in the
+  /// training dtype, plus an fp32 copy in mixed precision, plus one unit's worth kept for reuse.
+  /// With the default reuse distance every unit stays gathered until the step.
+  static size_t gather_bytes(const ZeroPlan& plan, const ParamLayout& layout, const ZeroConfig& config);
+  /// What the parameter store allocates besides the plan's parameter buffer: ParamSwapper's
+  /// resident part, file and read buffers with offload_param nvme (sized for the worst rank).
+  static OffloadFootprint store_footprint(const ZeroPlan& plan, const ParamLayout& layout, const DsConfig& config);
+
+  /// `params`: the plan's parameter buffer (this rank's partition), unless offload_param is nvme.
+  PartitionedParameterCoordinator(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend, DataComm& comm,
+                                  void* params, const DsConfig& config);
 
   /// The unit's full weights in fp32, valid until release(unit).
   const float* acquire(int unit);
   void release(int unit);
   /// Drops every gathered copy (the partitions changed).
   void invalidate();
+  /// Elements [lo, hi) of the parameters in the training dtype, assembled from every rank's
+  /// partition into host memory `out`. Collective.
+  void gather_params(size_t lo, size_t hi, void* out);
+  /// Where the optimizer writes updated parameters of this rank's partition.
+  ParamStore& store() { return store_; }
+  /// The store's swap file and buffers (zero without offload_param nvme).
+  OffloadFootprint store_bytes() const;
 
   size_t live_elements() const { return live_elements_; }
   size_t peak_live_elements() const { return peak_live_elements_; }
@@ -74,11 +93,13 @@ class ParamGatherer {
   void prefetch();
   bool persistent(int unit) const;
 
-  const Gpt2Layout& layout_;
+  const ParamLayout& layout_;
   Backend& backend_;
   DataComm& comm_;
   PartitionMap partition_;
   DType dtype_;
+  std::unique_ptr<ParamStore> store_owner_;
+  ParamSwapper* swapper_ = nullptr;  // store_owner_ with offload_param nvme
   ParamStore& store_;
   size_t max_live_, prefetch_limit_, max_reuse_, persistence_;
   std::map<int, Gathered> live_;

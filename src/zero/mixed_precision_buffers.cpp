@@ -1,0 +1,115 @@
+#include "zero/mixed_precision_buffers.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+
+// The slots each kind needs: fp32 weight copies in 16-bit training below stage 3 (stage 3's
+// come gathered), fp32 gradient slots unless fp32 stages 0/1 accumulate in place.
+bool needs_weight_slots(const ZeroPlan& plan) { return plan.dtype != DType::kF32 && plan.stage < 3; }
+bool needs_grad_slots(const ZeroPlan& plan) { return plan.dtype != DType::kF32 || plan.stage >= 2; }
+
+// The tied unit's slot, then the others'.
+std::vector<size_t> slot_sizes(const ParamLayout& layout, int others) {
+  std::vector<size_t> sizes{layout.tied_unit() >= 0 ? layout.unit_size(layout.tied_unit()) : 0};
+  for (int i = 0; i < others; ++i) sizes.push_back(layout.max_untied_unit_size());
+  return sizes;
+}
+
+size_t total(const std::vector<size_t>& sizes) {
+  size_t n = 0;
+  for (size_t s : sizes) n += s;
+  return n;
+}
+
+}  // namespace
+
+MixedPrecisionBuffers::Bytes MixedPrecisionBuffers::sizes(const ZeroPlan& plan, const ParamLayout& layout) {
+  Bytes b;
+  b.params = plan.params_on_nvme ? 0 : plan.params_count * plan.elem();
+  b.grads = plan.grads_count * plan.elem();
+  if (needs_weight_slots(plan)) b.working += total(slot_sizes(layout, 2)) * sizeof(float);
+  if (needs_grad_slots(plan)) b.working += total(slot_sizes(layout, 1)) * sizeof(float);
+  return b;
+}
+
+MixedPrecisionBuffers::MixedPrecisionBuffers(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend)
+    : plan_(plan), layout_(layout), backend_(backend), compute_(backend.compute_stream()) {
+  if (!plan.params_on_nvme) params_ = DeviceArray<unsigned char>(backend, plan.params_count * plan.elem(), plan.param_pool);
+  grads_ = DeviceArray<unsigned char>(backend, plan.grads_count * plan.elem(), plan.grad_pool);
+  zero_grads();
+  auto make_slots = [&](std::vector<Slot>& slots, int others) {
+    for (size_t n : slot_sizes(layout, others)) slots.push_back(Slot{-1, DeviceArray<float>(backend, n)});
+  };
+  if (needs_weight_slots(plan)) make_slots(weight_slots_, 2);
+  if (needs_grad_slots(plan)) make_slots(grad_slots_, 1);
+}
+
+float* MixedPrecisionBuffers::working_slot(std::vector<Slot>& slots, int unit, bool& fresh) {
+  fresh = false;
+  if (unit == layout_.tied_unit()) {
+    fresh = slots[0].unit != unit;
+    slots[0].unit = unit;
+    return slots[0].data.data();
+  }
+  for (size_t i = 1; i < slots.size(); ++i) {
+    if (slots[i].unit == unit) return slots[i].data.data();
+  }
+  // Reuse the slot used least recently: slots[1] is always the newest.
+  std::rotate(slots.begin() + 1, slots.end() - 1, slots.end());
+  slots[1].unit = unit;
+  fresh = true;
+  return slots[1].data.data();
+}
+
+const float* MixedPrecisionBuffers::working_weights(int unit) {
+  const size_t offset = layout_.unit_offset(unit);
+  if (weight_slots_.empty()) return reinterpret_cast<const float*>(param_at(offset));  // fp32: in place
+  bool fresh = false;
+  float* slot = working_slot(weight_slots_, unit, fresh);
+  if (fresh) backend_.cast_async(param_at(offset), plan_.dtype, slot, DType::kF32, layout_.unit_size(unit), compute_);
+  return slot;
+}
+
+float* MixedPrecisionBuffers::grad_slot(int unit) {
+  if (grad_slots_.empty()) return reinterpret_cast<float*>(grad_at(layout_.unit_offset(unit)));
+  bool fresh = false;
+  float* slot = working_slot(grad_slots_, unit, fresh);
+  backend_.zero_async(slot, layout_.unit_size(unit) * sizeof(float), compute_);
+  return slot;
+}
+
+float* MixedPrecisionBuffers::finished_grad_slot(int unit) {
+  if (grad_slots_.empty()) return nullptr;
+  bool fresh = false;
+  float* slot = working_slot(grad_slots_, unit, fresh);
+  ZT_CHECK(!fresh, "the gradient of unit ", unit, " finished without a slot (grads_done without grad_accumulator)");
+  return slot;
+}
+
+void MixedPrecisionBuffers::invalidate_weights() {
+  for (auto& s : weight_slots_) s.unit = -1;
+}
+
+void MixedPrecisionBuffers::zero_grads() {
+  const size_t n = grads_.size() / plan_.elem();
+  if (plan_.grads_on_host) {
+    backend_.synchronize(compute_);  // nothing reduces into them any more
+    host_optimizer_ops().zero(grads_.data(), plan_.dtype, n);
+    return;
+  }
+  backend_.optimizer_ops().zero(grads_.data(), plan_.dtype, n);
+}
+
+MixedPrecisionBuffers::Bytes MixedPrecisionBuffers::bytes() const {
+  Bytes b{params_.bytes(), grads_.bytes(), 0};
+  for (const auto& s : weight_slots_) b.working += s.data.bytes();
+  for (const auto& s : grad_slots_) b.working += s.data.bytes();
+  return b;
+}
+
+}  // namespace zt

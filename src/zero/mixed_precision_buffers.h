@@ -1,0 +1,70 @@
+// The mixed-precision buffers of the ZeRO engine: the flat parameters and gradients in the
+// training dtype (DeepSpeed's bit16 groups), and the fp32 working copies the model computes with.
+//
+// The model computes in fp32. In 16-bit training working_weights() hands out an fp32 copy of a
+// unit (stages 0-2; stage 3's come from the parameter coordinator), and a unit's gradient comes
+// back in an fp32 slot that is rounded into the 16-bit accumulator (stages 0, 1) or handed to the
+// gradient reducer (stages 2, 3). In fp32 training at stages 0/1 both point into the flat buffers
+// and nothing is copied. Slots: one for the tied unit (used at both ends of a step), two for the
+// others (the one in use and the next).
+#pragma once
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/device_array.h"
+#include "model/param_layout.h"
+#include "zero/zero_plan.h"
+
+namespace zt {
+
+class MixedPrecisionBuffers {
+ public:
+  struct Bytes {
+    size_t params = 0;   ///< the parameter buffer (0 when ParamSwapper holds the partition)
+    size_t grads = 0;    ///< the gradient buffer
+    size_t working = 0;  ///< fp32 working copies of weights and unit gradients (device)
+  };
+  /// What a MixedPrecisionBuffers for this plan and model allocates.
+  static Bytes sizes(const ZeroPlan& plan, const ParamLayout& layout);
+
+  MixedPrecisionBuffers(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend);
+
+  /// Element `flat` of the flat layout in the parameter / gradient buffer (inside the plan's range).
+  unsigned char* param_at(size_t flat) { return params_.data() + (flat - plan_.params_base) * plan_.elem(); }
+  unsigned char* grad_at(size_t flat) { return grads_.data() + (flat - plan_.grads_base) * plan_.elem(); }
+  void* params() { return params_.data(); }
+
+  /// Stages 0-2: the unit's weights in fp32 on the compute stream, valid until the next step.
+  const float* working_weights(int unit);
+  /// The fp32 slot backward accumulates the unit's gradient into, zeroed on the compute stream
+  /// (the gradient buffer itself in fp32 at stages 0/1).
+  float* grad_slot(int unit);
+  /// The unit's finished gradient slot, or nullptr when it was accumulated in place.
+  float* finished_grad_slot(int unit);
+  /// The weights changed: working copies are stale.
+  void invalidate_weights();
+  /// Zeroes the gradients where they live (device, or host memory at stage 3 with offload).
+  void zero_grads();
+
+  Bytes bytes() const;
+  /// Bytes of the buffers held on the device (what is not in host memory).
+  size_t device_param_bytes() const { return plan_.params_on_host ? 0 : params_.bytes(); }
+  size_t device_grad_bytes() const { return plan_.grads_on_host ? 0 : grads_.bytes(); }
+
+ private:
+  struct Slot {
+    int unit = -1;
+    DeviceArray<float> data;
+  };
+  float* working_slot(std::vector<Slot>& slots, int unit, bool& fresh);
+
+  const ZeroPlan& plan_;
+  const ParamLayout& layout_;
+  Backend& backend_;
+  Stream& compute_;
+  DeviceArray<unsigned char> params_, grads_;
+  std::vector<Slot> weight_slots_, grad_slots_;
+};
+
+}  // namespace zt

@@ -1,0 +1,53 @@
+// The model states as the rest of the program sees them: their sizes by kind (metrics and
+// zero_estimate), the counters and fp32 fields a checkpoint holds, and where a starting state
+// comes from.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "optim/loss_scaler.h"
+
+namespace zt {
+
+/// Model-state bytes per rank, by kind (metrics.jsonl's `model_state_bytes`).
+struct ModelStateBytes {
+  size_t params = 0, grads = 0, master = 0, exp_avg = 0, exp_avg_sq = 0;
+  size_t total() const { return params + grads + master + exp_avg + exp_avg_sq; }
+};
+
+/// Temporary buffers by kind (metrics.jsonl's `buffer_bytes`).
+struct BufferBytes {
+  size_t buckets = 0;  ///< gradient buckets
+  size_t gather = 0;   ///< stage 3 gather buffers allocated so far (gathered, prefetched or kept for reuse)
+  size_t working = 0;  ///< fp32 working copies of 16-bit units and unit gradient slots
+  size_t offload = 0;  ///< NVMe swap buffers and the staging of updated parameters (host)
+};
+
+/// The optimizer's counters, saved in checkpoints next to the tensors.
+struct EngineState {
+  int64_t adam_step = 0;
+  int64_t scheduler_iteration = -1;
+  LossScaler::State scaler{};
+};
+
+/// The fp32 tensors a checkpoint holds, each over the flat layout.
+enum class StateField { kMaster, kExpAvg, kExpAvgSq };
+
+/// Fills out[0, hi - lo) with elements [lo, hi) of a field (hi <= the model's flat size).
+using StateReader = std::function<void(StateField field, size_t lo, size_t hi, float* out)>;
+
+/// What an engine starts from. Every way of building one (fresh initialisation, pretrained
+/// weights, resuming at the same or another layout) goes through ZeroEngine::load with one of
+/// these, so the starting state has a single definition: whatever the source does not carry
+/// starts as the config says, never from a default-constructed EngineState (whose loss scale of
+/// 0 once made every fine-tuning step NaN).
+struct StateSource {
+  StateReader read;                     ///< serves kMaster; the moments too when with_moments
+  bool with_moments = false;            ///< false: exp_avg and exp_avg_sq start at zero
+  std::optional<EngineState> counters;  ///< empty: step 0, the schedule's start, the config's loss scale
+};
+
+}  // namespace zt

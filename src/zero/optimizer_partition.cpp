@@ -1,0 +1,186 @@
+#include "zero/optimizer_partition.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+
+// Stage 3 with the whole range offloaded reduces straight into host memory; otherwise the
+// offloaded range's gradient is copied to the host.
+bool copies_gradients(const ZeroPlan& plan) { return plan.offloaded > 0 && !plan.grads_on_host; }
+
+}  // namespace
+
+OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const DsConfig& config) {
+  Bytes b;
+  const OffloadConfig& off = config.zero.offload_optimizer;
+  b.device.master = plan.has_master() ? plan.device_count * sizeof(float) : 0;
+  b.device.exp_avg = b.device.exp_avg_sq = plan.device_count * sizeof(float);
+  b.host_pool = off.pin_memory ? Pool::kPinned : Pool::kHost;
+  if (plan.offloaded == 0) return b;
+  const OffloadFootprint f =
+      OptimizerOffload::footprint(off, plan.offloaded, size_t(config.zero.sub_group_size), plan.dtype);
+  // Each field is a third of the state, in host memory or in the file.
+  b.offloaded.master = b.offloaded.exp_avg = b.offloaded.exp_avg_sq = (f.host_state + f.nvme) / 3;
+  if (copies_gradients(plan)) b.offloaded.grads = plan.offloaded * plan.elem();
+  b.host = f.host_state + b.offloaded.grads;
+  b.nvme = f.nvme;
+  b.buffers = f.buffers;
+  return b;
+}
+
+OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& config, Backend& backend,
+                                       MixedPrecisionBuffers& buffers, ParamStore* swapped_params)
+    : plan_(plan), backend_(backend), compute_(backend.compute_stream()), ops_(backend.optimizer_ops()),
+      buffers_(buffers), swapped_params_(swapped_params) {
+  if (plan.has_master()) master_ = DeviceArray<float>(backend, plan.device_count);
+  exp_avg_ = DeviceArray<float>(backend, plan.device_count);
+  exp_avg_sq_ = DeviceArray<float>(backend, plan.device_count);
+  ops_.zero(exp_avg_.data(), DType::kF32, plan.device_count);
+  ops_.zero(exp_avg_sq_.data(), DType::kF32, plan.device_count);
+  if (plan.offloaded == 0) return;
+  offload_ = std::make_unique<OptimizerOffload>(backend, config.zero.offload_optimizer, config.aio, plan.offloaded,
+                                                size_t(config.zero.sub_group_size), plan.dtype, plan.rank);
+  if (copies_gradients(plan)) {
+    host_grads_ = DeviceArray<unsigned char>(backend, plan.offloaded * plan.elem(), offload_->host_pool());
+    d2h_stream_ = backend.create_stream("offload gradients");
+    event_ = backend.create_event();
+  }
+}
+
+float* OptimizerPartition::master_at(size_t flat) {
+  if (!plan_.has_master()) return reinterpret_cast<float*>(buffers_.param_at(flat));
+  return master_.data() + (flat - plan_.opt_begin);
+}
+
+void OptimizerPartition::prefetch() {
+  if (offload_) offload_->prefetch();
+}
+
+void OptimizerPartition::gradient_final(size_t lo, size_t hi) {
+  if (!copies_gradients(plan_)) return;
+  const size_t a = std::max(lo, plan_.offload_begin()), b = std::min(hi, plan_.opt_end());
+  if (b <= a) return;
+  // After the compute stream's reduction into [a, b); backward goes on meanwhile.
+  backend_.record(*event_, compute_);
+  backend_.wait(*d2h_stream_, *event_);
+  backend_.copy_async(host_grads_.data() + (a - plan_.offload_begin()) * plan_.elem(), buffers_.grad_at(a),
+                      (b - a) * plan_.elem(), *d2h_stream_);
+}
+
+const void* OptimizerPartition::offloaded_grads() {
+  // Host memory already: the compute stream was synchronised for the gradient norm.
+  if (!copies_gradients(plan_)) return buffers_.grad_at(plan_.offload_begin());
+  backend_.synchronize(*d2h_stream_);
+  return host_grads_.data();
+}
+
+ParamSink OptimizerPartition::param_sink() {
+  const size_t base = plan_.offload_begin();
+  if (swapped_params_) {
+    return [this, base](size_t lo, size_t n, const void* src, Stream&) {
+      swapped_params_->write(base + lo - plan_.partition.begin(plan_.rank), n, src);  // memory and file, at once
+    };
+  }
+  return [this, base](size_t lo, size_t n, const void* src, Stream& stream) {
+    backend_.copy_async(buffers_.param_at(base + lo), src, n * plan_.elem(), stream);
+  };
+}
+
+void OptimizerPartition::step(const AdamStepArgs& args) {
+  if (plan_.device_count > 0) {
+    const size_t lo = plan_.opt_begin;
+    ops_.adam_step(args, master_at(lo), exp_avg_.data(), exp_avg_sq_.data(), buffers_.grad_at(lo), plan_.dtype,
+                   buffers_.param_at(lo), plan_.dtype, plan_.device_count);
+  }
+  if (offload_) {
+    offload_->adam_step(args, offloaded_grads(), plan_.dtype, param_sink());
+    backend_.wait(compute_, offload_->params_written());
+  }
+}
+
+void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float* out) {
+  const size_t hi = lo + n, base = plan_.offload_begin();
+  ZT_CHECK(lo >= plan_.opt_begin && hi <= plan_.opt_end(), "[", lo, ", ", hi, ") is outside this rank's range");
+  const size_t dev_hi = std::min(hi, base);
+  if (dev_hi > lo) {
+    const float* src = field == StateField::kMaster   ? master_at(lo)
+                       : field == StateField::kExpAvg ? exp_avg_.data() + (lo - plan_.opt_begin)
+                                                      : exp_avg_sq_.data() + (lo - plan_.opt_begin);
+    backend_.copy_to_host(out, src, (dev_hi - lo) * sizeof(float));
+  }
+  const size_t off_lo = std::max(lo, base);
+  if (hi > off_lo) {
+    offload_->visit(off_lo - base, hi - base, SwapMode::kRead, [&](const OffloadPiece& p) {
+      const float* src = field == StateField::kMaster ? p.master : field == StateField::kExpAvg ? p.exp_avg : p.exp_avg_sq;
+      std::memcpy(out + (base + p.lo - lo), src, p.n * sizeof(float));
+    });
+  }
+}
+
+void OptimizerPartition::load_to_device(StateField field, const FieldReader& read, size_t lo, size_t hi,
+                                        float* device) {
+  // The reader writes host memory; the device gets it piece by piece (16 MiB of host memory).
+  constexpr size_t kPiece = size_t(4) << 20;
+  std::vector<float> piece(std::min(kPiece, hi - lo));
+  for (size_t a = lo; a < hi; a += kPiece) {
+    const size_t b = std::min(hi, a + kPiece);
+    read(field, a, b, piece.data());
+    backend_.copy_from_host(device + (a - lo), piece.data(), (b - a) * sizeof(float));
+  }
+}
+
+void OptimizerPartition::load(const FieldReader& read, bool moments) {
+  // This rank's partition of every field (at stage 0 the range is the whole model; the caller
+  // all-gathers the rest), on the device part first.
+  const size_t lo = plan_.partition.begin(plan_.rank), hi = std::min(plan_.partition.end(plan_.rank), plan_.offload_begin());
+  if (!moments) {  // the whole device range, not just the partition: nothing to all-gather
+    ops_.zero(exp_avg_.data(), DType::kF32, plan_.device_count);
+    ops_.zero(exp_avg_sq_.data(), DType::kF32, plan_.device_count);
+  }
+  if (hi > lo) {
+    const size_t at = lo - plan_.opt_begin;
+    if (moments) {
+      load_to_device(StateField::kExpAvg, read, lo, hi, exp_avg_.data() + at);
+      load_to_device(StateField::kExpAvgSq, read, lo, hi, exp_avg_sq_.data() + at);
+    }
+    load_to_device(StateField::kMaster, read, lo, hi, master_at(lo));
+    if (plan_.has_master()) {
+      backend_.cast_async(master_at(lo), DType::kF32, buffers_.param_at(lo), plan_.dtype, hi - lo, compute_);
+    }
+  }
+  if (!offload_) return;
+  // Straight into the offloaded state (through the swap buffers on NVMe), then the parameters.
+  const size_t base = plan_.offload_begin();
+  offload_->visit(0, offload_->size(), SwapMode::kWrite, [&](const OffloadPiece& p) {
+    read(StateField::kExpAvg, base + p.lo, base + p.lo + p.n, p.exp_avg);
+    read(StateField::kExpAvgSq, base + p.lo, base + p.lo + p.n, p.exp_avg_sq);
+    read(StateField::kMaster, base + p.lo, base + p.lo + p.n, p.master);
+  });
+  offload_->copy_params_from_master(param_sink());
+  backend_.wait(compute_, offload_->params_written());
+}
+
+OptimizerPartition::Bytes OptimizerPartition::bytes() const {
+  Bytes b;
+  b.device.master = master_.bytes();
+  b.device.exp_avg = exp_avg_.bytes();
+  b.device.exp_avg_sq = exp_avg_sq_.bytes();
+  b.host_pool = offload_ ? offload_->host_pool() : Pool::kHost;
+  if (!offload_) return b;
+  // In host memory, or in the swap file (whose size is the three fields, padded per piece).
+  const size_t field = (offload_->host_state_bytes() + offload_->nvme_bytes()) / 3;
+  b.offloaded.master = b.offloaded.exp_avg = b.offloaded.exp_avg_sq = field;
+  b.offloaded.grads = host_grads_.bytes();
+  b.host = offload_->host_state_bytes() + host_grads_.bytes();
+  b.nvme = offload_->nvme_bytes();
+  b.buffers = offload_->buffer_bytes();
+  return b;
+}
+
+}  // namespace zt

@@ -1,0 +1,35 @@
+#include "zero/zero_plan.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace zt {
+
+ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank_)
+    : stage(config.zero.stage), world(world_size), rank(rank_), dtype(config.param_dtype()),
+      comm_dtype(config.communication_data_type.value_or(config.param_dtype())), partition(flat_size, world_size) {
+  const size_t padded = partition.padded_size, part = partition.partition_size;
+  opt_begin = stage == 0 ? 0 : partition.begin(rank);
+  opt_count = stage == 0 ? padded : part;
+  const OffloadConfig& off = config.zero.offload_optimizer;
+  const OffloadConfig& off_param = config.zero.offload_param;
+  // Partial offload (ratio < 1) keeps the first part of the range on the device.
+  offloaded = off.enabled() ? size_t(std::llround(double(opt_count) * off.ratio)) : 0;
+  device_count = opt_count - offloaded;
+
+  params_base = stage == 3 ? partition.begin(rank) : 0;
+  params_count = stage == 3 ? part : padded;
+  grads_base = stage >= 2 ? partition.begin(rank) : 0;
+  grads_count = stage >= 2 ? part : padded;
+  grads_on_host = stage == 3 && offloaded > 0 && device_count == 0;
+  params_on_host = stage == 3 && off_param.enabled();
+  params_on_nvme = params_on_host && off_param.device == OffloadConfig::Device::kNvme;
+  param_pool = !params_on_host ? Pool::kDevice : off_param.pin_memory ? Pool::kPinned : Pool::kHost;
+  grad_pool = !grads_on_host ? Pool::kDevice : off.pin_memory ? Pool::kPinned : Pool::kHost;
+  ZT_USAGE_CHECK(!params_on_nvme || (offloaded > 0 && device_count == 0), config.source,
+                 ": zero_optimization.offload_param.device: \"nvme\" needs offload_optimizer on \"cpu\" or "
+                 "\"nvme\" with ratio 1 (the CPU Adam writes the updated parameters to the swap file)");
+}
+
+}  // namespace zt

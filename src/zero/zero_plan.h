@@ -1,0 +1,59 @@
+// What a rank of the ZeRO engine holds, and where, as its config and world size decide: the one
+// place these rules are stated. Every component of the engine sizes itself from a plan, and
+// zero_estimate builds the same plan for a run that has not started (memory_estimate.cpp), so the
+// estimate cannot drift from what the engine allocates.
+//
+// Per stage (Ψ parameters, N ranks):
+//
+//   stage   params (16-bit)   grads (16-bit)   fp32 master + Adam moments   gradient reduction
+//     0        Ψ                 Ψ                 Ψ                        all-reduce at the step
+//     1        Ψ                 Ψ                 Ψ/N                      reduce-scatter at the step
+//     2        Ψ                 Ψ/N               Ψ/N                      reduce-scatter per bucket in backward
+//     3        Ψ/N               Ψ/N               Ψ/N                      ... and all-gather each unit before use
+//
+// The optimizer range [opt_begin, opt_begin + opt_count) is what this rank's Adam updates. With
+// ZeRO-Offload its last `offloaded` elements keep their state in host memory or on NVMe and are
+// stepped by the CPU; the first `device_count` stay on the device.
+#pragma once
+
+#include <cstddef>
+
+#include "config/ds_config.h"
+#include "core/dtype.h"
+#include "core/memory_pool.h"
+#include "zero/partition.h"
+
+namespace zt {
+
+struct ZeroPlan {
+  ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank);
+
+  int stage, world, rank;
+  DType dtype;       ///< parameters and gradients (bf16, fp16 or fp32)
+  DType comm_dtype;  ///< communication_data_type, else dtype
+  PartitionMap partition;
+
+  size_t opt_begin = 0, opt_count = 0;  ///< the optimizer's flat range
+  size_t device_count = 0;              ///< ... whose state stays on the device
+  size_t offloaded = 0;                 ///< ... whose state is offloaded (offload_optimizer)
+
+  /// The 16-bit buffers: parameters [params_base, params_base + params_count) of the flat
+  /// layout (padded), gradients likewise.
+  size_t params_base = 0, params_count = 0, grads_base = 0, grads_count = 0;
+  Pool param_pool = Pool::kDevice, grad_pool = Pool::kDevice;
+  bool params_on_host = false;  ///< offload_param (stage 3): the parameter partition in host memory or NVMe
+  bool params_on_nvme = false;  ///< offload_param.device nvme: in ParamSwapper's file
+  bool grads_on_host = false;   ///< stage 3, whole optimizer offloaded: reduce straight into host memory
+
+  size_t elem() const { return dtype_size(dtype); }
+  size_t offload_begin() const { return opt_begin + device_count; }
+  size_t opt_end() const { return opt_begin + opt_count; }
+  /// Every rank holds every parameter (stages 0-2); stage 3 gathers units before use.
+  bool params_replicated() const { return stage <= 2; }
+  /// Every rank holds the whole optimizer state and gradient (stage 0).
+  bool optimizer_replicated() const { return stage == 0; }
+  /// A separate fp32 master copy exists (16-bit training); in fp32 the parameters are the master.
+  bool has_master() const { return dtype != DType::kF32; }
+};
+
+}  // namespace zt
