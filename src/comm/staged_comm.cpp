@@ -66,11 +66,8 @@ class StagedComm final : public DataComm {
 
   std::shared_ptr<DataWork> reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
                                            Stream& after) override {
-    ZT_CHECK(int(counts.size()) == size(), "reduce_scatter needs one count per rank");
-    const size_t e = dtype_size(dtype), total = std::accumulate(counts.begin(), counts.end(), size_t(0));
-    const size_t mine_at = std::accumulate(counts.begin(), counts.begin() + rank(), size_t(0));
-    stats_.reduce_scatter += total * e;
-    begin(after, total * e);
+    const auto [e, total, mine_at, mine_end] =
+        begin_per_rank("reduce_scatter", counts, dtype, stats_.reduce_scatter, after);
     for (size_t a = 0; a < total; a += chunk(e)) {
       const size_t b = std::min(total, a + chunk(e));
       std::vector<size_t> cc = chunk_counts(counts, a, b);
@@ -88,12 +85,8 @@ class StagedComm final : public DataComm {
 
   std::shared_ptr<DataWork> all_gather(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
                                        Stream& after) override {
-    ZT_CHECK(int(counts.size()) == size(), "all_gather needs one count per rank");
-    const size_t e = dtype_size(dtype), total = std::accumulate(counts.begin(), counts.end(), size_t(0));
-    const size_t mine_at = std::accumulate(counts.begin(), counts.begin() + rank(), size_t(0));
-    const size_t mine_end = mine_at + counts[size_t(rank())];
-    stats_.all_gather += total * e;
-    begin(after, total * e);
+    const auto [e, total, mine_at, mine_end] =
+        begin_per_rank("all_gather", counts, dtype, stats_.all_gather, after);
     for (size_t a = 0; a < total; a += chunk(e)) {
       const size_t b = std::min(total, a + chunk(e));
       std::vector<size_t> cc = chunk_counts(counts, a, b);
@@ -148,6 +141,25 @@ class StagedComm final : public DataComm {
     auto ready = backend_.create_event();
     backend_.record(*ready, after);
     backend_.wait(*stream_, *ready);
+  }
+  // What a collective with a count per rank needs, over the concatenation of the ranks' pieces
+  // in rank order: the element size, the total, and where this rank's piece starts and ends.
+  struct PerRank {
+    size_t elem, total, mine_at, mine_end;
+  };
+  // The preamble of reduce_scatter and all_gather: checks the counts, adds the bytes to the
+  // collective's statistic and begins it on the communication stream (begin above).
+  PerRank begin_per_rank(const char* op, const std::vector<size_t>& counts, DType dtype, uint64_t& stat,
+                         Stream& after) {
+    ZT_CHECK(int(counts.size()) == size(), op, " needs one count per rank");
+    PerRank p;
+    p.elem = dtype_size(dtype);
+    p.total = std::accumulate(counts.begin(), counts.end(), size_t(0));
+    p.mine_at = std::accumulate(counts.begin(), counts.begin() + rank(), size_t(0));
+    p.mine_end = p.mine_at + counts[size_t(rank())];
+    stat += p.total * p.elem;
+    begin(after, p.total * p.elem);
+    return p;
   }
   std::shared_ptr<DataWork> end() {
     auto done = backend_.create_event();

@@ -7,9 +7,13 @@
 
 namespace zt {
 
-/// splitmix64's output function (Steele, Lea and Flood; Vigna's splitmix64.c): mix64(x) is the
-/// first value a splitmix64 generator seeded with x returns, and mix64(x + k * 0x9e3779b97f4a7c15)
-/// its (k+1)-th. A bijection on 64-bit integers whose every output bit depends on every input bit.
+/// splitmix64's state increment, 2^64 / golden ratio.
+inline constexpr uint64_t kSplitmix64Gamma = 0x9e3779b97f4a7c15ull;
+
+/// splitmix64's step (Steele, Lea and Flood; Vigna's splitmix64.c), the increment included:
+/// mix64(x) is the first value a splitmix64 generator seeded with x returns, and
+/// mix64(x + k * kSplitmix64Gamma) its (k+1)-th. A bijection on 64-bit integers whose every
+/// output bit depends on every input bit.
 uint64_t mix64(uint64_t x);
 
 }  // namespace zt

@@ -46,53 +46,10 @@ PoolBytes pool_peaks();
 PoolBytes pool_in_use();
 void reset_pool_peaks();
 
-/// Allocates `bytes` of 64-byte-aligned host memory charged to `pool` (device/host/pinned on the
-/// CPU backend). Pages are touched in parallel so that first-touch page faults happen here, once,
+/// Allocates `bytes` of host memory charged to `pool` (device/host/pinned on the CPU backend),
+/// 64-byte-aligned, page-aligned from 4 KiB up (O_DIRECT swaps need it). Pages are touched in parallel so that first-touch page faults happen here, once,
 /// and not inside the first timed kernel. Throws zt::Error on failure.
 void* pool_alloc(Pool pool, size_t bytes);
 void pool_free(Pool pool, void* ptr, size_t bytes);
-
-/// An owning, typed, 64-byte-aligned array charged to a pool. Movable, not copyable.
-template <typename T>
-class PoolArray {
- public:
-  PoolArray() = default;
-  PoolArray(Pool pool, size_t count)
-      : pool_(pool), count_(count),
-        data_(count ? static_cast<T*>(pool_alloc(pool, count * sizeof(T))) : nullptr) {}
-  ~PoolArray() { reset(); }
-  PoolArray(PoolArray&& o) noexcept { *this = std::move(o); }
-  PoolArray& operator=(PoolArray&& o) noexcept {
-    if (this != &o) {
-      reset();
-      pool_ = o.pool_;
-      count_ = o.count_;
-      data_ = o.data_;
-      o.data_ = nullptr;
-      o.count_ = 0;
-    }
-    return *this;
-  }
-  PoolArray(const PoolArray&) = delete;
-  PoolArray& operator=(const PoolArray&) = delete;
-
-  void reset() {
-    if (data_) pool_free(pool_, data_, count_ * sizeof(T));
-    data_ = nullptr;
-    count_ = 0;
-  }
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  size_t size() const { return count_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-  T& operator[](size_t i) { return data_[i]; }
-  const T& operator[](size_t i) const { return data_[i]; }
-  Pool pool() const { return pool_; }
-
- private:
-  Pool pool_ = Pool::kHost;
-  size_t count_ = 0;
-  T* data_ = nullptr;
-};
 
 }  // namespace zt

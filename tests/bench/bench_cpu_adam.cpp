@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/device_array.h"
 #include "core/memory_pool.h"
 #include "core/timer.h"
 
@@ -37,14 +38,23 @@ int main(int argc, char** argv) {
     else if (k == "--reps") reps = std::atoi(argv[i + 1]);
   }
   auto backend = make_cpu_backend();
-  PoolArray<float> master(Pool::kHost, n), m(Pool::kHost, n), v(Pool::kHost, n), grad32(Pool::kHost, n);
-  PoolArray<bf16> grad(Pool::kHost, n), param(Pool::kHost, n);
+  // Host-pool arrays from the CPU backend: pool_alloc's huge pages and first touch, as the engine's
+  // buffers have, and memory the host loops below may touch directly.
+  DeviceArray<float> master(*backend, n, Pool::kHost), m(*backend, n, Pool::kHost), v(*backend, n, Pool::kHost),
+      grad32(*backend, n, Pool::kHost);
+  DeviceArray<bf16> grad(*backend, n, Pool::kHost), param(*backend, n, Pool::kHost);
+  {
+    float* ma = master.data();
+    float* mm = m.data();
+    float* vv = v.data();
+    bf16* g = grad.data();
 #pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) {
-    master[i] = 0.01f * float(i % 1000);
-    m[i] = 0;
-    v[i] = 0;
-    grad[i] = to_bf16(1e-3f * float(i % 777) - 0.3f);
+    for (size_t i = 0; i < n; ++i) {
+      ma[i] = 0.01f * float(i % 1000);
+      mm[i] = 0;
+      vv[i] = 0;
+      g[i] = to_bf16(1e-3f * float(i % 777) - 0.3f);
+    }
   }
   AdamStepArgs args;
   args.lr = 1e-4f;

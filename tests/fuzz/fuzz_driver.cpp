@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/hash.h"
 #include "fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
@@ -65,14 +66,16 @@ void on_fatal_signal(int sig) {
   ::raise(sig);
 }
 
-// splitmix64: the same sequence on every platform and standard library.
+// splitmix64 (core/hash.h): the same sequence on every platform and standard library. mix64(x)
+// adds the increment itself and is the value a generator in state x returns next, so the state
+// moves on after the call; adding the increment before it as well would drop the first value
+// (seed s would run as seed s + kSplitmix64Gamma), and with it every input a seed reproduces.
 struct Rng {
   uint64_t state;
   uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    const uint64_t z = zt::mix64(state);
+    state += zt::kSplitmix64Gamma;
+    return z;
   }
   size_t below(size_t n) { return n == 0 ? 0 : size_t(next() % n); }
 };

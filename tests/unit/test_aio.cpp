@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/memory_pool.h"
 #include "backend/backend.h"
+#include "backend/device_array.h"
 #include "offload/aio_engine.h"
 #include "offload/param_swapper.h"
 #include "offload/swap_file.h"
@@ -40,7 +41,10 @@ TEST_P(AioRoundTrip, WhatIsWrittenReadsBack) {
   AioEngine aio(config);
   const size_t bytes = 3 * 1048576 + 5 * 4096;  // not a multiple of the block size
   SwapFile file(fs::temp_directory_path().string(), "test-aio", 2 * bytes, "test");
-  PoolArray<uint32_t> out(Pool::kPinned, bytes / 4), back(Pool::kPinned, bytes / 4), other(Pool::kPinned, bytes / 4);
+  // Pinned buffers from the CPU backend, as the swapper's are: page-aligned, which O_DIRECT needs.
+  auto backend = make_cpu_backend();
+  DeviceArray<uint32_t> out(*backend, bytes / 4, Pool::kPinned), back(*backend, bytes / 4, Pool::kPinned),
+      other(*backend, bytes / 4, Pool::kPinned);
   std::iota(out.data(), out.data() + out.size(), 7u);
   std::iota(other.data(), other.data() + other.size(), 1000000u);
   // Two transfers in flight at once, to different offsets.

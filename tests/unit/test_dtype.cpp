@@ -7,6 +7,8 @@
 #include <random>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/device_array.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/memory_pool.h"
@@ -97,11 +99,13 @@ TEST(Dtype, Names) {
 }
 
 TEST(MemoryPool, CountsBytesAndPeaks) {
+  // Through the CPU backend, which allocates every pool with pool_alloc and frees with pool_free.
+  auto backend = make_cpu_backend();
   const size_t before = pool_counter(Pool::kHost).in_use();
   reset_pool_peaks();
   {
-    PoolArray<float> a(Pool::kHost, 1000);
-    PoolArray<float> b(Pool::kHost, 500);
+    DeviceArray<float> a(*backend, 1000, Pool::kHost);
+    DeviceArray<float> b(*backend, 500, Pool::kHost);
     EXPECT_EQ(pool_counter(Pool::kHost).in_use(), before + 6000);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 64, 0u);
   }
