@@ -5,9 +5,11 @@
 #include <cmath>
 
 #include "comm/data_comm.h"
+#include "core/error.h"
 #include "comm/self_comm.h"
 #include "model/gpt2.h"
 #include "zero/engine.h"
+#include "zero/memory_estimate.h"
 
 namespace zt {
 namespace {
@@ -88,6 +90,58 @@ TEST(Engine, ModelStateBytesFollowTheStage0Table) {
   ZeroEngine fp32(layout, *backend, *fp32_comm, comm, config_for(DType::kF32));
   EXPECT_EQ(fp32.model_state_bytes().master, 0u);  // the fp32 parameters are the master weights
   EXPECT_EQ(fp32.buffer_bytes().working, 0u);  // fp32 stage 0 computes on the flat buffers directly
+}
+
+// zero_estimate adds up the components' size functions; the engine allocates through the same
+// components. Each kind of state and buffer must agree, byte for byte, over stages, dtypes and
+// offload settings (gathered units excepted: the estimate is their worst case, an engine that has
+// not run holds none).
+TEST(Engine, AllocatesWhatZeroEstimateSays) {
+  auto backend = make_cpu_backend();
+  const ModelConfig model = small_model();
+  const Gpt2Layout layout(model);
+  SelfComm comm;
+  auto engine_comm = make_data_comm(*backend, comm);
+  struct Offload {
+    const char* name;
+    double ratio;  // 0: none
+    bool params;   // offload_param cpu (stage 3)
+  };
+  const Offload offloads[] = {{"none", 0, false}, {"optimizer", 1, false}, {"half the optimizer", 0.5, false},
+                              {"optimizer and params", 1, true}};
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const Offload& off : offloads) {
+        if ((off.ratio > 0 && stage == 0) || (off.params && stage != 3)) continue;
+        DsConfig cfg = config_for(dtype);
+        cfg.zero.stage = stage;
+        cfg.communication_data_type = DType::kF32;  // a cast into the buckets at every stage
+        if (off.ratio > 0) {
+          cfg.zero.offload_optimizer.device = OffloadConfig::Device::kCpu;
+          cfg.zero.offload_optimizer.ratio = off.ratio;
+        }
+        if (off.params) cfg.zero.offload_param.device = OffloadConfig::Device::kCpu;
+        const std::string where = cat("stage ", stage, " ", dtype_name(dtype), ", offload ", off.name);
+        const MemoryEstimate e = estimate_memory(model, cfg, RunShape{});
+        ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg);
+        const ModelStateBytes dev = engine.model_state_bytes(), moved = engine.offloaded_state_bytes();
+        const BufferBytes buf = engine.buffer_bytes();
+        const auto same = [&](const ModelStateBytes& a, const ModelStateBytes& b, const char* kind) {
+          EXPECT_EQ(a.params, b.params) << where << ": " << kind << " params";
+          EXPECT_EQ(a.grads, b.grads) << where << ": " << kind << " grads";
+          EXPECT_EQ(a.master, b.master) << where << ": " << kind << " master";
+          EXPECT_EQ(a.exp_avg, b.exp_avg) << where << ": " << kind << " exp_avg";
+          EXPECT_EQ(a.exp_avg_sq, b.exp_avg_sq) << where << ": " << kind << " exp_avg_sq";
+        };
+        same(dev, e.device_states, "device");
+        same(moved, e.offloaded_states, "offloaded");
+        EXPECT_EQ(buf.buckets, e.buckets) << where;
+        EXPECT_EQ(buf.working, e.working) << where;
+        EXPECT_EQ(buf.offload, e.offload_buffers) << where;
+        EXPECT_GT(dev.total() + moved.total(), 0u) << where;
+      }
+    }
+  }
 }
 
 TEST(Engine, GradientAccumulationMatchesOneBigBatch) {
