@@ -54,6 +54,9 @@ class ZeroEngine final : public ParamSource<float> {
   /// Collectives on the model states go through `comm`; the few host doubles a step agrees on
   /// (the gradient norm) through `control`.
   ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& comm, HostComm& control, const DsConfig& config);
+  // The components hold references to plan_: an engine stays where it was built.
+  ZeroEngine(const ZeroEngine&) = delete;
+  ZeroEngine& operator=(const ZeroEngine&) = delete;
 
   /// load(init_source(layout, seed)). At stage 3 the full model never exists on any rank.
   void init_params(uint64_t seed) { load(init_source(layout_, seed)); }
