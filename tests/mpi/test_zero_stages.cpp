@@ -24,6 +24,7 @@ struct Case {
   DType dtype;
   int64_t accumulation;
   bool fp32_communication = false;  ///< communication_data_type: fp32 with 16-bit gradients
+  bool all_reduce = false;          ///< reduce_scatter: false (all-reduce, keep the partition)
 };
 
 class ZeroStages : public ::testing::TestWithParam<Case> {};
@@ -35,6 +36,7 @@ TEST_P(ZeroStages, MatchOneRankOfTheSameGlobalBatch) {
   const std::vector<double> reference = train(self, make_config(0, c.dtype, 1, c.accumulation));
   DsConfig cfg = make_config(c.stage, c.dtype, world.size(), c.accumulation);
   if (c.fp32_communication) cfg.communication_data_type = DType::kF32;
+  cfg.zero.reduce_scatter = !c.all_reduce;
   const std::vector<double> losses = train(world, cfg);
   ASSERT_EQ(losses.size(), reference.size());
   EXPECT_LT(reference.back(), reference.front() - 0.3) << "the reference does not learn";
@@ -49,7 +51,8 @@ TEST_P(ZeroStages, MatchOneRankOfTheSameGlobalBatch) {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return "stage" + std::to_string(info.param.stage) + "_" + dtype_name(info.param.dtype) + "_accum" +
-         std::to_string(info.param.accumulation) + (info.param.fp32_communication ? "_fp32comm" : "");
+         std::to_string(info.param.accumulation) + (info.param.fp32_communication ? "_fp32comm" : "") +
+         (info.param.all_reduce ? "_allreduce" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -59,7 +62,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{0, DType::kBF16, 1}, Case{1, DType::kBF16, 1}, Case{2, DType::kBF16, 1},
                       Case{3, DType::kBF16, 1}, Case{1, DType::kBF16, 4}, Case{2, DType::kBF16, 4},
                       Case{3, DType::kBF16, 4}, Case{0, DType::kBF16, 1, true}, Case{1, DType::kBF16, 4, true},
-                      Case{2, DType::kBF16, 4, true}, Case{3, DType::kBF16, 1, true}),
+                      Case{2, DType::kBF16, 4, true}, Case{3, DType::kBF16, 1, true},
+                      Case{1, DType::kF32, 4, false, true}, Case{1, DType::kBF16, 1, true, true},
+                      Case{2, DType::kBF16, 4, false, true}),
     case_name);
 
 // An fp16 overflow on any rank's gradients is seen by every rank: all skip the same step and
@@ -174,16 +179,22 @@ TEST(ZeroEmulated, AMissingEventWaitFails) {
   const char* before = std::getenv("ZT_TEST_ACCELERATOR");
   const std::string restore = before ? before : "";
   setenv("ZT_TEST_ACCELERATOR", "emulated", 1);
-  const DsConfig cfg = make_config(2, DType::kBF16, world.size(), 1);
-  EXPECT_NO_THROW(train(world, cfg));  // with the wait
-  setenv("ZT_TEST_SKIP_WAIT", "grad_bucket", 1);
-  try {
-    train(world, cfg);
-    ADD_FAILURE() << "no error without the wait";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("missing synchronisation"), std::string::npos) << e.what();
+  // Stage 2 reduces buckets during backward; stage 1 reduces at the step through the same path
+  // (a cast into the bucket with fp32 communication), which has collectives only at 2+ ranks.
+  for (int stage : {1, 2}) {
+    if (stage == 1 && world.size() == 1) continue;
+    DsConfig cfg = make_config(stage, DType::kBF16, world.size(), 1);
+    if (stage == 1) cfg.communication_data_type = DType::kF32;
+    EXPECT_NO_THROW(train(world, cfg)) << "stage " << stage;  // with the wait
+    setenv("ZT_TEST_SKIP_WAIT", "grad_bucket", 1);
+    try {
+      train(world, cfg);
+      ADD_FAILURE() << "stage " << stage << ": no error without the wait";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("missing synchronisation"), std::string::npos) << e.what();
+    }
+    unsetenv("ZT_TEST_SKIP_WAIT");
   }
-  unsetenv("ZT_TEST_SKIP_WAIT");
   if (restore.empty()) unsetenv("ZT_TEST_ACCELERATOR");
   else setenv("ZT_TEST_ACCELERATOR", restore.c_str(), 1);
 }
