@@ -40,8 +40,12 @@ for i in $(seq "$pairs"); do
     # shellcheck disable=SC2086
     # bench_zero_stages exits 1 when its own per-stage targets (against stage 0) are missed; this
     # benchmark compares before with after only, so it needs the RESULT line, not that verdict.
-    out=$(mpirun -np "$ranks" --oversubscribe -x OMP_NUM_THREADS="$threads" "$bin" $args) || true
-    line=$(grep '^RESULT' <<<"$out") || { echo "bench_backend_contract: the $side run failed" >&2; exit 1; }
+    out=$(mpirun -np "$ranks" --oversubscribe -x OMP_NUM_THREADS="$threads" "$bin" $args 2>"$runs.err") || true
+    line=$(grep '^RESULT' <<<"$out") || {
+      cat "$runs.err" >&2
+      echo "bench_backend_contract: the $side run failed" >&2
+      exit 1
+    }
     echo "$side $line" | tee -a "$runs"
   done
 done
