@@ -47,8 +47,10 @@ PoolBytes pool_in_use();
 void reset_pool_peaks();
 
 /// Allocates `bytes` of host memory charged to `pool` (device/host/pinned on the CPU backend),
-/// 64-byte-aligned, page-aligned from 4 KiB up (O_DIRECT swaps need it). Pages are touched in parallel so that first-touch page faults happen here, once,
-/// and not inside the first timed kernel. Throws zt::Error on failure.
+/// 64-byte-aligned, page-aligned from 4 KiB up (O_DIRECT swaps need it). Pages are touched in
+/// parallel so that first-touch page faults happen here, once, and not inside the first timed
+/// kernel. Throws zt::Error on failure. DeviceArray (backend/device_array.h) owns what backends
+/// allocate through this.
 void* pool_alloc(Pool pool, size_t bytes);
 void pool_free(Pool pool, void* ptr, size_t bytes);
 
