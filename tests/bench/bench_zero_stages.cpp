@@ -13,8 +13,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <climits>
 #include <memory>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +23,7 @@
 #include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
 #include "comm/mpi_runtime.h"
+#include "config/tool_options.h"
 #include "core/timer.h"
 #include "model/gpt2.h"
 #include "zero/engine.h"
@@ -41,37 +40,34 @@ struct Options {
   std::vector<int> stage_list;  // --stages as numbers, in the order given
 };
 
-// Reads argv into `o`. Returns what is wrong with it in one line naming the flag, or "" when the
-// options are usable: in particular every stage gets at least one timed sample, since step 0 of
-// each round is a warm-up and each stage's time is a median.
-std::string parse_options(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; i += 2) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) return k + " needs a value";
-    const std::string v = argv[i + 1];
-    int* number = k == "--layers" ? &o.layers : k == "--embd" ? &o.embd : k == "--heads" ? &o.heads
-                : k == "--vocab" ? &o.vocab : k == "--block" ? &o.block : k == "--batch" ? &o.batch
-                : k == "--steps" ? &o.steps : k == "--rounds" ? &o.rounds : nullptr;
-    if (number) {
-      char* end = nullptr;
-      errno = 0;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || errno != 0 || n < 0 || n > INT_MAX) {
-        return k + " " + v + ": not a whole number from 0 to " + std::to_string(INT_MAX);
-      }
-      *number = int(n);
-    } else if (k == "--dtype") {
-      if (v != "fp32" && v != "bf16") return "--dtype " + v + ": fp32 or bf16";
-      o.dtype = v;
-    } else if (k == "--stages") {
-      o.stages = v;
-    } else if (k == "--overlap") {
-      if (v != "0" && v != "1") return "--overlap " + v + ": 0 or 1";
-      o.overlap = v == "1";
-    } else {
-      return "unknown flag " + k;
-    }
-  }
+// Reads argv into `o` through the tools' parser (an unknown flag or a value that is not a number
+// is a UsageError). Returns what is wrong with the values in one line naming the flag, or "" when
+// they are usable: in particular every stage gets at least one timed sample, since step 0 of each
+// round is a warm-up and each stage's time is a median. False from `parsed`: --help was printed.
+std::string parse_options(int argc, char** argv, Options& o, bool& parsed) {
+  namespace po = boost::program_options;
+  po::options_description flags("bench_zero_stages");
+  flags.add_options()("help", "this text")
+    ("layers", po::value(&o.layers)->default_value(o.layers), "transformer blocks")
+    ("embd", po::value(&o.embd)->default_value(o.embd), "hidden size")
+    ("heads", po::value(&o.heads)->default_value(o.heads), "attention heads")
+    ("vocab", po::value(&o.vocab)->default_value(o.vocab), "vocabulary size")
+    ("block", po::value(&o.block)->default_value(o.block), "sequence length")
+    ("batch", po::value(&o.batch)->default_value(o.batch), "micro-batch per rank")
+    ("steps", po::value(&o.steps)->default_value(o.steps), "steps per stage and round (the first is a warm-up)")
+    ("rounds", po::value(&o.rounds)->default_value(o.rounds), "rounds over the stages")
+    ("dtype", po::value(&o.dtype)->default_value(o.dtype), "fp32 or bf16")
+    ("stages", po::value(&o.stages)->default_value(o.stages), "the stages to run, in order")
+    ("overlap", po::value<std::string>()->default_value("1"), "overlap_comm: 0 or 1");
+  po::variables_map vm;
+  // No prefixes: a mistyped flag (--step) is an error, not a guess.
+  parsed = parse_tool_command_line(argc, argv, flags, vm, {}, {},
+                                   po::command_line_style::default_style & ~po::command_line_style::allow_guessing);
+  if (!parsed) return "";
+  const std::string overlap = vm["overlap"].as<std::string>();
+  if (overlap != "0" && overlap != "1") return "--overlap " + overlap + ": 0 or 1";
+  o.overlap = overlap == "1";
+  if (o.dtype != "fp32" && o.dtype != "bf16") return "--dtype " + o.dtype + ": fp32 or bf16";
   if (o.steps < 1) {
     return "--steps " + std::to_string(o.steps) + " leaves no timed samples (step 0 of each round is a warm-up): "
            "give --steps 1 or more";
@@ -102,10 +98,18 @@ int main(int argc, char** argv) {
   const bool root = comm.rank() == 0;
   Options options;
   // Every rank reads the same argv and reaches the same answer: rank 0 says it, all exit 2.
-  if (const std::string problem = parse_options(argc, argv, options); !problem.empty()) {
+  std::string problem;
+  bool parsed = true;
+  try {
+    problem = parse_options(argc, argv, options, parsed);
+  } catch (const UsageError& e) {
+    problem = e.what();
+  }
+  if (!problem.empty()) {
     if (root) std::fprintf(stderr, "bench_zero_stages: %s\n", problem.c_str());
     return 2;
   }
+  if (!parsed) return 0;  // --help
   const int layers = options.layers, embd = options.embd, heads = options.heads, vocab = options.vocab;
   const int block = options.block, batch = options.batch, steps = options.steps, rounds = options.rounds;
   const std::string& dtype = options.dtype;
