@@ -69,12 +69,16 @@ void ZeroEngine::backward_done() {
   ++micro_step_;
 }
 
+size_t ZeroEngine::allgather_chunk() const {
+  return collective_chunk(plan_.partition, comm_.max_collective_elements(), config_.zero.allgather_bucket_size);
+}
+
 void ZeroEngine::share_parameters() {
   // Each rank updated its own range of a buffer every rank holds whole (stages 1, 2).
   if (plan_.params_replicated() && !plan_.optimizer_replicated() && plan_.world > 1) {
     if (config_.zero.allgather_partitions) {
       all_gather_partitions(comm_, compute_, plan_.partition, buffers_.params(), plan_.dtype,
-                            collective_chunk(plan_.partition, comm_, config_.zero.allgather_bucket_size));
+                            allgather_chunk());
     } else {
       broadcast_partitions(comm_, compute_, plan_.partition, buffers_.params(), plan_.dtype);
     }
@@ -164,7 +168,10 @@ ModelStateBytes ZeroEngine::offloaded_state_bytes() const {
   ModelStateBytes b = optimizer_.bytes().offloaded;
   const MixedPrecisionBuffers::Bytes own = buffers_.bytes();
   if (plan_.params_on_host) b.params = own.params;
-  if (coordinator_) b.params += coordinator_->store_bytes().host_state + coordinator_->store_bytes().nvme;
+  if (coordinator_) {
+    const OffloadFootprint store = coordinator_->store_bytes();
+    b.params += store.host_state + store.nvme;
+  }
   if (plan_.grads_on_host) b.grads = own.grads;
   return b;
 }
@@ -205,7 +212,7 @@ void ZeroEngine::load(const StateSource& source) {
   optimizer_.load(read_padded, moments);
   if (plan_.world > 1 && plan_.optimizer_replicated()) {
     // Stage 0 keeps the whole optimizer state on every rank.
-    const size_t chunk = collective_chunk(plan_.partition, comm_, config_.zero.allgather_bucket_size);
+    const size_t chunk = allgather_chunk();
     if (moments) {
       all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.exp_avg(), DType::kF32, chunk);
       all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.exp_avg_sq(), DType::kF32, chunk);
@@ -214,7 +221,7 @@ void ZeroEngine::load(const StateSource& source) {
   }
   if (plan_.world > 1 && plan_.params_replicated()) {
     all_gather_partitions(comm_, compute_, plan_.partition, buffers_.params(), plan_.dtype,
-                          collective_chunk(plan_.partition, comm_, config_.zero.allgather_bucket_size));
+                          allgather_chunk());
   }
   buffers_.zero_grads();
   micro_step_ = 0;

@@ -115,6 +115,8 @@ class ZeroEngine final : public ParamSource<float> {
   /// After the optimizer wrote this rank's range: every rank's updated parameters where the
   /// stage keeps them whole (stages 1, 2), and no stale copy anywhere.
   void share_parameters();
+  /// Elements per all-gather of a flat buffer (allgather_bucket_size, capped).
+  size_t allgather_chunk() const;
   /// True during the last backward of a step and at the step: reduced gradients are final.
   bool gradients_final() const { return micro_step_ + 1 >= config_.gradient_accumulation_steps; }
 

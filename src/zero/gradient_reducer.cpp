@@ -18,37 +18,39 @@ GradientReducer::Policy GradientReducer::policy(const ZeroPlan& plan, const Zero
   return p;
 }
 
-size_t GradientReducer::capacity(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective) {
-  return std::min({size_t(config.reduce_bucket_size), plan.partition.padded_size, max_collective});
+GradientReducer::BucketShape GradientReducer::bucket_shape(const ZeroPlan& plan, const ZeroConfig& config,
+                                                          size_t max_collective) {
+  const Policy p = policy(plan, config);
+  BucketShape b;
+  b.capacity = collective_chunk(plan.partition, max_collective, config.reduce_bucket_size);
+  b.recv = p.reduce_scatter ? std::min(b.capacity, plan.partition.partition_size) : 0;
+  if (p.during_backward) {  // two buckets: one fills while the other is reduced
+    b.count = 2;
+    b.send = b.capacity;
+  } else if (plan.world > 1) {  // one bucket at the step, in place when the dtypes agree
+    b.count = 1;
+    b.send = plan.comm_dtype != plan.dtype ? b.capacity : 0;
+  }  // else nothing to reduce at the step
+  return b;
 }
 
 size_t GradientReducer::buffer_bytes(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective) {
-  const Policy p = policy(plan, config);
-  const size_t cap = capacity(plan, config, max_collective), ce = dtype_size(plan.comm_dtype);
-  const size_t recv = p.reduce_scatter ? std::min(cap, plan.partition.partition_size) * ce : 0;
-  if (p.during_backward) return 2 * (cap * ce + recv);
-  if (plan.world == 1) return 0;                          // nothing to reduce at the step
-  return (plan.comm_dtype != plan.dtype ? cap * ce : 0) + recv;  // one bucket; in place when the dtypes agree
+  const BucketShape b = bucket_shape(plan, config, max_collective);
+  return size_t(b.count) * (b.send + b.recv) * dtype_size(plan.comm_dtype);
 }
 
 GradientReducer::GradientReducer(const ZeroPlan& plan, const ZeroConfig& config, Backend& backend, DataComm& comm,
                                  MixedPrecisionBuffers& buffers)
     : plan_(plan), policy_(policy(plan, config)), backend_(backend), compute_(backend.compute_stream()), comm_(comm),
-      ops_(backend.optimizer_ops()), buffers_(buffers),
-      capacity_(capacity(plan, config, comm.max_collective_elements())), overlap_(config.overlap_comm) {
+      ops_(backend.optimizer_ops()), buffers_(buffers), shape_(bucket_shape(plan, config, comm.max_collective_elements())),
+      capacity_(shape_.capacity), overlap_(config.overlap_comm) {
   ZT_CHECK(capacity_ > 0, "empty gradient bucket");
   const char* skip = std::getenv("ZT_TEST_SKIP_WAIT");
   skip_wait_ = skip && std::string(skip) == "grad_bucket";
   const size_t ce = dtype_size(plan.comm_dtype);
-  const size_t recv = policy_.reduce_scatter ? std::min(capacity_, plan.partition.partition_size) * ce : 0;
-  if (policy_.during_backward) {
-    for (Bucket& b : buckets_) {
-      b.send = DeviceArray<unsigned char>(backend, capacity_ * ce);
-      b.recv = DeviceArray<unsigned char>(backend, recv);
-    }
-  } else if (plan.world > 1) {
-    if (plan.comm_dtype != plan.dtype) buckets_[0].send = DeviceArray<unsigned char>(backend, capacity_ * ce);
-    buckets_[0].recv = DeviceArray<unsigned char>(backend, recv);
+  for (int i = 0; i < shape_.count; ++i) {
+    buckets_[i].send = DeviceArray<unsigned char>(backend, shape_.send * ce);
+    buckets_[i].recv = DeviceArray<unsigned char>(backend, shape_.recv * ce);
   }
 }
 

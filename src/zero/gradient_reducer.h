@@ -30,6 +30,7 @@
 #include "comm/data_comm.h"
 #include "config/ds_config.h"
 #include "zero/mixed_precision_buffers.h"
+#include "zero/partition_collectives.h"
 #include "zero/zero_plan.h"
 
 namespace zt {
@@ -70,8 +71,12 @@ class GradientReducer {
     unsigned char* data = nullptr;  // where [lo, hi) is, in comm_dtype (send, or the gradient in place)
     std::shared_ptr<DataWork> work;
   };
-  /// Elements per bucket for this plan and config.
-  static size_t capacity(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective);
+  /// The buckets a reducer allocates: how many, and elements of comm_dtype in each buffer.
+  struct BucketShape {
+    int count = 0;
+    size_t capacity = 0, send = 0, recv = 0;
+  };
+  static BucketShape bucket_shape(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective);
   /// Starts the collective on bucket `b`'s [lo, hi).
   void launch(Bucket& b);
   /// Waits for `b`'s collective, writes the kept part of the sum into the gradient, empties `b`.
@@ -86,6 +91,7 @@ class GradientReducer {
   DataComm& comm_;
   OptimizerOps& ops_;
   MixedPrecisionBuffers& buffers_;
+  const BucketShape shape_;
   const size_t capacity_;
   const bool overlap_;
   std::function<void(size_t, size_t)> on_reduced_;

@@ -122,7 +122,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0);
   MemoryEstimate est;
   auto add = [&](Pool p, size_t bytes) { est.by_pool[int(p)] += bytes; };
-  est.offloaded_param_pool = config.zero.offload_param.pin_memory ? Pool::kPinned : Pool::kHost;
+  est.offloaded_param_pool = plan.offloaded_param_pool;
 
   // Model states: the 16-bit buffers, wherever the plan puts them.
   const MixedPrecisionBuffers::Bytes mp = MixedPrecisionBuffers::sizes(plan, *layout);

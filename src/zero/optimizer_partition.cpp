@@ -21,7 +21,7 @@ OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const 
   const OffloadConfig& off = config.zero.offload_optimizer;
   b.device.master = plan.has_master() ? plan.device_count * sizeof(float) : 0;
   b.device.exp_avg = b.device.exp_avg_sq = plan.device_count * sizeof(float);
-  b.host_pool = off.pin_memory ? Pool::kPinned : Pool::kHost;
+  b.host_pool = plan.offloaded_optimizer_pool;
   if (plan.offloaded == 0) return b;
   const OffloadFootprint f =
       OptimizerOffload::footprint(off, plan.offloaded, size_t(config.zero.sub_group_size), plan.dtype);

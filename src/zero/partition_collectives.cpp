@@ -6,8 +6,8 @@
 
 namespace zt {
 
-size_t collective_chunk(const PartitionMap& partition, const DataComm& comm, int64_t bucket_elements) {
-  return std::min({size_t(bucket_elements), partition.padded_size, comm.max_collective_elements()});
+size_t collective_chunk(const PartitionMap& partition, size_t max_collective, int64_t bucket_elements) {
+  return std::min({size_t(bucket_elements), partition.padded_size, max_collective});
 }
 
 void all_gather_partitions(DataComm& comm, Stream& stream, const PartitionMap& partition, void* base, DType dtype,

@@ -11,7 +11,8 @@ namespace zt {
 
 /// Elements per collective call for a bucket-size setting: the bucket, capped by the model and
 /// by what the transport moves best in one call.
-size_t collective_chunk(const PartitionMap& partition, const DataComm& comm, int64_t bucket_elements);
+/// `max_collective`: DataComm::max_collective_elements.
+size_t collective_chunk(const PartitionMap& partition, size_t max_collective, int64_t bucket_elements);
 
 /// In place: every rank's partition of `base` (padded_size elements of `dtype`) to every rank,
 /// in pieces of `chunk` elements. `stream` is ordered after it.

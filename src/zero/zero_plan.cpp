@@ -25,8 +25,10 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   grads_on_host = stage == 3 && offloaded > 0 && device_count == 0;
   params_on_host = stage == 3 && off_param.enabled();
   params_on_nvme = params_on_host && off_param.device == OffloadConfig::Device::kNvme;
-  param_pool = !params_on_host ? Pool::kDevice : off_param.pin_memory ? Pool::kPinned : Pool::kHost;
-  grad_pool = !grads_on_host ? Pool::kDevice : off.pin_memory ? Pool::kPinned : Pool::kHost;
+  offloaded_param_pool = off_param.pin_memory ? Pool::kPinned : Pool::kHost;
+  offloaded_optimizer_pool = off.pin_memory ? Pool::kPinned : Pool::kHost;
+  param_pool = params_on_host ? offloaded_param_pool : Pool::kDevice;
+  grad_pool = grads_on_host ? offloaded_optimizer_pool : Pool::kDevice;
   ZT_USAGE_CHECK(!params_on_nvme || (offloaded > 0 && device_count == 0), config.source,
                  ": zero_optimization.offload_param.device: \"nvme\" needs offload_optimizer on \"cpu\" or "
                  "\"nvme\" with ratio 1 (the CPU Adam writes the updated parameters to the swap file)");

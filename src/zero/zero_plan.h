@@ -41,6 +41,8 @@ struct ZeroPlan {
   /// layout (padded), gradients likewise.
   size_t params_base = 0, params_count = 0, grads_base = 0, grads_count = 0;
   Pool param_pool = Pool::kDevice, grad_pool = Pool::kDevice;
+  /// The host pool of what offload_param / offload_optimizer move (pinned with pin_memory).
+  Pool offloaded_param_pool = Pool::kHost, offloaded_optimizer_pool = Pool::kHost;
   bool params_on_host = false;  ///< offload_param (stage 3): the parameter partition in host memory or NVMe
   bool params_on_nvme = false;  ///< offload_param.device nvme: in ParamSwapper's file
   bool grads_on_host = false;   ///< stage 3, whole optimizer offloaded: reduce straight into host memory
