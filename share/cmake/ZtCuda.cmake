@@ -1,24 +1,57 @@
-# ZT_WITH_CUDA=AUTO builds the CUDA backend when nvcc is found, ON requires it, OFF skips it.
+# ZT_CUDA=AUTO builds the CUDA backend and the NCCL communicator when nvcc is found (the release
+# preset; CI builds them on machines that have the toolkit but no GPU), ON requires them, OFF
+# skips them. Sets ZT_CUDA_ENABLED and, when on, the imported target zt::nccl.
 set(ZT_CUDA_ENABLED OFF)
-if(ZT_WITH_CUDA STREQUAL "OFF")
+if(NOT ZT_CUDA MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "ZT_CUDA must be AUTO, ON or OFF (got '${ZT_CUDA}')")
+endif()
+if(ZT_CUDA STREQUAL "OFF")
   return()
 endif()
-if(NOT ZT_WITH_CUDA MATCHES "^(AUTO|ON)$")
-  message(FATAL_ERROR "ZT_WITH_CUDA must be AUTO, ON or OFF (got '${ZT_WITH_CUDA}')")
-endif()
-if(NOT DEFINED CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
   set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
 endif()
 include(CheckLanguage)
 check_language(CUDA)
 if(NOT CMAKE_CUDA_COMPILER)
-  if(ZT_WITH_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "ZT_WITH_CUDA=ON but no CUDA compiler was found")
+  if(ZT_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ZT_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER or CUDACXX)")
   endif()
   message(STATUS "zerotrain: no nvcc found, building the CPU backend only")
   return()
 endif()
+
+# CUDA 13 has no sm_70: Ampere and Hopper as real code, plus Hopper PTX for later GPUs. Set before
+# enable_language, which would otherwise pick the compiler's default architecture.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES "80-real;90-real;90-virtual")
+endif()
 enable_language(CUDA)
+# CMake 3.25 does not know nvcc 13's C++20 flag; without these the CUDA standard is ignored.
+set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+set(CMAKE_CUDA_STANDARD 20)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+# The runtime as a shared library, so that one process loads one copy with the libraries that use
+# it (cuBLASLt, NCCL); nothing links the driver library libcuda, which machines without a GPU lack.
+set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
 find_package(CUDAToolkit REQUIRED)
+
+# NCCL ships with the toolkit on our machines; NCCL_ROOT points elsewhere.
+find_path(ZT_NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_ROOT} ${NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+          PATH_SUFFIXES include)
+find_library(ZT_NCCL_LIBRARY nccl HINTS $ENV{NCCL_ROOT} ${NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+             PATH_SUFFIXES lib lib64)
+if(NOT ZT_NCCL_INCLUDE_DIR OR NOT ZT_NCCL_LIBRARY)
+  if(ZT_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ZT_CUDA=ON but NCCL was not found (set NCCL_ROOT)")
+  endif()
+  message(STATUS "zerotrain: nvcc found but not NCCL, building the CPU backend only")
+  return()
+endif()
+add_library(zt::nccl SHARED IMPORTED)
+set_target_properties(zt::nccl PROPERTIES IMPORTED_LOCATION ${ZT_NCCL_LIBRARY}
+                      INTERFACE_INCLUDE_DIRECTORIES ${ZT_NCCL_INCLUDE_DIR})
+
 set(ZT_CUDA_ENABLED ON)
-message(STATUS "zerotrain: CUDA ${CUDAToolkit_VERSION} found; the CUDA backend lands with the GPU issue")
+message(STATUS "zerotrain: CUDA ${CUDAToolkit_VERSION} (${CMAKE_CUDA_ARCHITECTURES}), NCCL ${ZT_NCCL_LIBRARY}")

@@ -1,0 +1,1 @@
+// placeholder: written in issue 15's branch
