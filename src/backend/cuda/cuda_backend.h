@@ -25,6 +25,11 @@ int backend_device(Backend& backend);
 /// The PCI bus id of `device` ("0000:65:00.0"): two ranks with the same one share a GPU.
 std::string pci_bus_id(int device);
 
+/// The kernels' context of a CUDA backend (throws zt::Error for another backend): for tests and
+/// benchmarks that call cuBLASLt GEMMs in other dtypes (cublaslt_gemm.h).
+struct CudaContext;
+CudaContext& backend_context(Backend& backend);
+
 /// The backend on GPU `device` (this process's current device from now on).
 std::unique_ptr<Backend> make_cuda_backend(int device);
 
