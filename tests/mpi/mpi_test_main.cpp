@@ -1,13 +1,36 @@
 // main() for multi-rank GoogleTest binaries (HDF5 testpar / ADIOS2 style): MPI_Init_thread,
-// RUN_ALL_TESTS, then every rank agrees on the verdict before anyone reports it.
+// RUN_ALL_TESTS, then every rank agrees on the verdict before anyone reports it. With
+// ZT_TEST_ACCELERATOR=cuda and no usable GPU it exits 77 (ctest's skip) with the reason.
 #include <gtest/gtest.h>
 #include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#if ZT_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const char* accelerator = std::getenv("ZT_TEST_ACCELERATOR");
+  if (accelerator && std::string(accelerator) == "cuda") {
+#if ZT_HAVE_CUDA
+    const bool usable = zt::cuda::device_count() > 0;
+    const std::string why = zt::cuda::unavailable_reason();
+#else
+    const bool usable = false;
+    const std::string why = "this build has no CUDA backend";
+#endif
+    if (!usable) {
+      if (rank == 0) std::printf("skipped: no usable GPU (%s)\n", why.c_str());
+      MPI_Finalize();
+      return 77;
+    }
+  }
   ::testing::InitGoogleTest(&argc, argv);
   if (rank != 0) {  // print once: rank 0 reports, the others only fail the verdict
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -1,10 +1,12 @@
-#include "comm/data_comm.h"
 #include "zero_test_harness.h"
+
+#include <mpi.h>
 
 #include <cstdlib>
 
 #include "backend/accelerator.h"
 #include "backend/backend.h"
+#include "comm/data_comm.h"
 #include "model/gpt2.h"
 
 namespace zt {
@@ -39,9 +41,18 @@ DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation) {
   return c;
 }
 
+int node_local_rank() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int rank = 0;
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_free(&node);
+  return rank;
+}
+
 std::unique_ptr<Backend> test_backend() {
   const char* name = std::getenv("ZT_TEST_ACCELERATOR");
-  return make_backend(name ? name : "cpu", 0, "ZT_TEST_ACCELERATOR");
+  return make_backend(name ? name : "cpu", node_local_rank(), "ZT_TEST_ACCELERATOR");
 }
 
 int32_t token(int64_t step, int64_t g, int t) {
@@ -54,12 +65,17 @@ int32_t token(int64_t step, int64_t g, int t) {
 std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live, ModelStateBytes* states,
                           std::vector<float>* master) {
   auto backend = test_backend();
+  return train_on(*backend, comm, cfg, peak_live, states, master);
+}
+
+std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& cfg, size_t* peak_live,
+                             ModelStateBytes* states, std::vector<float>* master) {
   const Gpt2Layout layout(tiny_model());
-  auto engine_comm = make_data_comm(*backend, comm);
-  ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg);
+  auto engine_comm = make_data_comm(backend, comm);
+  ZeroEngine engine(layout, backend, *engine_comm, comm, cfg);
   engine.init_params(5);
   const int micro = int(cfg.train_micro_batch_size_per_gpu);
-  Gpt2Model<float> model(layout, *backend, backend->ops(), micro, kSeq, false);
+  Gpt2Model<float> model(layout, backend, backend.ops(), micro, kSeq, false);
   std::vector<int32_t> in(size_t(micro) * kSeq), tg(size_t(micro) * kSeq);
   std::vector<double> losses;
   for (int64_t step = 0; step < kSteps; ++step) {

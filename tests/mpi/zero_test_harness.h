@@ -18,7 +18,9 @@ inline constexpr int kSeq = 16, kGlobalBatch = 16, kSteps = 30;
 ModelConfig tiny_model();
 /// A config for `stage` whose buckets are small enough that reductions and gathers run in pieces.
 DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation);
-/// The backend the tests run on: ZT_TEST_ACCELERATOR (cpu, emulated), cpu when unset.
+/// This rank's place among the ranks on its node (its GPU, where there are several).
+int node_local_rank();
+/// The backend the tests run on: ZT_TEST_ACCELERATOR (cpu, emulated, cuda), cpu when unset.
 std::unique_ptr<Backend> test_backend();
 /// Token t of global sample g at `step`: a fixed pseudo-random sequence, the same on every rank.
 int32_t token(int64_t step, int64_t g, int t);
@@ -27,5 +29,8 @@ int32_t token(int64_t step, int64_t g, int t);
 /// bytes, and the final fp32 master weights.
 std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
                           ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr);
+/// The same on a given backend (the GPU tests train on the CUDA and the CPU backend in one process).
+std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
+                             ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr);
 
 }  // namespace zt

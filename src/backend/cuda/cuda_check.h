@@ -1,6 +1,6 @@
 // Check macros for the CUDA libraries: a failed call throws zt::Error with file:line, the call,
 // and the library's own name and text for the status (cudaGetErrorName/String,
-// cublasGetStatusString, cudnnGetErrorString).
+// cublasLtGetStatusString).
 #pragma once
 
 #include <cublasLt.h>
@@ -25,6 +25,6 @@
     const cublasStatus_t zt_cublas_status_ = (expr);                                                      \
     if (zt_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                                       \
       ::zt::throw_error(__FILE__, __LINE__,                                                               \
-                        ::zt::cat(#expr " failed: ", cublasGetStatusString(zt_cublas_status_),           \
+                        ::zt::cat(#expr " failed: ", cublasLtGetStatusString(zt_cublas_status_),           \
                                   " " __VA_OPT__(, ) __VA_ARGS__));                                       \
   } while (0)
