@@ -54,6 +54,10 @@ class Backend {
   /// True when every operation has finished when its call returns and device memory is host
   /// memory (the CPU backend): host-side communicators may then move device buffers directly.
   virtual bool synchronous() const = 0;
+  /// True when kernels and collectives may read and write host memory of either host pool (the
+  /// CPU and emulated backends); a GPU reaches only pinned memory, and slowly, so the engine keeps
+  /// what kernels write on the device there (ZeroPlan::grads_on_host).
+  virtual bool kernels_reach_host_memory() const { return true; }
 
   // ---- memory ----
   /// Allocates from a pool with byte accounting. Device memory is not host-addressable.

@@ -11,7 +11,8 @@ namespace zt {
 ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& comm, HostComm& control,
                        const DsConfig& config)
     : layout_(layout), backend_(backend), compute_(backend.compute_stream()), comm_(comm), control_(control),
-      config_(config), plan_(config, layout.flat_size(), comm.size(), comm.rank()), buffers_(plan_, layout, backend),
+      config_(config), plan_(config, layout.flat_size(), comm.size(), comm.rank(), backend.kernels_reach_host_memory()),
+      buffers_(plan_, layout, backend),
       coordinator_(!plan_.params_replicated() ? std::make_unique<PartitionedParameterCoordinator>(plan_, layout, backend, comm,
                                                                                         buffers_.params(), config)
                                     : nullptr),

@@ -6,7 +6,7 @@
 
 namespace zt {
 
-ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank_)
+ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank_, bool kernels_reach_host)
     : stage(config.zero.stage), world(world_size), rank(rank_), dtype(config.param_dtype()),
       comm_dtype(config.communication_data_type.value_or(config.param_dtype())), partition(flat_size, world_size) {
   const size_t padded = partition.padded_size, part = partition.partition_size;
@@ -22,7 +22,7 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   params_count = stage == 3 ? part : padded;
   grads_base = stage >= 2 ? partition.begin(rank) : 0;
   grads_count = stage >= 2 ? part : padded;
-  grads_on_host = stage == 3 && offloaded > 0 && device_count == 0;
+  grads_on_host = stage == 3 && offloaded > 0 && device_count == 0 && kernels_reach_host;
   params_on_host = stage == 3 && off_param.enabled();
   params_on_nvme = params_on_host && off_param.device == OffloadConfig::Device::kNvme;
   offloaded_param_pool = off_param.pin_memory ? Pool::kPinned : Pool::kHost;

@@ -26,7 +26,9 @@
 namespace zt {
 
 struct ZeroPlan {
-  ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank);
+  /// `kernels_reach_host` (Backend::kernels_reach_host_memory): whether the backend's kernels and
+  /// collectives may write host memory; without it the gradients stay on the device.
+  ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank, bool kernels_reach_host = true);
 
   int stage, world, rank;
   DType dtype;       ///< parameters and gradients (bf16, fp16 or fp32)
@@ -45,7 +47,9 @@ struct ZeroPlan {
   Pool offloaded_param_pool = Pool::kHost, offloaded_optimizer_pool = Pool::kHost;
   bool params_on_host = false;  ///< offload_param (stage 3): the parameter partition in host memory or NVMe
   bool params_on_nvme = false;  ///< offload_param.device nvme: in ParamSwapper's file
-  bool grads_on_host = false;   ///< stage 3, whole optimizer offloaded: reduce straight into host memory
+  /// Stage 3, whole optimizer offloaded, on a backend whose kernels reach host memory: reduce
+  /// straight into host memory instead of a device partition copied out.
+  bool grads_on_host = false;
 
   size_t elem() const { return dtype_size(dtype); }
   size_t offload_begin() const { return opt_begin + device_count; }

@@ -176,6 +176,7 @@ class CudaBackend final : public Backend {
                cublasLtGetVersion(), ")");
   }
   bool synchronous() const override { return false; }
+  bool kernels_reach_host_memory() const override { return false; }
 
   // ---- memory ----
   void* allocate(Pool pool, size_t bytes) override {
