@@ -104,7 +104,10 @@ std::unique_ptr<GemmPlan> make_plan(CudaContext& ctx, const GemmKey& key) {
   const cublasOperation_t op_second = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, op_first);
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, op_second);
-  if (key.bias) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+  if (key.bias) {
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(key.d_dtype));  // the default, stated
+  }
 
   plan->first = key.trans_b ? make_layout(key.ab_dtype, key.k, key.n) : make_layout(key.ab_dtype, key.n, key.k);
   plan->second = key.trans_a ? make_layout(key.ab_dtype, key.m, key.k) : make_layout(key.ab_dtype, key.k, key.m);
