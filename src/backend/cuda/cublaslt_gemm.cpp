@@ -1,1 +1,189 @@
-// placeholder: written in issue 15's branch
+// Row-major GEMMs on cuBLASLt, which is column-major: a row-major [r,c] matrix is the column-major
+// [c,r] matrix with the same bytes, so D = op(A) op(B) in row-major is D^T = op(B)^T op(A)^T in
+// column-major, and we hand cuBLASLt B as its first operand and A as its second, each with its
+// own transpose flag unchanged. The bias epilogue adds a vector over the rows of the column-major
+// D^T, which are the columns of our D: bias[n], as wanted.
+//
+// Descriptors, layouts and the heuristic's algorithm are cached per shape (and per pointer
+// alignment, which decides which algorithms may run); only the bias pointer changes per call.
+#include "backend/cuda/cublaslt_gemm.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace zt::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+  }
+  return CUDA_R_32F;
+}
+
+/// The largest power of two up to 256 that divides the address: cuBLASLt assumes 256-byte aligned
+/// operands unless told otherwise, and views inside a flat buffer can be less aligned.
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+struct GemmKey {
+  bool trans_a, trans_b;
+  int m, n, k;
+  DType ab_dtype, d_dtype;
+  bool bias, accumulate, allow_tf32;
+  uint32_t align_a, align_b, align_d;
+  int device;
+  size_t workspace_bytes;  // the algorithm chosen may use up to this much
+  auto tie() const {
+    return std::tie(trans_a, trans_b, m, n, k, ab_dtype, d_dtype, bias, accumulate, allow_tf32, align_a, align_b,
+                    align_d, device, workspace_bytes);
+  }
+  bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
+};
+
+struct MatmulDescDeleter {
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
+};
+struct LayoutDeleter {
+  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublasLtMatrixLayoutDestroy(l); }
+};
+struct PreferenceDeleter {
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, MatmulDescDeleter>;
+using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LayoutDeleter>;
+using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, PreferenceDeleter>;
+
+/// One planned GEMM: cuBLASLt's operands in its order (first = our B, second = our A).
+struct GemmPlan {
+  MatmulDesc desc;
+  Layout first, second, d;  // C shares D's layout (C = D when accumulating)
+  cublasLtMatmulAlgo_t algo{};
+};
+
+/// A column-major layout of `rows` x `cols`, leading dimension `rows` (densely packed).
+Layout make_layout(DType t, int rows, int cols) {
+  cublasLtMatrixLayout_t raw = nullptr;
+  ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, cuda_type(t), uint64_t(rows), uint64_t(cols), int64_t(rows)));
+  return Layout(raw);
+}
+
+template <typename V>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value) {
+  ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+
+template <typename V>
+void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const V& value) {
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+}
+
+std::unique_ptr<GemmPlan> make_plan(CudaContext& ctx, const GemmKey& key) {
+  auto plan = std::make_unique<GemmPlan>();
+  const bool f32 = key.ab_dtype == DType::kF32;
+  const cublasComputeType_t compute =
+      f32 && key.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasLtMatmulDesc_t desc = nullptr;
+  ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
+  plan->desc.reset(desc);
+  // First operand = our B: stored [k,n] row-major (= [n,k] column-major, no transpose) or, when
+  // trans_b, [n,k] row-major (= [k,n] column-major, transposed).
+  const cublasOperation_t op_first = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, op_first);
+  set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, op_second);
+  if (key.bias) {
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(key.d_dtype));  // the default, stated
+  }
+
+  plan->first = key.trans_b ? make_layout(key.ab_dtype, key.k, key.n) : make_layout(key.ab_dtype, key.n, key.k);
+  plan->second = key.trans_a ? make_layout(key.ab_dtype, key.m, key.k) : make_layout(key.ab_dtype, key.k, key.m);
+  plan->d = make_layout(key.d_dtype, key.n, key.m);
+
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  Preference pref(raw_pref);
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(ctx.lt_workspace_bytes));
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);  // cuBLASLt's A is our B
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  ZT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc, plan->first.get(), plan->second.get(), plan->d.get(),
+                                                 plan->d.get(), raw_pref, 1, &result, &found));
+  ZT_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, "cuBLASLt has no algorithm for the GEMM m=", key.m,
+           " n=", key.n, " k=", key.k, " trans_a=", key.trans_a, " trans_b=", key.trans_b, " ",
+           dtype_name(key.ab_dtype), " -> ", dtype_name(key.d_dtype), key.bias ? " with bias" : "");
+  plan->algo = result.algo;
+  return plan;
+}
+
+}  // namespace
+
+void gemm(CudaContext& ctx, const GemmArgs& args) {
+  ZT_CHECK(args.m >= 0 && args.n >= 0 && args.k >= 0, "gemm: negative shape m=", args.m, " n=", args.n, " k=", args.k);
+  ZT_CHECK(!(args.bias && args.accumulate), "gemm: a bias epilogue with accumulate is not supported");
+  // cuBLASLt reads the bias vector in 16-byte pieces (llm.c checks the same); callers with a less
+  // aligned bias broadcast it into D themselves and accumulate.
+  ZT_CHECK(args.bias == nullptr || reinterpret_cast<uintptr_t>(args.bias) % 16 == 0,
+           "gemm: the bias must be 16-byte aligned for cuBLASLt's epilogue");
+  ZT_CHECK(args.ab_dtype != DType::kF32 || args.d_dtype == DType::kF32,
+           "gemm: fp32 inputs write fp32 output (asked for ", dtype_name(args.d_dtype), ")");
+  ZT_CHECK(args.d_dtype == DType::kF32 || args.d_dtype == args.ab_dtype, "gemm: ", dtype_name(args.ab_dtype),
+           " inputs cannot write ", dtype_name(args.d_dtype));
+  if (args.m == 0 || args.n == 0) return;
+  if (args.k == 0) {
+    // An empty sum: D = 0 (+ bias), or D unchanged when accumulating. cuBLASLt rejects k = 0.
+    ZT_CHECK(args.bias == nullptr, "gemm: k = 0 with a bias is not supported");
+    if (!args.accumulate)
+      ZT_CUDA_CHECK(cudaMemsetAsync(args.d, 0, size_t(args.m) * args.n * dtype_size(args.d_dtype), ctx.compute));
+    return;
+  }
+
+  const GemmKey key{args.trans_a,
+                    args.trans_b,
+                    args.m,
+                    args.n,
+                    args.k,
+                    args.ab_dtype,
+                    args.d_dtype,
+                    args.bias != nullptr,
+                    args.accumulate,
+                    args.allow_tf32,
+                    alignment_of(args.a),
+                    alignment_of(args.b),
+                    alignment_of(args.d),
+                    ctx.device,
+                    ctx.lt_workspace_bytes};
+  // One lock over lookup and launch: the cached descriptor's bias pointer is set per call.
+  static std::mutex mutex;
+  static std::map<GemmKey, std::unique_ptr<GemmPlan>> plans;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, key)).first;
+  GemmPlan& plan = *it->second;
+  if (args.bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, args.bias);
+
+  const float alpha = 1.0f, beta = args.accumulate ? 1.0f : 0.0f;
+  ZT_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan.desc.get(), &alpha, args.b, plan.first.get(), args.a,
+                                 plan.second.get(), &beta, args.d, plan.d.get(), args.d, plan.d.get(), &plan.algo,
+                                 ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.compute),
+                  "(m=", args.m, " n=", args.n, " k=", args.k, ")");
+}
+
+}  // namespace zt::cuda

@@ -1,1 +1,176 @@
-// placeholder: written in issue 15's branch
+// OptimizerOps on the device: the fused Adam/AdamW step, the sum of squares for gradient clipping,
+// gradient accumulation between dtypes, and zero. All on ctx.compute; none synchronises the host.
+// The Adam arithmetic is the CPU's (cpu_kernels.inc, DeepSpeed's CPU Adam) operation for operation.
+#include <cmath>
+#include <memory>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_kernel_utils.cuh"
+
+namespace zt::cuda {
+namespace {
+
+// The step's scalars, derived once on the host exactly as the CPU derives them.
+struct AdamScalars {
+  float b1, b2, one_minus_b1, one_minus_b2;
+  float step_size;     // -lr / bias_correction1
+  float inv_sqrt_bc2;  // 1 / sqrt(bias_correction2)
+  float l2;            // weight decay folded into the gradient (Adam mode)
+  float decoupled;     // -lr * weight decay applied to the weight (AdamW mode)
+  float scale, eps;
+};
+
+AdamScalars adam_scalars(const AdamStepArgs& a) {
+  AdamScalars s;
+  s.b1 = a.beta1;
+  s.b2 = a.beta2;
+  s.one_minus_b1 = 1 - a.beta1;
+  s.one_minus_b2 = 1 - a.beta2;
+  s.step_size = -a.lr / a.bias_correction1;
+  s.inv_sqrt_bc2 = 1.0f / std::sqrt(a.bias_correction2);
+  s.l2 = a.adamw_mode ? 0.0f : a.weight_decay;
+  s.decoupled = a.adamw_mode ? -a.lr * a.weight_decay : 0.0f;
+  s.scale = a.grad_scale;
+  s.eps = a.eps;
+  return s;
+}
+
+// One element: g = grad * scale + l2 w; m, v moments; w -= lr wd w (AdamW); w += step m / (sqrt(v)
+// / sqrt(bc2) + eps). Returns the new master weight; m and v are updated through the references.
+__device__ __forceinline__ float adam_update(const AdamScalars& s, float w, float grad, float& m, float& v) {
+  const float g = grad * s.scale + s.l2 * w;
+  m = s.b1 * m + s.one_minus_b1 * g;
+  v = s.b2 * v + s.one_minus_b2 * g * g;
+  w += s.decoupled * w;
+  w += s.step_size * m / (sqrtf(v) * s.inv_sqrt_bc2 + s.eps);
+  return w;
+}
+
+template <typename G, typename P>
+struct AdamOp {
+  AdamScalars s;
+  float* master;
+  float* exp_avg;
+  float* exp_avg_sq;
+  const G* grad;
+  P* param;
+  bool write_param;  // false when param is master itself
+
+  __device__ void apply(size_t i) const {
+    float m = exp_avg[i], v = exp_avg_sq[i];
+    const float w = adam_update(s, master[i], load_float(grad, i), m, v);
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    master[i] = w;
+    if (write_param) store_float(param, i, w);
+  }
+  template <int N>
+  __device__ void apply_vec(size_t i) const {
+    float w[N], g[N], m[N], v[N];
+    load_vec<N>(master + i, w);
+    load_vec<N>(grad + i, g);
+    load_vec<N>(exp_avg + i, m);
+    load_vec<N>(exp_avg_sq + i, v);
+#pragma unroll
+    for (int j = 0; j < N; ++j) w[j] = adam_update(s, w[j], g[j], m[j], v[j]);
+    store_vec<N>(exp_avg + i, m);
+    store_vec<N>(exp_avg_sq + i, v);
+    store_vec<N>(master + i, w);
+    if (write_param) store_vec<N>(param + i, w);
+  }
+};
+
+template <typename A, typename X>
+struct AccumulateOp {
+  A* acc;
+  const X* x;
+  __device__ void apply(size_t i) const { store_float(acc, i, load_float(acc, i) + load_float(x, i)); }
+  template <int N>
+  __device__ void apply_vec(size_t i) const {
+    float a[N], b[N];
+    load_vec<N>(acc + i, a);
+    load_vec<N>(x + i, b);
+#pragma unroll
+    for (int j = 0; j < N; ++j) a[j] += b[j];
+    store_vec<N>(acc + i, a);
+  }
+};
+
+// Squares summed in double per thread, then per block, then one atomicAdd per block into *out.
+// The order across blocks varies from run to run, which moves the result by a rounding of a
+// double only: far below anything the clip coefficient can see.
+template <typename T>
+__global__ void sum_squares_kernel(const T* data, size_t n, double* out) {
+  __shared__ double shared[kWarp];
+  double acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const double x = load_float(data, i);
+    acc += x * x;
+  }
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) atomicAdd(out, acc);
+}
+
+class CudaOptimizerOps final : public OptimizerOps {
+ public:
+  explicit CudaOptimizerOps(CudaContext& ctx) : ctx_(ctx) {}
+
+  void adam_step(const AdamStepArgs& args, float* master, float* exp_avg, float* exp_avg_sq, const void* grad,
+                 DType grad_dtype, void* param, DType param_dtype, size_t n) override {
+    const AdamScalars s = adam_scalars(args);
+    with_storage_type(grad_dtype, [&](auto* g) {
+      with_storage_type(param_dtype, [&](auto* p) {
+        using G = std::remove_pointer_t<decltype(g)>;
+        using P = std::remove_pointer_t<decltype(p)>;
+        constexpr int N = 4;  // one float4 of master and of each moment per thread
+        AdamOp<G, P> op{s, master, exp_avg, exp_avg_sq, static_cast<const G*>(grad), static_cast<P*>(param),
+                        static_cast<void*>(param) != static_cast<void*>(master)};
+        const bool vectorised = is_aligned(master, 16) && is_aligned(exp_avg, 16) && is_aligned(exp_avg_sq, 16) &&
+                                is_aligned(grad, vec_align<G, N>()) && is_aligned(param, vec_align<P, N>());
+        launch_elementwise<N>(op, n, vectorised, ctx_.compute, ctx_.sm_count, "adam_kernel");
+      });
+    });
+  }
+
+  void sum_squares(const void* data, DType dtype, size_t n, double* out) override {
+    if (n == 0) return;
+    with_storage_type(dtype, [&](auto* d) {
+      using T = std::remove_pointer_t<decltype(d)>;
+      constexpr int kThreads = 512;
+      sum_squares_kernel<T><<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
+          static_cast<const T*>(data), n, out);
+      ZT_CUDA_CHECK_LAUNCH("sum_squares_kernel");
+    });
+  }
+
+  void accumulate_into(void* acc, DType acc_dtype, const void* x, DType x_dtype, size_t n) override {
+    with_storage_type(acc_dtype, [&](auto* a) {
+      with_storage_type(x_dtype, [&](auto* b) {
+        using A = std::remove_pointer_t<decltype(a)>;
+        using X = std::remove_pointer_t<decltype(b)>;
+        constexpr int N = (sizeof(A) == 4 || sizeof(X) == 4) ? 4 : 8;
+        const bool vectorised = is_aligned(acc, vec_align<A, N>()) && is_aligned(x, vec_align<X, N>());
+        launch_elementwise<N>(AccumulateOp<A, X>{static_cast<A*>(acc), static_cast<const X*>(x)}, n, vectorised,
+                              ctx_.compute, ctx_.sm_count, "accumulate_into_kernel");
+      });
+    });
+  }
+
+  void zero(void* data, DType dtype, size_t n) override {
+    if (n) ZT_CUDA_CHECK(cudaMemsetAsync(data, 0, n * dtype_size(dtype), ctx_.compute));
+  }
+
+ private:
+  CudaContext& ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<OptimizerOps> make_cuda_optimizer_ops(CudaContext& ctx) {
+  return std::make_unique<CudaOptimizerOps>(ctx);
+}
+
+}  // namespace zt::cuda

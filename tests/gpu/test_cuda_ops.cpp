@@ -1,0 +1,511 @@
+// Every KernelOps and OptimizerOps op and cast_async of the CUDA backend against the CPU backend on
+// the same random inputs (as ggml's test-backend-ops checks every backend against the CPU), and the
+// 16-bit cuBLASLt GEMMs against an fp32 CPU reference. Shapes are small and deliberately not
+// multiples of 32 or of the vector widths; pointers offset by one element take the scalar paths.
+//
+// Errors are measured relative to the largest magnitude of the CPU's array, max|gpu - cpu| /
+// max|cpu| ("max-relative"), or for GEMMs as ||gpu - cpu|| / ||cpu||, so one tolerance means the
+// same thing for every op whatever the values' scale.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cublaslt_gemm.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/device_array.h"
+#include "core/dtype.h"
+
+namespace zt {
+namespace {
+
+// Tolerances. Elementwise ops differ only by expf against the CPU's vexp (about 2 ulp each), so
+// 1e-6. fp32 GEMMs (TF32 off) reorder sums of at most ~1000 products: error ~ sqrt(k) eps ~ 4e-6
+// at worst for the large one, 1e-5 bounds it. Reductions over rows or channels (layernorm,
+// softmax, attention, column sums) reorder sums of up to ~100 terms and go through exp and
+// division: 1e-5 max-relative is ~100 ulp of headroom, while any indexing or formula mistake gives
+// errors of order 1.
+constexpr double kElementwiseTol = 1e-6;
+constexpr double kGemmTol = 1e-5;
+constexpr double kReductionTol = 1e-5;
+constexpr double kHalfGemmTol = 1e-2;
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::fabs(double(got[i]) - double(want[i])));
+    ref = std::max(ref, std::fabs(double(want[i])));
+    if (std::isnan(got[i]) != std::isnan(want[i])) return std::numeric_limits<double>::infinity();
+  }
+  return ref > 0 ? err / ref : err;
+}
+
+double norm_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (double(got[i]) - double(want[i])) * (double(got[i]) - double(want[i]));
+    ref += double(want[i]) * double(want[i]);
+  }
+  return ref > 0 ? std::sqrt(err / ref) : std::sqrt(err);
+}
+
+/// The same array on both backends, filled from one host vector.
+template <typename T>
+struct Twin {
+  Backend* gpu;
+  DeviceArray<T> g, c;
+  T* on(Backend& b) { return &b == gpu ? g.data() : c.data(); }
+};
+
+class CudaOps : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> gpu = cuda::make_cuda_backend(0);
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+
+  template <typename T>
+  Twin<T> twin(const std::vector<T>& host) {
+    Twin<T> t{gpu.get(), DeviceArray<T>(*gpu, host.size()), DeviceArray<T>(*cpu, host.size())};
+    gpu->copy_from_host(t.g.data(), host.data(), host.size() * sizeof(T));
+    cpu->copy_from_host(t.c.data(), host.data(), host.size() * sizeof(T));
+    return t;
+  }
+
+  template <typename T>
+  static std::vector<T> read(Backend& b, const DeviceArray<T>& a) {
+    std::vector<T> host(a.size());
+    b.copy_to_host(host.data(), a.data(), a.bytes());
+    return host;
+  }
+
+  /// Runs the same calls on the GPU and on the CPU.
+  void on_both(const std::function<void(Backend&)>& fn) {
+    fn(*gpu);
+    fn(*cpu);
+  }
+
+  void expect_close(const Twin<float>& t, double tol, const char* what, bool normwise = false) {
+    const auto got = read(*gpu, t.g), want = read(*cpu, t.c);
+    const double err = normwise ? norm_rel_error(got, want) : max_rel_error(got, want);
+    EXPECT_LE(err, tol) << what;
+  }
+
+  template <typename T>
+  void expect_equal_bits(const Twin<T>& t, const char* what) {
+    const auto got = read(*gpu, t.g), want = read(*cpu, t.c);
+    size_t mismatches = 0, first = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && mismatches++ == 0) first = i;
+    EXPECT_EQ(mismatches, 0u) << what << ": first mismatch at " << first;
+  }
+};
+
+// ---- KernelOps ----------------------------------------------------------------------------------
+
+constexpr int kB = 2, kT = 37, kC = 48, kNH = 4, kV = 101;
+
+std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed, bool some_ignored = false) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = d(rng);
+  if (some_ignored)
+    for (size_t i = 0; i < n; i += 5) v[i] = -1;
+  return v;
+}
+
+TEST_F(CudaOps, EmbeddingForwardAndBackward) {
+  // Tokens from only 20 values, so many rows share a token: the backward's chains are exercised.
+  auto tokens = twin(random_tokens(kB * kT, 20, 1));
+  auto wte = twin(randn(kV * kC, 2)), wpe = twin(randn(kT * kC, 3));
+  auto out = twin(randn(kB * kT * kC, 4)), dout = twin(randn(kB * kT * kC, 5));
+  auto dwte = twin(randn(kV * kC, 6)), dwpe = twin(randn(kT * kC, 7));  // accumulated into
+  on_both([&](Backend& b) {
+    b.ops().embedding_forward(out.on(b), tokens.on(b), wte.on(b), wpe.on(b), kB, kT, kC);
+    b.ops().embedding_backward(dwte.on(b), dwpe.on(b), dout.on(b), tokens.on(b), kB, kT, kC);
+  });
+  expect_close(out, kElementwiseTol, "out");
+  // The GPU adds the rows in the CPU's order: any error here is a real difference.
+  expect_close(dwte, kElementwiseTol, "dwte");
+  expect_close(dwpe, kElementwiseTol, "dwpe");
+}
+
+TEST_F(CudaOps, LayernormForwardAndBackward) {
+  const int rows = kB * kT;
+  auto x = twin(randn(rows * kC, 10, 2.0f)), w = twin(randn(kC, 11)), bias = twin(randn(kC, 12));
+  auto out = twin(randn(rows * kC, 13)), mean = twin(randn(rows, 14)), rstd = twin(randn(rows, 15));
+  auto dout = twin(randn(rows * kC, 16));
+  auto dx = twin(randn(rows * kC, 17)), dw = twin(randn(kC, 18)), db = twin(randn(kC, 19));  // all +=
+  on_both([&](Backend& b) {
+    b.ops().layernorm_forward(out.on(b), mean.on(b), rstd.on(b), x.on(b), w.on(b), bias.on(b), rows, kC, 1e-5);
+    b.ops().layernorm_backward(dx.on(b), dw.on(b), db.on(b), dout.on(b), x.on(b), w.on(b), mean.on(b), rstd.on(b),
+                               rows, kC);
+  });
+  expect_close(out, kReductionTol, "out");
+  expect_close(mean, kReductionTol, "mean");
+  expect_close(rstd, kReductionTol, "rstd");
+  expect_close(dx, kReductionTol, "dx");
+  expect_close(dw, kReductionTol, "dweight");
+  expect_close(db, kReductionTol, "dbias");
+}
+
+// matmul_forward with and without a bias, and with a bias one element off 16-byte alignment (the
+// path that broadcasts the bias instead of cuBLASLt's epilogue).
+TEST_F(CudaOps, MatmulForward) {
+  const int rows = kB * kT, in = kC, out_dim = 3 * kC + 5;
+  auto x = twin(randn(rows * in, 20)), w = twin(randn(in * out_dim, 21)), bias = twin(randn(out_dim + 1, 22));
+  auto with_bias = twin(randn(rows * out_dim, 23)), no_bias = twin(randn(rows * out_dim, 24));
+  auto odd_bias = twin(randn(rows * out_dim, 25));
+  on_both([&](Backend& b) {
+    b.ops().matmul_forward(with_bias.on(b), x.on(b), w.on(b), bias.on(b), rows, in, out_dim);
+    b.ops().matmul_forward(no_bias.on(b), x.on(b), w.on(b), nullptr, rows, in, out_dim);
+    b.ops().matmul_forward(odd_bias.on(b), x.on(b), w.on(b), bias.on(b) + 1, rows, in, out_dim);
+  });
+  expect_close(with_bias, kGemmTol, "with bias", true);
+  expect_close(no_bias, kGemmTol, "without bias", true);
+  expect_close(odd_bias, kGemmTol, "unaligned bias", true);
+}
+
+TEST_F(CudaOps, MatmulForwardLarge) {
+  const int rows = 300, in = 768, out_dim = 1001;
+  auto x = twin(randn(size_t(rows) * in, 26)), w = twin(randn(size_t(in) * out_dim, 27, 0.05f));
+  auto bias = twin(randn(out_dim, 28)), out = twin(randn(size_t(rows) * out_dim, 29));
+  on_both([&](Backend& b) { b.ops().matmul_forward(out.on(b), x.on(b), w.on(b), bias.on(b), rows, in, out_dim); });
+  expect_close(out, kGemmTol, "large matmul", true);
+}
+
+TEST_F(CudaOps, MatmulBackward) {
+  const int rows = kB * kT, in = kC, out_dim = 3 * kC + 5;
+  auto x = twin(randn(rows * in, 30)), w = twin(randn(in * out_dim, 31)), dout = twin(randn(rows * out_dim, 32));
+  auto dx = twin(randn(rows * in, 33)), dw = twin(randn(in * out_dim, 34)), db = twin(randn(out_dim, 35));
+  auto dw_only = twin(randn(in * out_dim, 36));
+  on_both([&](Backend& b) {
+    b.ops().matmul_backward(dx.on(b), dw.on(b), db.on(b), dout.on(b), x.on(b), w.on(b), rows, in, out_dim);
+    b.ops().matmul_backward(nullptr, dw_only.on(b), nullptr, dout.on(b), x.on(b), w.on(b), rows, in, out_dim);
+  });
+  expect_close(dx, kGemmTol, "dx", true);
+  expect_close(dw, kGemmTol, "dweight", true);
+  expect_close(db, kReductionTol, "dbias");
+  expect_close(dw_only, kGemmTol, "dweight without dx and dbias", true);
+}
+
+TEST_F(CudaOps, MatmulNt) {
+  const int rows = kB * kT, K = kC, N = kV;
+  auto x = twin(randn(rows * K, 40)), w = twin(randn(N * K, 41)), dout = twin(randn(rows * N, 42));
+  auto out = twin(randn(rows * N, 43)), dx = twin(randn(rows * K, 44)), dw = twin(randn(N * K, 45));
+  on_both([&](Backend& b) {
+    b.ops().matmul_nt_forward(out.on(b), x.on(b), w.on(b), rows, K, N);
+    b.ops().matmul_nt_backward(dx.on(b), dw.on(b), dout.on(b), x.on(b), w.on(b), rows, K, N);
+  });
+  expect_close(out, kGemmTol, "out", true);
+  expect_close(dx, kGemmTol, "dx", true);
+  expect_close(dw, kGemmTol, "dw", true);
+}
+
+TEST_F(CudaOps, AttentionForwardAndBackward) {
+  const size_t qkv_n = size_t(kB) * kT * 3 * kC, att_n = size_t(kB) * kNH * kT * kT;
+  auto qkv = twin(randn(qkv_n, 50)), dout = twin(randn(size_t(kB) * kT * kC, 51));
+  auto out = twin(randn(size_t(kB) * kT * kC, 52)), att = twin(randn(att_n, 53)), dqkv = twin(randn(qkv_n, 54));
+  on_both([&](Backend& b) {
+    b.ops().attention_forward(out.on(b), att.on(b), qkv.on(b), kB, kT, kC, kNH);
+    b.ops().attention_backward(dqkv.on(b), dout.on(b), qkv.on(b), att.on(b), kB, kT, kC, kNH);
+  });
+  expect_close(out, kReductionTol, "out");
+  expect_close(att, kReductionTol, "att");
+  expect_close(dqkv, kReductionTol, "dqkv");
+  // The masked entries are exact zeros, as the CPU writes them.
+  const auto a = read(*gpu, att.g);
+  for (size_t row = 0; row < size_t(kB) * kNH * kT; ++row)
+    for (int t2 = int(row % kT) + 1; t2 < kT; ++t2) ASSERT_EQ(a[row * kT + t2], 0.0f) << "row " << row << " t2 " << t2;
+}
+
+TEST_F(CudaOps, Elementwise) {
+  // n is odd, so the vector paths leave a scalar tail; the "+ 1" views are not 16-byte aligned
+  // and take the scalar path throughout.
+  const size_t n = 4099;
+  auto x = twin(randn(n + 1, 60, 3.0f)), y = twin(randn(n + 1, 61)), dout = twin(randn(n + 1, 62));
+  auto gelu = twin(randn(n + 1, 63)), dgelu = twin(randn(n + 1, 64)), sum = twin(randn(n + 1, 65));
+  auto acc = twin(randn(n + 1, 66));
+  for (size_t offset : {size_t(0), size_t(1)}) {
+    on_both([&](Backend& b) {
+      b.ops().gelu_forward(gelu.on(b) + offset, x.on(b) + offset, n);
+      b.ops().gelu_backward(dgelu.on(b) + offset, x.on(b) + offset, dout.on(b) + offset, n);
+      b.ops().residual_forward(sum.on(b) + offset, x.on(b) + offset, y.on(b) + offset, n);
+      b.ops().accumulate(acc.on(b) + offset, y.on(b) + offset, n);
+    });
+    expect_close(gelu, kElementwiseTol, "gelu_forward");
+    expect_close(dgelu, kElementwiseTol, "gelu_backward");
+    expect_equal_bits(sum, "residual_forward");
+    expect_equal_bits(acc, "accumulate");
+  }
+}
+
+TEST_F(CudaOps, SoftmaxCrossEntropy) {
+  const int rows = kB * kT;
+  // Every fifth target is -1 (ignored: loss 0, gradient 0).
+  auto targets = twin(random_tokens(rows, kV, 70, true));
+  auto logits = twin(randn(size_t(rows) * kV, 71, 4.0f)), losses = twin(randn(rows, 72));
+  std::vector<double> start{0.25};
+  auto loss_sum = twin(start);
+  on_both([&](Backend& b) {
+    b.ops().softmax_xent_forward(logits.on(b), losses.on(b), targets.on(b), rows, kV, loss_sum.on(b), 0.5);
+  });
+  expect_close(logits, kReductionTol, "probabilities");
+  expect_close(losses, kReductionTol, "losses");
+  const double got = read(*gpu, loss_sum.g)[0], want = read(*cpu, loss_sum.c)[0];
+  EXPECT_NEAR(got, want, kReductionTol * std::fabs(want - start[0])) << "loss_sum";
+  on_both([&](Backend& b) { b.ops().softmax_xent_backward(logits.on(b), targets.on(b), rows, kV, 1.0 / 64); });
+  // Elementwise from the probabilities compared above: p d - [v = target] d, 0 for ignored rows.
+  expect_close(logits, kReductionTol, "dlogits");
+}
+
+// ---- OptimizerOps ---------------------------------------------------------------------------------
+
+std::vector<uint16_t> to_dtype_bits(const std::vector<float>& v, DType t) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = t == DType::kBF16 ? to_bf16(v[i]).bits : to_fp16(v[i]).bits;
+  return out;
+}
+
+struct AdamCase {
+  DType grad, param;
+  bool adamw, aliased, offset;
+};
+
+TEST_F(CudaOps, AdamStep) {
+  const size_t n = 1003;
+  const AdamCase cases[] = {
+      {DType::kF32, DType::kF32, true, true, false},  {DType::kF32, DType::kF32, false, false, true},
+      {DType::kF32, DType::kBF16, true, false, false}, {DType::kBF16, DType::kBF16, true, false, false},
+      {DType::kBF16, DType::kF32, false, false, false}, {DType::kF16, DType::kF16, true, false, true},
+      {DType::kBF16, DType::kBF16, false, false, true},
+  };
+  for (const AdamCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "grad " << dtype_name(c.grad) << " param " << dtype_name(c.param)
+                                      << (c.adamw ? " adamw" : " adam") << (c.aliased ? " aliased" : "")
+                                      << (c.offset ? " unaligned" : ""));
+    const size_t off = c.offset ? 1 : 0;
+    auto master = twin(randn(n + 1, 80)), m = twin(randn(n + 1, 81, 0.1f));
+    std::vector<float> v_host = randn(n + 1, 82, 0.1f);
+    for (auto& x : v_host) x = x * x;  // the second moment is non-negative
+    auto v = twin(v_host);
+    const std::vector<float> g_host = randn(n + 1, 83, 10.0f);
+    auto g32 = twin(g_host);
+    auto g16 = twin(c.grad == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(g_host, c.grad));
+    auto p32 = twin(randn(n + 1, 84));
+    auto p16 = twin(std::vector<uint16_t>(n + 1, 0xffff));  // a NaN in either 16-bit type: must be overwritten
+    AdamStepArgs args;
+    args.lr = 1e-3f, args.weight_decay = 0.1f, args.adamw_mode = c.adamw;
+    args.bias_correction1 = 1 - std::pow(0.9f, 3.0f), args.bias_correction2 = 1 - std::pow(0.999f, 3.0f);
+    args.grad_scale = 0.125f;
+    on_both([&](Backend& b) {
+      const void* grad = c.grad == DType::kF32 ? static_cast<const void*>(g32.on(b) + off) : g16.on(b) + off;
+      void* param = c.param != DType::kF32 ? static_cast<void*>(p16.on(b) + off)
+                    : c.aliased            ? static_cast<void*>(master.on(b) + off)
+                                           : static_cast<void*>(p32.on(b) + off);
+      b.optimizer_ops().adam_step(args, master.on(b) + off, m.on(b) + off, v.on(b) + off, grad, c.grad, param,
+                                  c.param, n);
+    });
+    // Same formula, same roundings but for FMA contraction: a few ulp at most.
+    expect_close(master, kElementwiseTol, "master");
+    expect_close(m, kElementwiseTol, "exp_avg");
+    expect_close(v, kElementwiseTol, "exp_avg_sq");
+    if (c.param == DType::kF32 && !c.aliased) {
+      // The parameter is the GPU's own master weight, bit for bit.
+      const auto p = read(*gpu, p32.g), w = read(*gpu, master.g);
+      for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], w[i]) << "param " << i;
+    } else if (c.param != DType::kF32) {
+      // The 16-bit parameter is the GPU's master rounded as the CPU rounds it (comparing with the
+      // CPU's parameter instead could flip at a rounding tie when the masters differ by an ulp).
+      const auto p = read(*gpu, p16.g);
+      const auto w = read(*gpu, master.g);
+      const auto want = to_dtype_bits(w, c.param);
+      for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], want[i]) << "param " << i;
+    }
+  }
+}
+
+TEST_F(CudaOps, SumSquares) {
+  const size_t n = 5001;
+  const std::vector<float> host = randn(n, 90, 3.0f);
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    auto data32 = twin(host);
+    auto data16 = twin(t == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(host, t));
+    auto out = twin(std::vector<double>{1.5});
+    on_both([&](Backend& b) {
+      const void* d = t == DType::kF32 ? static_cast<const void*>(data32.on(b)) : data16.on(b);
+      b.optimizer_ops().sum_squares(d, t, n, out.on(b));
+    });
+    // The CPU sums fp32 partials of 4096 squares (then double), the GPU sums in double: the CPU's
+    // own rounding is ~sqrt(4096) eps ~ 4e-6 relative, so 1e-5.
+    const double got = read(*gpu, out.g)[0], want = read(*cpu, out.c)[0];
+    EXPECT_NEAR(got, want, 1e-5 * want);
+  }
+  // A NaN or an infinity anywhere makes the sum non-finite.
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> with_bad = host;
+    with_bad[n / 2] = bad;
+    auto data = twin(with_bad);
+    auto out = twin(std::vector<double>{0.0});
+    on_both([&](Backend& b) { b.optimizer_ops().sum_squares(data.on(b), DType::kF32, n, out.on(b)); });
+    EXPECT_FALSE(std::isfinite(read(*gpu, out.g)[0]));
+    EXPECT_EQ(std::isnan(read(*gpu, out.g)[0]), std::isnan(read(*cpu, out.c)[0]));
+  }
+}
+
+/// Bytes of `n` values of dtype t, from fp32 values rounded as the CPU rounds them.
+std::vector<uint8_t> bytes_of(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> out(v.size() * dtype_size(t));
+  if (t == DType::kF32) std::memcpy(out.data(), v.data(), out.size());
+  else {
+    const auto bits = to_dtype_bits(v, t);
+    std::memcpy(out.data(), bits.data(), out.size());
+  }
+  return out;
+}
+
+TEST_F(CudaOps, AccumulateIntoAndZero) {
+  const size_t n = 2051;
+  const DType types[] = {DType::kF32, DType::kBF16, DType::kF16};
+  for (DType acc_t : types) {
+    for (DType x_t : types) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(acc_t) << " += " << dtype_name(x_t));
+      auto acc = twin(bytes_of(randn(n, 100), acc_t)), x = twin(bytes_of(randn(n, 101), x_t));
+      on_both([&](Backend& b) { b.optimizer_ops().accumulate_into(acc.on(b), acc_t, x.on(b), x_t, n); });
+      // One fp32 addition and one round to nearest even on either side: equal bit for bit.
+      expect_equal_bits(acc, "accumulate_into");
+    }
+  }
+  for (DType t : types) {
+    auto data = twin(bytes_of(randn(n, 102), t));
+    gpu->optimizer_ops().zero(data.g.data(), t, n - 1);  // the last element stays
+    const auto got = read(*gpu, data.g), before = read(*cpu, data.c);
+    for (size_t i = 0; i + dtype_size(t) < got.size(); ++i) ASSERT_EQ(got[i], 0) << dtype_name(t) << " byte " << i;
+    for (size_t i = got.size() - dtype_size(t); i < got.size(); ++i) EXPECT_EQ(got[i], before[i]);
+  }
+}
+
+// ---- casts ------------------------------------------------------------------------------------------
+
+TEST_F(CudaOps, CastEveryPairBitExact) {
+  // Random values over a wide range plus the edge cases: signed zeros, infinities, a quiet NaN
+  // with a payload, fp16 and bf16 subnormals, fp16 overflow and values half-way between 16-bit neighbours.
+  std::vector<float> host = randn(3001, 110, 1.0f);
+  std::mt19937 rng(111);
+  for (size_t i = 0; i < host.size(); i += 3) host[i] *= std::ldexp(1.0f, int(rng() % 60) - 30);
+  const float extra[] = {0.0f, -0.0f, INFINITY, -INFINITY, bits_float(0x7fc12345u), bits_float(0xffd00000u),
+                         1e-6f, -3e-8f, 1e-40f, 70000.0f, -65520.0f, 65504.0f, 1.0f + 1.0f / 256, 1.0f + 1.0f / 2048,
+                         bits_float(0x3f808000u), bits_float(0x3f818000u)};
+  host.insert(host.end(), std::begin(extra), std::end(extra));
+  const size_t n = host.size();
+  const DType types[] = {DType::kF32, DType::kBF16, DType::kF16};
+  for (DType from : types) {
+    for (DType to : types) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(from) << " -> " << dtype_name(to));
+      auto src = twin(bytes_of(host, from));
+      auto dst = twin(std::vector<uint8_t>(n * dtype_size(to), 0xab));
+      gpu->cast_async(src.g.data(), from, dst.g.data(), to, n, gpu->compute_stream());
+      if (from == DType::kF32 || to == DType::kF32 || from == to) {
+        cpu->cast_async(src.c.data(), from, dst.c.data(), to, n, cpu->compute_stream());
+      } else {
+        // The CPU converts between two 16-bit types only through fp32: do that, as the GPU does.
+        DeviceArray<float> mid(*cpu, n);
+        cpu->cast_async(src.c.data(), from, mid.data(), DType::kF32, n, cpu->compute_stream());
+        cpu->cast_async(mid.data(), DType::kF32, dst.c.data(), to, n, cpu->compute_stream());
+      }
+      expect_equal_bits(dst, "cast");
+    }
+  }
+  // The same pointer with the same dtype is nothing at all; an unaligned view takes the scalar path.
+  auto same = twin(bytes_of(host, DType::kF32));
+  gpu->cast_async(same.g.data(), DType::kF32, same.g.data(), DType::kF32, n, gpu->compute_stream());
+  expect_equal_bits(same, "same pointer, same dtype");
+  auto src = twin(bytes_of(host, DType::kF32));
+  auto dst = twin(std::vector<uint8_t>(n * 2, 0));
+  gpu->cast_async(src.g.data() + 4, DType::kF32, dst.g.data() + 2, DType::kBF16, n - 1, gpu->compute_stream());
+  cpu->cast_async(src.c.data() + 4, DType::kF32, dst.c.data() + 2, DType::kBF16, n - 1, cpu->compute_stream());
+  expect_equal_bits(dst, "unaligned fp32 -> bf16");
+}
+
+// ---- 16-bit cuBLASLt GEMMs against an fp32 reference ----------------------------------------------
+
+struct HalfGemmCase {
+  DType ab, d;
+  bool trans_a, trans_b, bias, accumulate;
+};
+
+TEST_F(CudaOps, HalfPrecisionGemm) {
+  const int m = 77, n = 101, k = 96;
+  const HalfGemmCase cases[] = {
+      {DType::kBF16, DType::kBF16, false, false, false, false}, {DType::kBF16, DType::kF32, false, true, true, false},
+      {DType::kBF16, DType::kF32, true, false, false, true},    {DType::kF16, DType::kF16, false, false, true, false},
+      {DType::kF16, DType::kF32, false, true, false, true},     {DType::kF16, DType::kF16, true, false, false, false},
+  };
+  for (const HalfGemmCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.ab) << " -> " << dtype_name(c.d) << " ta " << c.trans_a
+                                      << " tb " << c.trans_b << " bias " << c.bias << " acc " << c.accumulate);
+    // Inputs rounded to the 16-bit type first, so the fp32 reference multiplies the same numbers.
+    auto round_trip = [&](std::vector<float> v, DType t) {
+      for (auto& x : v) x = t == DType::kBF16 ? to_float(to_bf16(x)) : to_float(to_fp16(x));
+      return v;
+    };
+    const auto a = round_trip(randn(size_t(m) * k, 120), c.ab), b = round_trip(randn(size_t(k) * n, 121), c.ab);
+    const auto bias = round_trip(randn(n, 122), c.d == DType::kF32 ? c.ab : c.d);
+    const auto d0 = round_trip(randn(size_t(m) * n, 123), c.d == DType::kF32 ? c.ab : c.d);
+
+    // The reference: the CPU's fp32 matmul_forward on op(A) and op(B) laid out row-major.
+    std::vector<float> a_rm = a, b_rm = b;  // row-major op(A) [m,k] and op(B) [k,n]
+    if (c.trans_a)  // the stored A is [k,m]: read it as op(A)^T
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < k; ++j) a_rm[size_t(i) * k + j] = a[size_t(j) * m + i];
+    if (c.trans_b)  // the stored B is [n,k]
+      for (int i = 0; i < k; ++i)
+        for (int j = 0; j < n; ++j) b_rm[size_t(i) * n + j] = b[size_t(j) * k + i];
+    DeviceArray<float> op_a(*cpu, a_rm.size()), op_b(*cpu, b_rm.size()), ref_bias(*cpu, n), prod(*cpu, size_t(m) * n);
+    cpu->copy_from_host(op_a.data(), a_rm.data(), op_a.bytes());
+    cpu->copy_from_host(op_b.data(), b_rm.data(), op_b.bytes());
+    cpu->copy_from_host(ref_bias.data(), bias.data(), ref_bias.bytes());
+    cpu->ops().matmul_forward(prod.data(), op_a.data(), op_b.data(), c.bias ? ref_bias.data() : nullptr, m, k, n);
+    std::vector<float> want = read(*cpu, prod);
+    if (c.accumulate)
+      for (size_t i = 0; i < want.size(); ++i) want[i] += d0[i];
+
+    auto a16 = twin(bytes_of(a, c.ab)), b16 = twin(bytes_of(b, c.ab));
+    auto d_dev = twin(bytes_of(d0, c.d)), bias_dev = twin(bytes_of(bias, c.d));
+    cuda::GemmArgs args;
+    args.trans_a = c.trans_a, args.trans_b = c.trans_b, args.m = m, args.n = n, args.k = k;
+    args.a = a16.g.data(), args.b = b16.g.data(), args.d = d_dev.g.data();
+    args.ab_dtype = c.ab, args.d_dtype = c.d;
+    args.bias = c.bias ? bias_dev.g.data() : nullptr;
+    args.accumulate = c.accumulate;
+    cuda::gemm(cuda::backend_context(*gpu), args);
+    const auto raw = read(*gpu, d_dev.g);
+    std::vector<float> got(size_t(m) * n);
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (c.d == DType::kF32) std::memcpy(&got[i], raw.data() + 4 * i, 4);
+      else {
+        uint16_t bits;
+        std::memcpy(&bits, raw.data() + 2 * i, 2);
+        got[i] = c.d == DType::kBF16 ? to_float(bf16{bits}) : to_float(fp16{bits});
+      }
+    }
+    EXPECT_LE(norm_rel_error(got, want), kHalfGemmTol);
+  }
+}
+
+}  // namespace
+}  // namespace zt
