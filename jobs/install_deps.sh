@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zerotrain builds and tests with, when they are missing.
-# Usage: jobs/install_deps.sh [--with-bench]   (--with-bench adds fio and GNU time)
-# Needs root (or sudo) only when something is missing. Safe to run again.
+# Usage: jobs/install_deps.sh [--with-bench | --check]   (--with-bench adds fio and GNU time)
+# Needs root (or sudo) only when something is missing. Safe to run again. --check installs
+# nothing: it prints the missing packages on one line and exits 1 if there are any.
 set -euo pipefail
 
 packages=(
@@ -17,11 +18,13 @@ packages=(
   # our export, on Debian's PyTorch; the product itself needs neither.
   python3 python3-pip python3-torch
 )
+check=0
 case ${1:-} in
   "") ;;
   --with-bench) packages+=(fio time) ;;
+  --check) check=1 ;;
   -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
-  *) echo "install_deps: unknown argument '$1' (--with-bench or --help)" >&2; exit 2 ;;
+  *) echo "install_deps: unknown argument '$1' (--with-bench, --check or --help)" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -30,6 +33,10 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
   exit 0
+fi
+if ((check)); then
+  echo "${missing[*]}"
+  exit 1
 fi
 
 echo "install_deps: installing ${missing[*]}" >&2

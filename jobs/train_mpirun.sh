@@ -5,6 +5,14 @@
 #   jobs/train_mpirun.sh                          # right after jobs/quickstart.sh: its data, 300 steps
 #   ZT_RANKS=4 jobs/train_mpirun.sh --bf16 --max_steps 5000
 #   ZT_HOSTFILE=hosts ZT_RANKS=16 ZT_THREADS=8 jobs/train_mpirun.sh --learning_rate 1e-4
+#   ZT_GPUS_PER_NODE=8 jobs/train_mpirun.sh --bf16          # one rank per GPU, --accelerator cuda
+#   ZT_GPUS_PER_NODE=8 ZT_HOSTFILE=hosts jobs/train_mpirun.sh  # 8 ranks on every host of the file
+#
+# GPUs: with ZT_GPUS_PER_NODE=G the script runs one rank per GPU (G ranks on this node; with a
+# hostfile, mpirun --npernode G) and adds --accelerator cuda. Each rank uses the GPU of its rank
+# on the node (local rank modulo the GPUs it sees), so every rank sees the same GPUs: set
+# CUDA_VISIBLE_DEVICES, if at all, for the whole job. NCCL_*, CUDA_* and ZT_* variables set
+# where the script runs reach every rank (mpirun -x), on other hosts too.
 #
 # Stopping: Ctrl-C (SIGINT) lets every rank finish its step and save, then exits 130; a second
 # Ctrl-C stops at once. SIGTERM to this script, or SIGHUP (its terminal closed), saves the same
@@ -16,7 +24,9 @@
 #   ZT_HOME        the zerotrain checkout                  (default: this script's repository)
 #   ZT_BIN         directory with src/zerotrain            (default: $ZT_HOME/build/release)
 #   ZT_OUT         where the jobs scripts keep their data and runs (default: $ZT_HOME/out)
-#   ZT_RANKS       MPI ranks                               (default: 1)
+#   ZT_RANKS       MPI ranks                               (default: ZT_GPUS_PER_NODE, else 1;
+#                                                           with a hostfile and GPUs: G per host)
+#   ZT_GPUS_PER_NODE  GPUs per node, one rank each (--accelerator cuda), optional (default: none, CPU)
 #   ZT_HOSTFILE    Open MPI hostfile, optional             (default: this node only)
 #   ZT_THREADS     OpenMP threads per rank                 (default: cores / ranks on one node, else 1)
 #   ZT_CONFIG      DeepSpeed config                        (default: $ZT_HOME/configs/zero2.json)
@@ -30,18 +40,24 @@
 #                  than this script, optional. Open MPI 4.1's mpirun then waits twice that long
 #                  before it exits whenever a job ends early, even after a plain error.
 #   ZT_ARGS        more zerotrain flags, before the script's arguments
+#   ZT_DRY_RUN     1: print the mpirun command line instead of running it (default: 0)
 set -uo pipefail
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 
 home=${ZT_HOME:-$(cd "$(dirname "$0")/.." && pwd)}
 bin=${ZT_BIN:-$home/build/release}
 out=${ZT_OUTPUT_DIR:-${ZT_OUT:-$home/out}/mpirun}
-ranks=${ZT_RANKS:-1}
+gpus=${ZT_GPUS_PER_NODE:-}
+ranks=${ZT_RANKS:-${gpus:-1}}
+dry_run=${ZT_DRY_RUN:-0}
 
 say() { echo "train_mpirun: $*" >&2; }
 [[ -x $bin/src/zerotrain ]] || { say "no zerotrain under $bin (run jobs/quickstart.sh, or set ZT_BIN)"; exit 2; }
+[[ -z $gpus || $gpus =~ ^[1-9][0-9]*$ ]] || { say "ZT_GPUS_PER_NODE must be a positive number, got '$gpus'"; exit 2; }
 [[ $ranks =~ ^[1-9][0-9]*$ ]] || { say "ZT_RANKS must be a positive number, got '$ranks'"; exit 2; }
+[[ $dry_run == [01] ]] || { say "ZT_DRY_RUN must be 0 or 1, got '$dry_run'"; exit 2; }
 source "$home/jobs/lib/train_args.sh"
+[[ -n $gpus ]] && add --accelerator cuda
 [[ -n $resuming ]] && say "resuming from $resuming"
 if [[ -n ${ZT_THREADS:-} ]]; then
   threads=$ZT_THREADS
@@ -51,11 +67,27 @@ else
   threads=$(($(nproc) / ranks))
   ((threads >= 1)) || threads=1
 fi
-launcher=(mpirun -np "$ranks" -x OMP_NUM_THREADS="$threads")
+launcher=(mpirun)
+# With GPUs and a hostfile, --npernode G places G ranks on each host; -np only when ZT_RANKS caps
+# the total, else mpirun fills every host of the file.
+[[ -z $gpus || -z ${ZT_HOSTFILE:-} || -n ${ZT_RANKS:-} ]] && launcher+=(-np "$ranks")
+[[ -n $gpus && -n ${ZT_HOSTFILE:-} ]] && launcher+=(--npernode "$gpus")
+launcher+=(-x OMP_NUM_THREADS="$threads")
+# The caller's NCCL, CUDA and zerotrain settings reach every rank, on every host, unchanged (the
+# same CUDA_VISIBLE_DEVICES for all: the backend binds local rank modulo the GPUs it sees).
+for name in $(compgen -e); do
+  case $name in NCCL_* | CUDA_* | ZT_*) launcher+=(-x "$name") ;; esac
+done
 [[ -n ${ZT_GRACE:-} ]] && launcher+=(--mca odls_base_sigkill_timeout "$ZT_GRACE")
 [[ -n ${ZT_HOSTFILE:-} ]] && launcher+=(--hostfile "$ZT_HOSTFILE")
 [[ -z ${ZT_HOSTFILE:-} && $ranks -gt $(nproc) ]] && launcher+=(--oversubscribe)
 [[ $(id -u) -eq 0 ]] && launcher+=(--allow-run-as-root)
+
+if [[ $dry_run == 1 ]]; then
+  line=$(printf '%q ' "${launcher[@]}" "$bin/src/zerotrain" "${args[@]}" "${user_args[@]}")
+  echo "${line% }"
+  exit 0
+fi
 
 # mpirun runs in a process group of its own (job control on), so that a terminal's Ctrl-C reaches
 # only this script, which turns it into the signal mpirun forwards. Its stdin is not the terminal:

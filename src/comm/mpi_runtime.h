@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -27,11 +29,31 @@ struct ProcessPlace {
   std::string host;
 };
 
+/// A process that another launcher started as one of several ranks: torchrun and the deepspeed
+/// launcher give each child WORLD_SIZE, RANK and LOCAL_WORLD_SIZE (deepspeed: LOCAL_SIZE), which
+/// zerotrain never reads (its ranks come from MPI), so each child would be a world of one: N
+/// independent runs writing the same output directory.
+struct ForeignLaunch {
+  std::string message;  ///< one line: what was seen, and the equivalent mpirun and srun commands
+  bool quiet = false;   ///< RANK is above 0: exit without a word, so the job prints one line
+};
+
+/// The refusal for a process whose environment says WORLD_SIZE > 1 (an integer) while MPI sees
+/// `mpi_world_size` == 1, or nothing. Under mpirun or srun, MPI sees the whole world and nothing
+/// is refused, whatever WORLD_SIZE says. The commands it suggests are argv (without the deepspeed
+/// launcher's --local_rank), shell-quoted; ranks per node from LOCAL_WORLD_SIZE or LOCAL_SIZE
+/// when it divides WORLD_SIZE. `env` is getenv (a parameter for the tests).
+std::optional<ForeignLaunch> check_foreign_launch(int mpi_world_size, int argc, const char* const* argv,
+                                                  const std::function<const char*(const char*)>& env);
+
 /// Owns MPI for the life of the process: MPI_Init_thread at MPI_THREAD_MULTIPLE (the MPI
 /// communicator's progress thread runs collectives while the main thread computes, and the
 /// main thread may call MPI_Abort at any time), MPI_Finalize at destruction.
 class MpiRuntime {
  public:
+  /// A process started by torchrun or the deepspeed launcher (check_foreign_launch) is refused
+  /// here, where the world size is first known, so that every program that trains refuses it:
+  /// the one line on stderr (from RANK 0 only), MPI_Finalize, exit 2 (bad usage).
   MpiRuntime(int* argc, char*** argv);
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;

@@ -85,6 +85,46 @@ expect_usage_error "symlink loop as --deepspeed" \
 expect_usage_error "directory as --config_name" "^zerotrain: error: $WORK: not a regular file \(a directory\)$" \
   quick "$DS" "$WORK" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o17"
 
+# Started by torchrun or the deepspeed launcher (WORLD_SIZE set, MPI sees one process): refused at
+# once with one line holding the mpirun and srun commands for the same arguments; RANK 0 says it,
+# the others exit 2 quietly. The suggested mpirun command, pasted, trains as one 2-rank job.
+expect_usage_error "WORLD_SIZE=2 without mpirun (torchrun)" \
+  "^zerotrain: error: started by torchrun or the deepspeed launcher \(WORLD_SIZE=2, RANK=0\) but MPI sees 1 process.*launch with \`mpirun -np 2 $ZEROTRAIN --deepspeed .* --train_data '$DATA/train_\*.bin' --output_dir $WORK/o18\` or \`srun --ntasks=2 $ZEROTRAIN --deepspeed " \
+  env WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 "$ZEROTRAIN" --deepspeed "$DS" --config_name "$MODEL" --max_steps 2 \
+  --per_device_train_batch_size 2 --block_size 32 --disable_tqdm --train_data "$DATA/train_*.bin" --output_dir "$WORK/o18"
+suggested=$(env WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 "$ZEROTRAIN" --deepspeed "$DS" --config_name "$MODEL" --max_steps 2 \
+  --per_device_train_batch_size 2 --block_size 32 --disable_tqdm --train_data "$DATA/train_*.bin" --output_dir "$WORK/o18" \
+  2>&1 | grep -o '`mpirun [^`]*`' | tr -d '`')
+err=$(env WORLD_SIZE=4 RANK=3 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 "$ZEROTRAIN" --output_dir "$WORK/o19" 2>&1)
+rc=$?
+if [[ $rc -eq 2 && -z $err ]]; then pass "torchrun's RANK 3: exit 2 without a word"; else fail "RANK 3: exit $rc: $err"; fi
+expect_usage_error "deepspeed launcher, 2 nodes of 2: --npernode and --ntasks-per-node, without its --local_rank" \
+  "\(WORLD_SIZE=4, RANK=0, LOCAL_SIZE=2\).*\`mpirun -np 4 --npernode 2 $ZEROTRAIN --output_dir $WORK/o19\` or \`srun --nodes=2 --ntasks-per-node=2 $ZEROTRAIN --output_dir $WORK/o19\`$" \
+  env WORLD_SIZE=4 RANK=0 LOCAL_SIZE=2 "$ZEROTRAIN" --local_rank=0 --output_dir "$WORK/o19"
+if [[ ! -e $WORK/o18 && ! -e $WORK/o19 && -n $suggested ]] &&
+   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 \
+     eval "$suggested" >"$WORK/suggested.log" 2>&1 && grep -q '"world_size":2' "$WORK/o18/metrics.jsonl"; then
+  pass "the refused run wrote nothing; its suggested command, pasted, trains on 2 ranks"
+else
+  fail "suggested [$suggested]: $(ls -d "$WORK"/o18 "$WORK"/o19 2>&1 | tr '\n' ' ') $(tail -3 "$WORK/suggested.log" 2>&1)"
+fi
+# Not refused: torchrun with one process, and a real mpirun whose ranks inherit WORLD_SIZE=2.
+if env WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 "$ZEROTRAIN" --deepspeed "$DS" --config_name "$MODEL" --max_steps 2 \
+     --per_device_train_batch_size 2 --block_size 32 --disable_tqdm --train_data "$DATA/train_*.bin" \
+     --output_dir "$WORK/ws1" >"$WORK/ws1.log" 2>&1 && grep -q '"event":"end"' "$WORK/ws1/metrics.jsonl"; then
+  pass "WORLD_SIZE=1: trains"
+else
+  fail "WORLD_SIZE=1: $(tail -3 "$WORK/ws1.log")"
+fi
+if WORLD_SIZE=2 RANK=0 mpirun -np 2 --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x WORLD_SIZE -x RANK \
+     "$ZEROTRAIN" --deepspeed "$DS" --config_name "$MODEL" --max_steps 2 --per_device_train_batch_size 2 --block_size 32 \
+     --disable_tqdm --train_data "$DATA/train_*.bin" --output_dir "$WORK/ws2" >"$WORK/ws2.log" 2>&1 &&
+   grep -q '"world_size":2' "$WORK/ws2/metrics.jsonl"; then
+  pass "mpirun -np 2 with WORLD_SIZE=2 set: one 2-rank job"
+else
+  fail "mpirun with WORLD_SIZE=2: $(tail -3 "$WORK/ws2.log")"
+fi
+
 # An existing, non-empty output_dir is left untouched.
 mkdir -p "$WORK/existing"
 echo precious >"$WORK/existing/metrics.jsonl"

@@ -6,6 +6,10 @@
 #    (only ZT_OUT set, to keep the outputs here): the demo trains, train_mpirun.sh trains on the
 #    demo's data, and a second run resumes; arguments pass through to the program;
 #  - a wrong setting or flag is one line within seconds, not after mpirun's grace;
+#  - ZT_GPUS_PER_NODE: the launch commands both training scripts print with ZT_DRY_RUN=1 (one
+#    rank per GPU, NCCL_*/CUDA_*/ZT_* passed on, --accelerator cuda), its bad values, and a run
+#    of train_mpirun.sh with a stand-in zerotrain that prints what each rank got;
+#  - gpu_smoke.sh's verdicts on a stand-in build, with and without a stand-in nvidia-smi;
 #  - Ctrl-C on a terminal (a pty): once saves and exits 130, twice exits at once; SIGTERM to the
 #    script saves and exits 0; SIGTERM to mpirun itself with ZT_GRACE saves too;
 #  - a rank killed mid-run ends the job within seconds, naming the rank, latest intact.
@@ -122,6 +126,112 @@ else
 fi
 expect_usage_error "train_mpirun.sh with a missing ZT_CONFIG" "^train_mpirun: ZT_CONFIG: no such file: /nonexistent.json" \
   env ZT_CONFIG=/nonexistent.json "$JOBS/train_mpirun.sh"
+
+# ---- GPUs per node: the launch command (ZT_DRY_RUN=1), the settings' errors, the environment ----
+gpu_env=(env ZT_HOME="$ZT_SOURCE_DIR" ZT_TRAIN_DATA="$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0,1)
+elapsed "${gpu_env[@]}" ZT_GPUS_PER_NODE=2 ZT_DRY_RUN=1 "$JOBS/train_mpirun.sh" --max_steps 7
+line=$(tail -n 1 "$WORK/last.log")
+if [[ $rc -eq 0 && $line == "mpirun -np 2 "* && $line == *" -x NCCL_DEBUG "* && $line == *" -x CUDA_VISIBLE_DEVICES "* &&
+      $line == *" -x ZT_GPUS_PER_NODE "* && $line == *" --accelerator cuda --max_steps 7" && $line != *npernode* ]]; then
+  pass "train_mpirun.sh ZT_GPUS_PER_NODE=2 (dry run): 2 ranks, -x for NCCL_*, CUDA_* and ZT_*, --accelerator cuda"
+else
+  fail "train_mpirun.sh GPUs dry run: exit $rc: $line"
+fi
+elapsed "${gpu_env[@]}" ZT_GPUS_PER_NODE=4 ZT_HOSTFILE=$WORK/hosts ZT_DRY_RUN=1 "$JOBS/train_mpirun.sh" --accelerator emulated
+line=$(tail -n 1 "$WORK/last.log")
+if [[ $rc -eq 0 && $line == "mpirun --npernode 4 "* && $line == *" --hostfile $WORK/hosts "* && $line != *" -np "* &&
+      $line == *" --accelerator emulated"* && $line != *"accelerator cuda"* ]]; then
+  pass "with a hostfile: --npernode 4 on every host, no -np; the user's --accelerator wins"
+else
+  fail "train_mpirun.sh GPUs + hostfile dry run: exit $rc: $line"
+fi
+elapsed "${gpu_env[@]}" ZT_GPUS_PER_NODE=3 ZT_HOSTFILE=$WORK/hosts ZT_RANKS=6 ZT_DRY_RUN=1 "$JOBS/train_mpirun.sh"
+if [[ $rc -eq 0 && $(tail -n 1 "$WORK/last.log") == "mpirun -np 6 --npernode 3 "* ]]; then
+  pass "ZT_RANKS with a hostfile caps the total: -np 6 --npernode 3"
+else
+  fail "ZT_RANKS + GPUs: exit $rc: $(tail -n 1 "$WORK/last.log")"
+fi
+elapsed "${gpu_env[@]}" ZT_GPUS_PER_NODE=2 SLURM_JOB_NUM_NODES=3 ZT_DRY_RUN=1 "$JOBS/train_slurm.sbatch"
+line=$(tail -n 1 "$WORK/last.log")
+if [[ $rc -eq 0 && $line == "OMP_NUM_THREADS=1 srun --export=ALL --kill-on-bad-exit=1 --mpi=pmix --nodes=3 --ntasks=6 --ntasks-per-node=2 --gpus-per-node=2 "* &&
+      $line == *" --accelerator cuda" ]]; then
+  pass "train_slurm.sbatch ZT_GPUS_PER_NODE=2 on 3 nodes (dry run): srun --export=ALL, 6 tasks, 2 per node, --gpus-per-node=2, --accelerator cuda"
+else
+  fail "train_slurm.sbatch GPUs dry run: exit $rc: $line"
+fi
+elapsed "${gpu_env[@]}" SLURM_GPUS_PER_NODE=h100:4 ZT_DRY_RUN=1 "$JOBS/train_slurm.sbatch"
+if [[ $rc -eq 0 && $(tail -n 1 "$WORK/last.log") == *" --nodes=1 --ntasks=4 --ntasks-per-node=4 --gpus-per-node=4 "* ]]; then
+  pass "train_slurm.sbatch in a job submitted with --gpus-per-node=h100:4: 4 tasks"
+else
+  fail "train_slurm.sbatch SLURM_GPUS_PER_NODE: exit $rc: $(tail -n 1 "$WORK/last.log")"
+fi
+for bad in 0 two -1 "2 4"; do
+  expect_usage_error "train_mpirun.sh ZT_GPUS_PER_NODE='$bad'" "^train_mpirun: ZT_GPUS_PER_NODE must be a positive number, got '$bad'$" \
+    env ZT_GPUS_PER_NODE="$bad" "$JOBS/train_mpirun.sh"
+  expect_usage_error "train_slurm.sbatch ZT_GPUS_PER_NODE='$bad'" "^train_slurm: ZT_GPUS_PER_NODE must be a positive number, got '$bad'$" \
+    env ZT_HOME="$ZT_SOURCE_DIR" ZT_GPUS_PER_NODE="$bad" "$JOBS/train_slurm.sbatch"
+done
+expect_usage_error "train_slurm.sbatch with two GPU types per node" \
+  "^train_slurm: SLURM_GPUS_PER_NODE \(sbatch --gpus-per-node\) is 'a100:2,v100:2', not one count: set ZT_GPUS_PER_NODE$" \
+  env ZT_HOME="$ZT_SOURCE_DIR" SLURM_GPUS_PER_NODE=a100:2,v100:2 "$JOBS/train_slurm.sbatch"
+expect_usage_error "train_mpirun.sh ZT_DRY_RUN=yes" "^train_mpirun: ZT_DRY_RUN must be 0 or 1, got 'yes'$" \
+  env ZT_DRY_RUN=yes "$JOBS/train_mpirun.sh"
+# The command runs: mpirun takes the flags, and every rank gets the caller's NCCL and CUDA
+# settings and --accelerator cuda (a stand-in zerotrain that prints them).
+mkdir -p "$WORK/fakebin/src"
+cat >"$WORK/fakebin/src/zerotrain" <<'SH'
+#!/bin/sh
+echo "rank $OMPI_COMM_WORLD_RANK local $OMPI_COMM_WORLD_LOCAL_RANK NCCL_DEBUG=$NCCL_DEBUG CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES args $*"
+SH
+chmod +x "$WORK/fakebin/src/zerotrain"
+elapsed "${gpu_env[@]}" ZT_BIN="$WORK/fakebin" ZT_GPUS_PER_NODE=2 ZT_OUTPUT_DIR="$WORK/fake" "$JOBS/train_mpirun.sh"
+if [[ $rc -eq 0 && $(grep -c "NCCL_DEBUG=INFO CUDA_VISIBLE_DEVICES=0,1 args .*--accelerator cuda" "$WORK/last.log") -eq 2 ]] &&
+   grep -q "^rank 1 local 1 " "$WORK/last.log"; then
+  pass "train_mpirun.sh ZT_GPUS_PER_NODE=2 runs 2 ranks (local ranks 0 and 1) with NCCL_DEBUG, CUDA_VISIBLE_DEVICES unchanged, --accelerator cuda"
+else
+  fail "train_mpirun.sh GPUs run: exit $rc: $(tail -n 3 "$WORK/last.log")"
+fi
+
+# ---- gpu_smoke.sh, without a GPU or a CUDA build: its options, and its verdicts on a stand-in build
+# (a gpu test that skips, one that passes, a benchmark) with and without a stand-in nvidia-smi ----
+expect_usage_error "gpu_smoke.sh --jobs 0" "^gpu_smoke: --jobs must be a positive number, got '0'$" "$JOBS/gpu_smoke.sh" --jobs 0
+expect_usage_error "gpu_smoke.sh --skip-build without a build" "^gpu_smoke: --skip-build: no build in $WORK/nobuild " \
+  "$JOBS/gpu_smoke.sh" --skip-build --build-dir "$WORK/nobuild"
+mkdir -p "$WORK/smoke_src" "$WORK/smi"
+cat >"$WORK/smoke_src/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(smoke NONE)
+enable_testing()
+add_test(NAME gpu_skips COMMAND sh -c "echo 'skipped: no usable GPU'; exit 77")
+add_test(NAME gpu_passes COMMAND true)
+set_tests_properties(gpu_skips gpu_passes PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+CMAKE
+cmake -S "$WORK/smoke_src" -B "$WORK/smoke" >/dev/null
+mkdir -p "$WORK/smoke/tests/bench"
+printf '#!/bin/sh\necho "bench_gpu_adam: 1234.5 GB/s"\n' >"$WORK/smoke/tests/bench/bench_gpu_adam"
+printf '#!/bin/sh\ncase $1 in -L) echo "GPU 0: Stand-in GPU (UUID: GPU-0)" ;; *) echo "name, memory.total [MiB], driver_version"; echo "Stand-in GPU, 1024 MiB, 1.0" ;; esac\n' \
+  >"$WORK/smi/nvidia-smi"
+chmod +x "$WORK/smoke/tests/bench/bench_gpu_adam" "$WORK/smi/nvidia-smi"
+elapsed env PATH="$WORK/smi:$PATH" "$JOBS/gpu_smoke.sh" --no-install --skip-build --build-dir "$WORK/smoke"
+if [[ $rc -eq 1 && $(tail -n 1 "$WORK/last.log") == FAILED ]] &&
+   grep -q "ctest -L gpu *FAILED (1 of 2 skipped although nvidia-smi shows a GPU)" "$WORK/last.log" &&
+   grep -q "^bench_gpu_adam: 1234.5 GB/s" "$WORK/last.log" && grep -q "bench_gpu_nccl *absent" "$WORK/last.log" &&
+   grep -q "^Stand-in GPU, 1024 MiB, 1.0" "$WORK/last.log"; then
+  pass "gpu_smoke.sh with a GPU: a skipped gpu test fails it; the benchmark's figures, absent ones named, nvidia-smi's line"
+else
+  fail "gpu_smoke.sh with a stand-in GPU: exit $rc: $(tail -n 9 "$WORK/last.log")"
+fi
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "note: this machine has a GPU; gpu_smoke.sh's verdict without one is not checked"
+else
+  elapsed "$JOBS/gpu_smoke.sh" --no-install --skip-build --build-dir "$WORK/smoke"
+  if [[ $rc -eq 77 && $(tail -n 1 "$WORK/last.log") == "SKIPPED: no GPU, nothing ran on one" ]] &&
+     grep -q "ctest -L gpu *skipped (1 of 2: no GPU)" "$WORK/last.log" && grep -q "bench_gpu_adam *skipped (no GPU)" "$WORK/last.log"; then
+    pass "gpu_smoke.sh without a GPU: the skip is no failure, the benchmark not run, exit 77 (skipped)"
+  else
+    fail "gpu_smoke.sh without a GPU: exit $rc: $(tail -n 9 "$WORK/last.log")"
+  fi
+fi
 
 # ---- stopping ----
 shape=(--logging_steps 1 --save_steps 100000 --per_device_train_batch_size 32 --block_size 128)

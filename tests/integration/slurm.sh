@@ -4,6 +4,8 @@
 #  - train_slurm.sbatch with its defaults trains on quickstart's data (ZT_OUT/data); with
 #    settings it trains, saves and exits 0; consolidate.sh and estimate.sh run as jobs
 #    (tests/integration/jobs.sh has the scripts outside Slurm);
+#  - ZT_GPUS_PER_NODE in an allocation (the srun command, dry run: the cluster has no GPUs), and
+#    NCCL_* and the script's OMP_NUM_THREADS reaching every task of a job submitted with --export=LIST;
 #  - preemption at several steps: scancel --signal=TERM -> checkpoint, exit 0 -> scontrol requeue
 #    -> the job resumes and finishes with the losses of an uninterrupted run, step for step;
 #  - SIGKILL of one rank at a random step (several seeds): the job ends non-zero within 60 s,
@@ -94,6 +96,31 @@ if ZT_MODEL=$ZT_SOURCE_DIR/configs/models/gpt2-demo.json ZT_GPU_MEMORY=1GB ZT_CP
   pass "estimate.sh as a job: 2 tasks per node from Slurm, DeepSpeed's table and a recommendation"
 else
   fail "estimate.sh: $(tail -5 "$WORK/estimate.out")"
+fi
+# ---- GPUs per node, and the environment through --export ----
+# This cluster has no GPUs (no gres), so the GPU step is checked as the command the script
+# prints with ZT_DRY_RUN=1 inside a real allocation.
+if ZT_GPUS_PER_NODE=2 ZT_DRY_RUN=1 timeout 120 sbatch --wait -N 1 --ntasks-per-node 2 -o "$WORK/gpu_dry.out" \
+     "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   grep -q -- "^OMP_NUM_THREADS=1 srun --export=ALL --kill-on-bad-exit=1 --mpi=pmix --nodes=1 --ntasks=2 --ntasks-per-node=2 --gpus-per-node=2 .* --accelerator cuda$" \
+     "$WORK/gpu_dry.out"; then
+  pass "train_slurm.sbatch ZT_GPUS_PER_NODE=2 in a 1-node job (dry run): srun --ntasks-per-node=2 --gpus-per-node=2, --accelerator cuda"
+else
+  fail "train_slurm.sbatch GPUs dry run: $(tail -3 "$WORK/gpu_dry.out")"
+fi
+# A job submitted with an explicit --export list passes it on to its steps (SLURM_EXPORT_ENV);
+# srun --export=ALL still hands every task what the script set (OMP_NUM_THREADS) and the
+# caller's NCCL_* (a stand-in zerotrain prints what each task got).
+mkdir -p "$WORK/fakebin/src"
+printf '#!/bin/sh\necho "task $SLURM_PROCID OMP_NUM_THREADS=$OMP_NUM_THREADS NCCL_DEBUG=$NCCL_DEBUG"\n' >"$WORK/fakebin/src/zerotrain"
+chmod +x "$WORK/fakebin/src/zerotrain"
+if timeout 120 sbatch --wait -n 2 -o "$WORK/export.out" \
+     --export="PATH=$PATH,ZT_HOME=$ZT_HOME,ZT_BIN=$WORK/fakebin,ZT_TRAIN_DATA=$ZT_TRAIN_DATA,ZT_CONFIG=$ZT_CONFIG,ZT_OUTPUT_DIR=$WORK/export,ZT_THREADS=3,NCCL_DEBUG=INFO" \
+     "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   [[ $(grep -c '^task [01] OMP_NUM_THREADS=3 NCCL_DEBUG=INFO$' "$WORK/export.out") -eq 2 ]]; then
+  pass "a job submitted with --export=LIST: both tasks get OMP_NUM_THREADS=3 and NCCL_DEBUG=INFO (srun --export=ALL)"
+else
+  fail "environment through --export: $(tail -4 "$WORK/export.out")"
 fi
 # ---- preemption: SIGTERM -> checkpoint -> requeue -> finish, identical losses ----
 ZT_OUTPUT_DIR=$WORK/straight ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps 80" \
