@@ -14,7 +14,13 @@
 //   staged   (comm/staged_comm.cpp) any other backend: each collective is copied into pinned
 //            staging on the communication stream, moved by MPI from a host function on that
 //            stream, and copied back (device -> pinned -> MPI -> device).
-//   nccl     the GPU issue.
+//   nccl     (comm/nccl_comm.cpp) the CUDA backend with a GPU per rank: NCCL on the
+//            communicator's own stream, one NCCL communicator per process, its unique id sent over
+//            the control communicator; a watchdog ends every rank when NCCL reports a failure.
+//
+// make_data_comm chooses: direct on a synchronous backend; on the CUDA backend nccl, unless two
+// ranks share a GPU (NCCL refuses them) or ZT_DATA_COMM=staged; staged otherwise.
+// ZT_DATA_COMM=nccl insists on NCCL and is an error where it cannot serve.
 #pragma once
 
 #include <cstddef>
@@ -71,8 +77,11 @@ class DataComm {
 };
 
 /// The data communicator for `backend` over the ranks of `control`: direct on a synchronous
-/// backend (sharing `control`, whose collectives the same thread issues), staged otherwise (over a
-/// duplicate of `control`, since a stream's thread issues its collectives). Collective.
+/// backend (sharing `control`, whose collectives the same thread issues); nccl on the CUDA backend
+/// when every rank has a GPU of its own (its set-up runs over `control`); staged otherwise (over a
+/// duplicate of `control`, since a stream's thread issues its collectives). ZT_DATA_COMM (auto,
+/// staged, nccl) overrides the choice on the CUDA backend; a choice that cannot be served is a
+/// UsageError. Collective.
 std::unique_ptr<DataComm> make_data_comm(Backend& backend, HostComm& control);
 
 }  // namespace zt

@@ -1,10 +1,22 @@
 // The data communicator of a synchronous backend: device buffers are host memory and every
 // operation enqueued on a stream has run, so MPI moves the buffers in place and waiting for a
 // collective on a stream is waiting for it on the host.
+//
+// make_data_comm, the choice among the data communicators, is here too.
 #include "comm/data_comm.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "comm/staged_comm.h"
 #include "core/error.h"
+#include "core/log.h"
+#if ZT_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "comm/nccl_comm.h"
+#endif
 
 namespace zt {
 
@@ -57,7 +69,72 @@ class DirectComm final : public DataComm {
 
 }  // namespace
 
+namespace {
+
+// ZT_DATA_COMM: "" or "auto" (choose), "staged" or "nccl".
+std::string data_comm_choice() {
+  const char* value = std::getenv("ZT_DATA_COMM");
+  const std::string choice = value ? value : "";
+  ZT_USAGE_CHECK(choice.empty() || choice == "auto" || choice == "staged" || choice == "nccl",
+                 "ZT_DATA_COMM must be auto, staged or nccl (got '", choice, "')");
+  return choice == "auto" ? "" : choice;
+}
+
+#if ZT_HAVE_CUDA
+// Why NCCL cannot serve these ranks ("" when it can): NCCL refuses two ranks on one GPU, so
+// every rank's host and GPU (PCI bus id) are gathered over `control` and compared. The ranks'
+// ZT_DATA_COMM travels with them, so that they all take the same decision or all refuse.
+std::string gpu_shared_by_ranks(Backend& backend, HostComm& control, const std::string& choice) {
+  struct Place {
+    char host[256];
+    char bus[64];
+    char choice[16];
+  };
+  static_assert(sizeof(Place) % 2 == 0, "gathered as 16-bit elements");
+  Place mine{};
+  gethostname(mine.host, sizeof mine.host - 1);
+  std::strncpy(mine.bus, cuda::pci_bus_id(cuda::backend_device(backend)).c_str(), sizeof mine.bus - 1);
+  std::strncpy(mine.choice, choice.c_str(), sizeof mine.choice - 1);
+  std::vector<Place> all(size_t(control.size()));
+  // Raw bytes as 16-bit elements: a gather moves them unchanged.
+  control.all_gather(&mine, all.data(), std::vector<size_t>(all.size(), sizeof(Place) / 2), DType::kBF16)->wait();
+  for (size_t i = 0; i < all.size(); ++i) {
+    ZT_USAGE_CHECK(std::strcmp(all[i].choice, all[0].choice) == 0, "ZT_DATA_COMM differs between ranks: '",
+                   all[0].choice, "' on rank 0, '", all[i].choice, "' on rank ", i);
+    for (size_t j = 0; j < i; ++j) {
+      if (std::strcmp(all[i].host, all[j].host) == 0 && std::strcmp(all[i].bus, all[j].bus) == 0) {
+        return cat("ranks ", j, " and ", i, " share GPU ", all[i].bus, " on ", all[i].host,
+                   ", and NCCL needs a GPU per rank");
+      }
+    }
+  }
+  return "";
+}
+#endif
+
+}  // namespace
+
+// Direct on a synchronous backend; on the CUDA backend NCCL, unless two ranks share a GPU or
+// ZT_DATA_COMM=staged; staged on any other backend. ZT_DATA_COMM=nccl insists on NCCL.
 std::unique_ptr<DataComm> make_data_comm(Backend& backend, HostComm& control) {
+  const std::string choice = data_comm_choice();
+#if ZT_HAVE_CUDA
+  if (backend.name() == "cuda") {
+    const std::string shared = gpu_shared_by_ranks(backend, control, choice);
+    ZT_USAGE_CHECK(choice != "nccl" || shared.empty(), "ZT_DATA_COMM=nccl: ", shared);
+    if (choice == "staged" || !shared.empty()) {
+      if (control.rank() == 0) {
+        log_info("data communicator: mpi, staged through pinned memory (",
+                 choice == "staged" ? std::string("ZT_DATA_COMM=staged") : shared, ")");
+      }
+      return make_staged_comm(backend, control.duplicate());
+    }
+    return std::make_unique<NcclComm>(backend, control);
+  }
+  ZT_USAGE_CHECK(choice != "nccl", "ZT_DATA_COMM=nccl needs the cuda backend (this run's is ", backend.name(), ")");
+#else
+  ZT_USAGE_CHECK(choice != "nccl", "ZT_DATA_COMM=nccl: this zerotrain was built without CUDA and NCCL");
+#endif
   if (backend.synchronous()) return std::make_unique<DirectComm>(control);
   return make_staged_comm(backend, control.duplicate());
 }
