@@ -2,12 +2,16 @@
 //
 //   zero_estimate --stage 2|3 (--params N --largest_layer_params L | --config_name MODEL.json)
 //                 [--num_gpus_per_node G] [--num_nodes K] [--additional_buffer_factor 1.5]
+//                 [--accelerator cpu|emulated|cuda] [--gpu_memory 80GB [--cpu_memory 512GB]] [--json]
 //
 // prints DeepSpeed's model-state table (the same rows, numbers and rounding as its
 // estimate_zero{2,3}_model_states_mem_needs_all_cold). With --config_name it also estimates what
 // zerotrain will allocate per rank, activations and buffers included, for --deepspeed CONFIG (or
 // --stage) and the batch flags; and with --gpu_memory and --cpu_memory [--nvme_capacity] it walks
 // from the fastest configuration to the leanest and prints the first that fits as a ds_config.json.
+// --accelerator cuda adds the GPU view: GPU memory per rank with the CUDA caching allocator's
+// rounding, the CUDA context, cuBLASLt's workspace and NCCL's buffers, and with --gpu_memory alone
+// whether the estimated run fits (exit 1 when not); the recommender then fits that total.
 // --json prints all of it as one JSON object.
 #include <boost/json.hpp>
 #include <boost/program_options.hpp>
@@ -65,6 +69,14 @@ std::string describe(const DsConfig& c) {
   return s;
 }
 
+// Small parts of the GPU view (rounding, NCCL) read better in MiB.
+std::string gib_or_mib(double bytes) {
+  if (bytes >= 0x1p30) return gib(bytes);
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", bytes / 0x1p20);
+  return text;
+}
+
 void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& run) {
   const ModelStateBytes& d = e.device_states;
   const ModelStateBytes& o = e.offloaded_states;
@@ -95,9 +107,21 @@ struct Args {
   double factor = 1.5;
   std::string params_text, largest_text, model_path, ds_path, gpu_text, cpu_text, nvme_text,
       nvme_path = "/local_nvme";
+  std::string accelerator = "cpu";
   bool checkpointing = false, bf16 = false, fp16 = false, as_json = false;
-  bool recommend_wanted() const { return !gpu_text.empty() || !cpu_text.empty() || !nvme_text.empty(); }
+  bool cuda() const { return accelerator == "cuda"; }
+  /// The recommender: host memory or NVMe given, or a GPU's memory outside the GPU view (where
+  /// --gpu_memory alone checks the estimate instead).
+  bool recommend_wanted() const { return !cpu_text.empty() || !nvme_text.empty() || (!gpu_text.empty() && !cuda()); }
+  /// The GPU view's verdict on the estimated configuration.
+  bool gpu_fit_wanted() const { return cuda() && !gpu_text.empty(); }
+  bool estimate_wanted() const { return stage >= 0 || !ds_path.empty(); }
 };
+
+// The trainer's --accelerator names (backend/accelerator.h) that say which memory to estimate:
+// cpu and emulated (the engine's pools in host memory), cuda (a GPU's). auto is not one: the
+// trainer resolves it on the machine it runs on, and zero_estimate runs before, anywhere.
+constexpr const char* kEstimateAccelerators = "cpu, emulated, cuda";
 
 // Every flag's own constraints, and which flags need which.
 void check_args(const Args& a) {
@@ -110,6 +134,19 @@ void check_args(const Args& a) {
   ZT_USAGE_CHECK(a.model_path.empty() != a.params_text.empty(),
                  "give the model as --params N [--largest_layer_params L] or as --config_name MODEL.json (one of them)");
   ZT_USAGE_CHECK(a.stage == -1 || (a.stage >= 0 && a.stage <= 3), "--stage must be 0-3, got ", a.stage);
+  ZT_USAGE_CHECK(a.accelerator == "cpu" || a.accelerator == "emulated" || a.accelerator == "cuda",
+                 "--accelerator \"", a.accelerator, "\": choose one of ", kEstimateAccelerators,
+                 a.accelerator == "auto" ? " (auto is decided where the trainer runs)" : "");
+  ZT_USAGE_CHECK(!a.cuda() || !a.model_path.empty(),
+                 "--accelerator cuda needs --config_name: the GPU view is of zerotrain's estimate per rank");
+  // The capacities parse here, so that a bad one is the only line printed.
+  for (const auto& [text, flag] : {std::pair{&a.gpu_text, "--gpu_memory"}, {&a.cpu_text, "--cpu_memory"},
+                                   {&a.nvme_text, "--nvme_capacity"}}) {
+    if (!text->empty()) parse_size(*text, SizeKind::kBytesMemory, flag);
+  }
+  ZT_USAGE_CHECK(!a.gpu_fit_wanted() || a.recommend_wanted() || a.estimate_wanted(),
+                 "--gpu_memory with --accelerator cuda checks zerotrain's estimate: give --stage or --deepspeed "
+                 "(or --cpu_memory too, for the recommender)");
   ZT_USAGE_CHECK(!a.recommend_wanted() || (!a.gpu_text.empty() && !a.cpu_text.empty()),
                  "the recommender needs both --gpu_memory and --cpu_memory");
   ZT_USAGE_CHECK(!a.recommend_wanted() || !a.model_path.empty(),
@@ -135,7 +172,12 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("gradient_checkpointing", po::bool_switch(&a.checkpointing), "recompute each block in backward")
     ("bf16", po::bool_switch(&a.bf16), "bf16 parameters and gradients")
     ("fp16", po::bool_switch(&a.fp16), "fp16 parameters and gradients")
-    ("gpu_memory", po::value(&a.gpu_text), "recommender: memory per GPU, e.g. 80GB (GB = 2^30 bytes)")
+    ("accelerator", po::value(&a.accelerator),
+     "cpu (default: the engine's pools), emulated (the same), cuda (GPU memory per rank: the caching "
+     "allocator's rounding, the CUDA context, cuBLASLt's and NCCL's buffers)")
+    ("gpu_memory", po::value(&a.gpu_text),
+     "memory per GPU, e.g. 80GB (GB = 2^30 bytes): the recommender's, or with --accelerator cuda whether "
+     "the estimate fits")
     ("cpu_memory", po::value(&a.cpu_text), "recommender: host memory per node, e.g. 512GB")
     ("nvme_capacity", po::value(&a.nvme_text), "recommender: NVMe per node, e.g. 2TB (enables the NVMe rungs)")
     ("nvme_path", po::value(&a.nvme_path), "recommender: nvme_path for the NVMe rungs (default /local_nvme)")
@@ -225,8 +267,48 @@ DsConfig make_ds_config(const Args& a, const ModelConfig& model, const RunShape&
   return parse_ds_config(parse_json_lenient(defaults, "zero_estimate defaults"), "zero_estimate defaults", autos);
 }
 
-// 2. zerotrain's own estimate per rank.
-void report_estimate(const Args& a, const ModelConfig& model, const DsConfig& config, const RunShape& run,
+json::object gpu_json(const GpuMemoryEstimate& g) {
+  return {{"model_states", g.model_states}, {"buffers", g.buffers}, {"activations", g.activations},
+          {"allocator_rounding", g.rounding}, {"cuda_context_and_cublaslt", g.context},
+          {"nccl_buffers", g.nccl}, {"total", g.total()}};
+}
+
+void print_gpu_estimate(const GpuMemoryEstimate& g, int world_size) {
+  std::printf("\nGPU memory per rank (CUDA; the fixed costs are documented defaults until a GPU run measures them):\n");
+  auto row = [](const char* what, size_t bytes, const char* note = "") {
+    std::printf("  %-28s %11s%s\n", what, gib_or_mib(double(bytes)).c_str(), note);
+  };
+  row("model states", g.model_states);
+  row("buckets and buffers", g.buffers);
+  row("activations", g.activations);
+  row("allocator rounding", g.rounding, "  (2 MiB segments, 512 B blocks)");
+  row("CUDA context + cuBLASLt", g.context);
+  row("NCCL buffers", g.nccl, world_size > 1 ? "" : "  (one rank: none)");
+  row("total", g.total());
+}
+
+// The GPU view's verdict on the estimated configuration (--accelerator cuda --gpu_memory).
+bool report_gpu_fit(const Args& a, const GpuMemoryEstimate& g, json::object& gpu) {
+  const uint64_t capacity = parse_size(a.gpu_text, SizeKind::kBytesMemory, "--gpu_memory");
+  const bool fits = g.fits(capacity);
+  gpu["gpu_memory"] = capacity;
+  gpu["fits"] = fits;
+  if (!a.as_json) {
+    const double total = double(g.total()), cap = double(capacity);
+    if (fits) {
+      std::printf("fits: %s of %s GPU memory, %s free\n", gib(total).c_str(), gib(cap).c_str(),
+                  gib_or_mib(cap - total).c_str());
+    } else {
+      std::printf("does not fit: %s > %s GPU memory, %s short\n", gib(total).c_str(), gib(cap).c_str(),
+                  gib_or_mib(total - cap).c_str());
+    }
+  }
+  return fits;
+}
+
+// 2. zerotrain's own estimate per rank, and with --accelerator cuda its GPU view. Returns false
+// when --gpu_memory was given for the GPU view and the run does not fit.
+bool report_estimate(const Args& a, const ModelConfig& model, const DsConfig& config, const RunShape& run,
                      json::object& out) {
   const MemoryEstimate e = estimate_memory(model, config, run);
   out["estimate"] = estimate_json(e);
@@ -235,11 +317,19 @@ void report_estimate(const Args& a, const ModelConfig& model, const DsConfig& co
     std::printf("\n");
     print_estimate(e, config, run);
   }
+  if (!a.cuda()) return true;
+  const GpuMemoryEstimate g = estimate_gpu_memory(e, run.world_size);
+  if (!a.as_json) print_gpu_estimate(g, run.world_size);
+  json::object gpu = gpu_json(g);
+  const bool fits = !a.gpu_fit_wanted() || report_gpu_fit(a, g, gpu);
+  out["gpu_memory_per_rank"] = std::move(gpu);
+  return fits;
 }
 
 Hardware read_hardware(const Args& a) {
   Hardware hw;
   hw.gpu_memory = parse_size(a.gpu_text, SizeKind::kBytesMemory, "--gpu_memory");
+  hw.cuda = a.cuda();
   hw.cpu_memory = parse_size(a.cpu_text, SizeKind::kBytesMemory, "--cpu_memory");
   if (!a.nvme_text.empty()) hw.nvme_capacity = parse_size(a.nvme_text, SizeKind::kBytesMemory, "--nvme_capacity");
   hw.nvme_path = a.nvme_path;
@@ -265,12 +355,13 @@ Advice advise(const ModelConfig& model, const DsConfig& config, const RunShape& 
 }
 
 void print_ladder(const Hardware& hw, const Recommendation& rec) {
-  std::printf("\nrecommender (GPU %s, node memory %s%s), fastest first:\n", gib(double(hw.gpu_memory)).c_str(),
+  std::printf("\nrecommender (GPU %s%s, node memory %s%s), fastest first:\n", gib(double(hw.gpu_memory)).c_str(),
+              hw.cuda ? " for the GPU view's total" : "",
               gib(double(hw.cpu_memory)).c_str(),
               hw.nvme_capacity ? cat(", NVMe ", gib(double(hw.nvme_capacity))).c_str() : "");
   for (const RungVerdict& v : rec.rungs) {
     std::printf("  %-58s %s\n", v.name.c_str(),
-                v.fits ? cat("fits: device ", gib(double(v.estimate.device_total())), ", host ",
+                v.fits ? cat("fits: ", hw.cuda ? "GPU " : "device ", gib(double(v.gpu_bytes)), ", host ",
                              gib(double(v.estimate.host_total())), " per rank")
                              .c_str()
                        : cat("no: ", v.why_not).c_str());
@@ -287,8 +378,9 @@ bool report_recommendation(const Args& a, const ModelConfig& model, const DsConf
   if (!a.as_json) print_ladder(hw, rec);
   json::array ladder;
   for (const RungVerdict& v : rec.rungs) {
-    ladder.push_back(json::object{{"rung", v.name}, {"fits", v.fits}, {"why_not", v.why_not},
-                                  {"estimate", estimate_json(v.estimate)}});
+    json::object rung{{"rung", v.name}, {"fits", v.fits}, {"why_not", v.why_not}, {"estimate", estimate_json(v.estimate)}};
+    if (hw.cuda) rung["gpu_memory_per_rank"] = gpu_json(estimate_gpu_memory(v.estimate, run.world_size));
+    ladder.push_back(std::move(rung));
   }
   json::object r{{"ladder", std::move(ladder)}};
   if (rec.chosen >= 0) {
@@ -310,7 +402,8 @@ bool report_recommendation(const Args& a, const ModelConfig& model, const DsConf
 }
 
 // Prints each part the flags ask for, in order; with --json, all of them as one object at the
-// end. Exits 1 when the recommender finds nothing that fits.
+// end. Exits 1 when the recommender finds nothing that fits or, without the recommender, when the
+// GPU view of the estimated run does not fit --gpu_memory.
 int run(int argc, char** argv) {
   Args a;
   if (!parse_args(argc, argv, a)) return 0;
@@ -324,7 +417,7 @@ int run(int argc, char** argv) {
     RunShape run = make_run_shape(a, *m.config);
     const DsConfig config = make_ds_config(a, *m.config, run);
     run.micro_batch = int(config.train_micro_batch_size_per_gpu);
-    if (a.stage >= 0 || !a.ds_path.empty()) report_estimate(a, *m.config, config, run, out);
+    if (a.estimate_wanted()) fits = report_estimate(a, *m.config, config, run, out);
     if (a.recommend_wanted()) fits = report_recommendation(a, *m.config, config, run, out);
   }
   if (a.as_json) std::cout << json::serialize(out) << "\n";

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/model_memory.h"
 
 namespace zt {
 
@@ -14,24 +15,23 @@ Gpt2Model<T>::Gpt2Model(const Gpt2Layout& layout, Backend& backend, KernelOps<T>
   const auto& cfg = layout.config();
   ZT_USAGE_CHECK(max_seq_len <= cfg.n_positions, "block_size ", max_seq_len, " exceeds n_positions ",
                  cfg.n_positions);
-  const size_t BT = size_t(max_batch) * max_seq_len, C = cfg.n_embd, V = cfg.vocab_size;
-  const size_t att = size_t(max_batch) * cfg.n_head * max_seq_len * max_seq_len;
-  // ln1, qkv, atty, res2, ln2: 7C per row; fch, fch_gelu: 8C; four mean/rstd rows; att probs.
-  per_block_elems_ = BT * (C + 3 * C + C + C + C + 4 * C + 4 * C) + 4 * BT + att;
-  const int stored_blocks = checkpointing_ ? 1 : cfg.n_layer;
-  block_inputs_ = DeviceArray<T>(backend, size_t(cfg.n_layer + 1) * BT * C);
-  acts_ = DeviceArray<T>(backend, size_t(stored_blocks) * per_block_elems_);
-  lnf_ = DeviceArray<T>(backend, BT * C);
-  lnf_mean_ = DeviceArray<T>(backend, BT);
-  lnf_rstd_ = DeviceArray<T>(backend, BT);
-  logits_ = DeviceArray<T>(backend, BT * V);
-  losses_ = DeviceArray<T>(backend, BT);
-  dres_ = DeviceArray<T>(backend, BT * C);
-  dln_ = DeviceArray<T>(backend, BT * C);
-  dqkv_ = DeviceArray<T>(backend, BT * 3 * C);
-  datty_ = DeviceArray<T>(backend, BT * C);
-  dfch_ = DeviceArray<T>(backend, BT * 4 * C);
-  dfch_gelu_ = DeviceArray<T>(backend, BT * 4 * C);
+  const size_t BT = size_t(max_batch) * max_seq_len;
+  // The arrays zero_estimate counts (model_memory.h), allocated one by one.
+  const Gpt2ActivationArrays a = gpt2_activation_arrays(cfg, size_t(max_batch), size_t(max_seq_len), checkpointing_);
+  per_block_elems_ = a.per_block;
+  block_inputs_ = DeviceArray<T>(backend, a.block_inputs);
+  acts_ = DeviceArray<T>(backend, a.acts);
+  lnf_ = DeviceArray<T>(backend, a.lnf);
+  lnf_mean_ = DeviceArray<T>(backend, a.lnf_mean);
+  lnf_rstd_ = DeviceArray<T>(backend, a.lnf_rstd);
+  logits_ = DeviceArray<T>(backend, a.logits);
+  losses_ = DeviceArray<T>(backend, a.losses);
+  dres_ = DeviceArray<T>(backend, a.dres);
+  dln_ = DeviceArray<T>(backend, a.dln);
+  dqkv_ = DeviceArray<T>(backend, a.dqkv);
+  datty_ = DeviceArray<T>(backend, a.datty);
+  dfch_ = DeviceArray<T>(backend, a.dfch);
+  dfch_gelu_ = DeviceArray<T>(backend, a.dfch_gelu);
   inputs_ = DeviceArray<int32_t>(backend, BT);
   targets_ = DeviceArray<int32_t>(backend, BT);
   inputs_staging_ = DeviceArray<int32_t>(backend, BT, Pool::kPinned);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "config/model_config.h"
 #include "model/param_layout.h"
@@ -15,8 +16,25 @@ namespace zt {
 /// The parameter layout of the model `config` describes.
 std::unique_ptr<ParamLayout> make_param_layout(const ModelConfig& config);
 
-/// Bytes of activations the model keeps for a forward and backward of `batch` sequences of
-/// `seq_len` tokens (fp32), with one block kept at a time under gradient checkpointing.
+/// The arrays of activations and backward scratch Gpt2Model allocates on the device, in elements
+/// of its compute type, one field per allocation: its constructor allocates exactly these, so the
+/// estimate and the model cannot disagree.
+struct Gpt2ActivationArrays {
+  size_t per_block = 0;  ///< elements one block keeps (acts holds per_block x the kept blocks)
+  size_t block_inputs = 0, acts = 0, lnf = 0, lnf_mean = 0, lnf_rstd = 0, logits = 0, losses = 0;
+  size_t dres = 0, dln = 0, dqkv = 0, datty = 0, dfch = 0, dfch_gelu = 0;
+  /// Every allocation's elements, in the constructor's order.
+  std::vector<size_t> elements() const;
+};
+Gpt2ActivationArrays gpt2_activation_arrays(const ModelConfig& config, size_t batch, size_t seq_len,
+                                            bool gradient_checkpointing);
+
+/// Bytes of each activation array the model allocates for a forward and backward of `batch`
+/// sequences of `seq_len` tokens (fp32), with one block kept at a time under gradient
+/// checkpointing: one entry per device allocation (the CUDA allocator rounds each).
+std::vector<size_t> activation_allocations(const ModelConfig& config, size_t batch, size_t seq_len,
+                                           bool gradient_checkpointing);
+/// Their sum.
 size_t activation_bytes(const ModelConfig& config, size_t batch, size_t seq_len, bool gradient_checkpointing);
 
 /// DeepSpeed's "largest layer": the most parameters held directly by one module of the HF model

@@ -34,9 +34,23 @@ GradientReducer::BucketShape GradientReducer::bucket_shape(const ZeroPlan& plan,
   return b;
 }
 
-size_t GradientReducer::buffer_bytes(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective) {
+std::vector<size_t> GradientReducer::buffer_allocations(const ZeroPlan& plan, const ZeroConfig& config,
+                                                       size_t max_collective) {
   const BucketShape b = bucket_shape(plan, config, max_collective);
-  return size_t(b.count) * (b.send + b.recv) * dtype_size(plan.comm_dtype);
+  const size_t ce = dtype_size(plan.comm_dtype);
+  std::vector<size_t> bytes;
+  for (int i = 0; i < b.count; ++i) {
+    for (size_t n : {b.send, b.recv}) {
+      if (n > 0) bytes.push_back(n * ce);  // an empty DeviceArray allocates nothing
+    }
+  }
+  return bytes;
+}
+
+size_t GradientReducer::buffer_bytes(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective) {
+  size_t total = 0;
+  for (size_t n : buffer_allocations(plan, config, max_collective)) total += n;
+  return total;
 }
 
 GradientReducer::GradientReducer(const ZeroPlan& plan, const ZeroConfig& config, Backend& backend, DataComm& comm,

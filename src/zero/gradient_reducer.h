@@ -46,6 +46,9 @@ class GradientReducer {
   /// Device bytes of the buckets a reducer allocates; `max_collective`: the transport's largest
   /// collective in elements (DataComm::max_collective_elements).
   static size_t buffer_bytes(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective);
+  /// The same buckets as one entry of bytes per device allocation (send and receive buffers).
+  static std::vector<size_t> buffer_allocations(const ZeroPlan& plan, const ZeroConfig& config,
+                                                size_t max_collective);
 
   GradientReducer(const ZeroPlan& plan, const ZeroConfig& config, Backend& backend, DataComm& comm,
                   MixedPrecisionBuffers& buffers);

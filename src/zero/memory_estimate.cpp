@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend/cuda/caching_allocator_rules.h"
 #include "comm/mpi_comm.h"
 #include "core/error.h"
 #include "model/model_memory.h"
@@ -122,6 +123,13 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0);
   MemoryEstimate est;
   auto add = [&](Pool p, size_t bytes) { est.by_pool[int(p)] += bytes; };
+  // One device allocation, or a list of them (empty arrays allocate nothing).
+  auto list_device = [&](Pool p, size_t bytes) {
+    if (p == Pool::kDevice && bytes > 0) est.device_allocations.push_back(bytes);
+  };
+  auto list_devices = [&](const std::vector<size_t>& arrays) {
+    for (size_t bytes : arrays) list_device(Pool::kDevice, bytes);
+  };
   est.offloaded_param_pool = plan.offloaded_param_pool;
 
   // Model states: the 16-bit buffers, wherever the plan puts them.
@@ -130,8 +138,10 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   ModelStateBytes& moved = est.offloaded_states;
   (plan.params_on_host ? moved.params : dev.params) = mp.params;
   add(plan.param_pool, mp.params);
+  list_device(plan.param_pool, mp.params);
   (plan.grads_on_host ? moved.grads : dev.grads) = mp.grads;
   add(plan.grad_pool, mp.grads);
+  list_device(plan.grad_pool, mp.grads);
   // Stage 3's parameter store: ParamSwapper's resident part, file and read buffers (nvme).
   const OffloadFootprint store = PartitionedParameterCoordinator::store_footprint(plan, *layout, config);
   moved.params += store.host_state + store.nvme;
@@ -144,6 +154,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   dev.exp_avg = opt.device.exp_avg;
   dev.exp_avg_sq = opt.device.exp_avg_sq;
   add(Pool::kDevice, dev.master + dev.exp_avg + dev.exp_avg_sq);
+  for (size_t bytes : {dev.master, dev.exp_avg, dev.exp_avg_sq}) list_device(Pool::kDevice, bytes);  // an array each
   moved.master = opt.offloaded.master;
   moved.exp_avg = opt.offloaded.exp_avg;
   moved.exp_avg_sq = opt.offloaded.exp_avg_sq;
@@ -157,11 +168,66 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   est.working = mp.working;
   est.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero);
   add(Pool::kDevice, est.buckets + est.working + est.gather);
+  list_devices(GradientReducer::buffer_allocations(plan, config.zero, kMpiMaxCollectiveElements));
+  list_devices(mp.working_arrays);
+  list_devices(PartitionedParameterCoordinator::gather_allocations(plan, *layout, config.zero));
   // Activations are sized for the larger of the train and eval batches.
-  est.activations = activation_bytes(model, size_t(std::max(run.micro_batch, run.eval_batch)), size_t(run.seq_len),
-                                     run.gradient_checkpointing);
+  const std::vector<size_t> activations = activation_allocations(
+      model, size_t(std::max(run.micro_batch, run.eval_batch)), size_t(run.seq_len), run.gradient_checkpointing);
+  for (size_t bytes : activations) est.activations += bytes;
   add(Pool::kDevice, est.activations);
+  list_devices(activations);
   return est;
+}
+
+// ---- the GPU view ----
+
+// The allocator's behaviour for blocks that are never freed, from its rules: a small block comes
+// from the free space of a small segment (the smallest that fits) or a new 2 MiB segment; a large
+// one from a large segment's split-off remainder (the smallest that fits), else a new segment.
+size_t cuda_reserved_bytes(const std::vector<size_t>& requests) {
+  std::vector<size_t> small_free, large_free;  // free blocks left in the segments so far
+  size_t reserved = 0;
+  auto best_fit = [](std::vector<size_t>& free, size_t block) {
+    auto best = free.end();
+    for (auto it = free.begin(); it != free.end(); ++it) {
+      if (*it >= block && (best == free.end() || *it < *best)) best = it;
+    }
+    return best;
+  };
+  for (size_t request : requests) {
+    if (request == 0) continue;
+    const size_t block = cuda::block_bytes(request);
+    const bool small = cuda::is_small(request);
+    std::vector<size_t>& free = small ? small_free : large_free;
+    auto it = best_fit(free, block);
+    size_t from;  // the free block this one is cut from
+    if (it != free.end()) {
+      from = *it;
+      free.erase(it);
+    } else {
+      from = small ? cuda::kSmallSegment : cuda::large_segment_bytes(request);
+      reserved += from;
+    }
+    // What is left is split off as a free block: any remainder of a small segment, and 1 MiB or
+    // more of a large one (less stays part of the block).
+    const size_t rest = from - block;
+    if (small ? rest > 0 : rest >= cuda::kSmallRequest) free.push_back(rest);
+  }
+  return reserved;
+}
+
+GpuMemoryEstimate estimate_gpu_memory(const MemoryEstimate& e, int world_size) {
+  GpuMemoryEstimate g;
+  g.model_states = e.device_states.total();
+  g.buffers = e.buckets + e.gather + e.working;
+  g.activations = e.activations;
+  size_t asked = 0;
+  for (size_t bytes : e.device_allocations) asked += bytes;
+  g.rounding = cuda_reserved_bytes(e.device_allocations) - asked;
+  g.context = cuda::kContextBytes + cuda::kCublasLtWorkspaceBytes;
+  g.nccl = world_size > 1 ? cuda::kNcclBuffersBytes : 0;
+  return g;
 }
 
 }  // namespace zt

@@ -10,6 +10,10 @@
 //    PartitionedParameterCoordinator, OptimizerPartition, and through them OptimizerOffload and
 //    ParamSwapper) for the plan the engine would make, and the model's own activation count. A
 //    test runs the trainer and compares.
+// 3. On a CUDA GPU, what a rank reserves for that (the GPU view, zero_estimate --accelerator
+//    cuda): the device pool's bytes served by the caching allocator, which rounds each allocation
+//    (backend/cuda/caching_allocator_rules.h), plus the process's fixed costs: the CUDA context,
+//    cuBLASLt's workspace and, with more than one rank, NCCL's buffers.
 #pragma once
 
 #include <array>
@@ -62,6 +66,10 @@ struct MemoryEstimate {
   size_t buckets = 0, working = 0, gather = 0;  ///< device buffers
   size_t offload_buffers = 0;                   ///< swap and staging buffers, in the optimizer's host pool
   size_t activations = 0;
+  /// The device pool's allocations one by one, in bytes (the size functions' lists), for the
+  /// GPU view's rounding. They add up to device_total(), except that stage 3's gathered units
+  /// are the largest that fit under gather's bound.
+  std::vector<size_t> device_allocations;
   /// Everything above, by pool.
   std::array<size_t, kNumPools> by_pool{};
   size_t device_total() const { return by_pool[int(Pool::kDevice)]; }
@@ -70,5 +78,28 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config, const RunShape& run);
+
+// ---- the GPU view ----
+
+/// GPU memory the CUDA caching allocator reserves (its cudaMalloc segments) to serve allocations
+/// of `requests` bytes made in this order and all kept: small blocks packed into shared 2 MiB
+/// segments (best fit), large ones in segments rounded up to 2 MiB, whose split-off remainder
+/// (1 MiB or more) a later large block may take.
+size_t cuda_reserved_bytes(const std::vector<size_t>& requests);
+
+/// GPU memory per rank on a CUDA GPU, by what it holds.
+struct GpuMemoryEstimate {
+  size_t model_states = 0;  ///< the model states on the device
+  size_t buffers = 0;       ///< buckets, gathered parameters, working copies
+  size_t activations = 0;
+  size_t rounding = 0;      ///< what the caching allocator reserves beyond the bytes asked for
+  size_t context = 0;       ///< the CUDA context and cuBLASLt's workspace
+  size_t nccl = 0;          ///< NCCL's buffers (more than one rank, one GPU each)
+  size_t total() const { return model_states + buffers + activations + rounding + context + nccl; }
+  bool fits(uint64_t gpu_memory) const { return total() <= gpu_memory; }
+};
+
+/// The GPU view of `estimate` for a run of `world_size` ranks.
+GpuMemoryEstimate estimate_gpu_memory(const MemoryEstimate& estimate, int world_size);
 
 }  // namespace zt

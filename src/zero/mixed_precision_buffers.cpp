@@ -20,20 +20,21 @@ std::vector<size_t> slot_sizes(const ParamLayout& layout, int others) {
   return sizes;
 }
 
-size_t total(const std::vector<size_t>& sizes) {
-  size_t n = 0;
-  for (size_t s : sizes) n += s;
-  return n;
-}
-
 }  // namespace
 
 MixedPrecisionBuffers::Bytes MixedPrecisionBuffers::sizes(const ZeroPlan& plan, const ParamLayout& layout) {
   Bytes b;
   b.params = plan.params_on_nvme ? 0 : plan.params_count * plan.elem();
   b.grads = plan.grads_count * plan.elem();
-  if (needs_weight_slots(plan)) b.working += total(slot_sizes(layout, 2)) * sizeof(float);
-  if (needs_grad_slots(plan)) b.working += total(slot_sizes(layout, 1)) * sizeof(float);
+  auto add_slots = [&](int others) {
+    for (size_t n : slot_sizes(layout, others)) {
+      if (n == 0) continue;  // an empty DeviceArray allocates nothing
+      b.working_arrays.push_back(n * sizeof(float));
+      b.working += n * sizeof(float);
+    }
+  };
+  if (needs_weight_slots(plan)) add_slots(2);
+  if (needs_grad_slots(plan)) add_slots(1);
   return b;
 }
 
@@ -106,9 +107,16 @@ void MixedPrecisionBuffers::zero_grads() {
 }
 
 MixedPrecisionBuffers::Bytes MixedPrecisionBuffers::bytes() const {
-  Bytes b{params_.bytes(), grads_.bytes(), 0};
-  for (const auto& s : weight_slots_) b.working += s.data.bytes();
-  for (const auto& s : grad_slots_) b.working += s.data.bytes();
+  Bytes b;
+  b.params = params_.bytes();
+  b.grads = grads_.bytes();
+  for (const auto* slots : {&weight_slots_, &grad_slots_}) {
+    for (const auto& s : *slots) {
+      if (s.data.bytes() == 0) continue;
+      b.working += s.data.bytes();
+      b.working_arrays.push_back(s.data.bytes());
+    }
+  }
   return b;
 }
 

@@ -24,6 +24,7 @@ class MixedPrecisionBuffers {
     size_t params = 0;   ///< the parameter buffer (0 when ParamSwapper holds the partition)
     size_t grads = 0;    ///< the gradient buffer
     size_t working = 0;  ///< fp32 working copies of weights and unit gradients (device)
+    std::vector<size_t> working_arrays;  ///< bytes of each working slot, one device allocation each
   };
   /// What a MixedPrecisionBuffers for this plan and model allocates.
   static Bytes sizes(const ZeroPlan& plan, const ParamLayout& layout);

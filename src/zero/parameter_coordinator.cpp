@@ -1,6 +1,7 @@
 #include "zero/parameter_coordinator.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "core/error.h"
 
@@ -16,15 +17,41 @@ size_t largest_owned_slice(const ParamLayout& layout, const PartitionMap& partit
   return largest;
 }
 
-size_t PartitionedParameterCoordinator::gather_bytes(const ZeroPlan& plan, const ParamLayout& layout,
-                                                    const ZeroConfig& config) {
-  if (plan.stage != 3) return 0;
+namespace {
+
+// Elements of gather buffers allocated at most (stage 3).
+size_t gathered_elements_bound(const ParamLayout& layout, const ZeroConfig& config) {
   const size_t flat = layout.flat_size();
   const size_t cap = size_t(std::min<int64_t>(config.stage3_max_live_parameters, int64_t(flat)));
   // Freed buffers are kept for reuse by size, so up to one more unit's worth may be allocated
   // than is live.
-  const size_t live = std::min(cap < flat ? cap + layout.max_unit_size() : cap, flat);
-  return live * (plan.elem() + (plan.dtype != DType::kF32 ? sizeof(float) : 0));
+  return std::min(cap < flat ? cap + layout.max_unit_size() : cap, flat);
+}
+
+}  // namespace
+
+size_t PartitionedParameterCoordinator::gather_bytes(const ZeroPlan& plan, const ParamLayout& layout,
+                                                    const ZeroConfig& config) {
+  if (plan.stage != 3) return 0;
+  return gathered_elements_bound(layout, config) * (plan.elem() + (plan.dtype != DType::kF32 ? sizeof(float) : 0));
+}
+
+std::vector<size_t> PartitionedParameterCoordinator::gather_allocations(const ZeroPlan& plan,
+                                                                        const ParamLayout& layout,
+                                                                        const ZeroConfig& config) {
+  std::vector<size_t> bytes;
+  if (plan.stage != 3) return bytes;
+  std::vector<size_t> units;
+  for (int u = 0; u < layout.num_units(); ++u) units.push_back(layout.unit_size(u));
+  std::sort(units.begin(), units.end(), std::greater<>());
+  size_t room = gathered_elements_bound(layout, config);
+  for (size_t n : units) {
+    if (n == 0 || n > room) continue;
+    room -= n;
+    bytes.push_back(n * plan.elem());                                // take_buffer<unsigned char>
+    if (plan.dtype != DType::kF32) bytes.push_back(n * sizeof(float));  // take_buffer<float>
+  }
+  return bytes;
 }
 
 OffloadFootprint PartitionedParameterCoordinator::store_footprint(const ZeroPlan& plan, const ParamLayout& layout,

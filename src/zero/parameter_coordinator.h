@@ -41,6 +41,12 @@ class PartitionedParameterCoordinator {
   /// training dtype, plus an fp32 copy in mixed precision, plus one unit's worth kept for reuse.
   /// With the default reuse distance every unit stays gathered until the step.
   static size_t gather_bytes(const ZeroPlan& plan, const ParamLayout& layout, const ZeroConfig& config);
+  /// The gather buffers behind that bound, one entry of bytes per device allocation: each
+  /// gathered unit's buffer in the training dtype and its fp32 copy, for the largest units whose
+  /// elements fit under the bound (which units are live changes as the step runs; the CUDA view
+  /// rounds each allocation of this worst case).
+  static std::vector<size_t> gather_allocations(const ZeroPlan& plan, const ParamLayout& layout,
+                                                const ZeroConfig& config);
   /// What the parameter store allocates besides the plan's parameter buffer: ParamSwapper's
   /// resident part, file and read buffers with offload_param nvme (sized for the worst rank).
   static OffloadFootprint store_footprint(const ZeroPlan& plan, const ParamLayout& layout, const DsConfig& config);

@@ -62,8 +62,13 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
       z.sub_group_size = int64_t(std::clamp<size_t>(partition / 16, size_t(1) << 20, 100'000'000));
     }
     if (spec.params == kNvme) z.offload_param.max_in_cpu = 0;  // all of it on NVMe: that is why this rung exists
+    // What must fit the GPU: the device pool, or on a CUDA GPU all that the rank reserves there.
+    auto gpu_bytes = [&](const MemoryEstimate& e) {
+      return hw.cuda ? estimate_gpu_memory(e, run.world_size).total() : e.device_total();
+    };
     v.estimate = estimate_memory(model, v.config, run);
-    if (spec.stage == 3 && v.estimate.device_total() > hw.gpu_memory) {
+    v.gpu_bytes = gpu_bytes(v.estimate);
+    if (spec.stage == 3 && v.gpu_bytes > hw.gpu_memory) {
       // DeepSpeed's stage-3 defaults keep up to 1e9 parameters gathered; on a small GPU keep only
       // the unit in use and the next one (prefetched).
       const std::unique_ptr<ParamLayout> layout = make_param_layout(model);
@@ -84,12 +89,13 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
       if (tight.zero.stage3_max_live_parameters < z.stage3_max_live_parameters) {
         v.config = tight;
         v.estimate = estimate_memory(model, v.config, run);
+        v.gpu_bytes = gpu_bytes(v.estimate);
         v.name += cat(", stage3_max_live_parameters ", largest + second);
       }
     }
     const double per_node = run.ranks_per_node;
-    if (v.estimate.device_total() > hw.gpu_memory) {
-      v.why_not = cat("device ", gib(double(v.estimate.device_total())), " > ", gib(double(hw.gpu_memory)));
+    if (v.gpu_bytes > hw.gpu_memory) {
+      v.why_not = cat(hw.cuda ? "GPU " : "device ", gib(double(v.gpu_bytes)), " > ", gib(double(hw.gpu_memory)));
     } else if (double(v.estimate.host_total()) * per_node > double(hw.cpu_memory)) {
       v.why_not = cat("host ", gib(double(v.estimate.host_total()) * per_node), " per node > ", gib(double(hw.cpu_memory)));
     } else if (double(v.estimate.nvme_total()) * per_node > double(hw.nvme_capacity) && nvme) {

@@ -5,7 +5,8 @@
 //   (cpu) -> 3 + optimizer on NVMe, parameters on cpu -> 3 + both on NVMe
 //
 // estimates each rung with estimate_memory, and returns the first whose per-rank device bytes fit
-// the GPU, whose host bytes times the ranks on a node fit the node's memory, and whose NVMe bytes
+// the GPU (on a CUDA GPU, Hardware::cuda: the GPU view's total, allocator rounding and the
+// process's fixed costs included), whose host bytes times the ranks on a node fit the node's memory, and whose NVMe bytes
 // times the ranks on a node fit the drive (NVMe rungs only when a capacity is given).
 #pragma once
 
@@ -20,6 +21,7 @@ namespace zt {
 
 struct Hardware {
   uint64_t gpu_memory = 0;     ///< bytes per GPU (rank)
+  bool cuda = false;           ///< a CUDA GPU: compare its GPU view (estimate_gpu_memory) with gpu_memory
   uint64_t cpu_memory = 0;     ///< bytes of host memory per node
   uint64_t nvme_capacity = 0;  ///< bytes of NVMe per node; 0: none
   std::string nvme_path = "/local_nvme";
@@ -29,6 +31,7 @@ struct RungVerdict {
   std::string name;
   DsConfig config;
   MemoryEstimate estimate;
+  size_t gpu_bytes = 0;  ///< what must fit gpu_memory: device_total(), or the GPU view's total with Hardware::cuda
   bool fits = false;
   std::string why_not;  ///< which resource overflowed, for the report
 };

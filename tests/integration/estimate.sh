@@ -2,8 +2,8 @@
 # zero_estimate against the trainer's own measurement: for several stages, precisions, offload
 # settings and rank counts, the estimated model-state bytes equal what the engine allocated (each
 # kind, on the device and offloaded), activations are within 15 %, and the estimated per-pool
-# totals are within 15 % of the peaks the pools measured over the run. Also: the DeepSpeed table
-# and bad input.
+# totals are within 15 % of the peaks the pools measured over the run. Also: the DeepSpeed table,
+# the GPU view (--accelerator cuda) and bad input.
 source "$(dirname "$0")/lib.sh"
 
 ESTIMATE="$ZT_BIN_DIR/tools/zero_estimate"
@@ -99,4 +99,52 @@ expect_usage_error "half the hardware" "^zero_estimate: .*needs both --gpu_memor
 expect_usage_error "bad memory suffix" "^zero_estimate: .*--gpu_memory: unknown suffix 'GiG'" \
   "$ESTIMATE" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --gpu_memory 80GiG --cpu_memory 1TB
 expect_usage_error "missing value" "^zero_estimate: .*--num_nodes" "$ESTIMATE" --stage 2 --params 1B --num_nodes
+
+# The GPU view (--accelerator cuda): GPU memory per rank with the allocator's rounding and the
+# fixed costs; NCCL's buffers only with more than one rank; --gpu_memory alone gives a verdict on
+# the estimated run (exit 1 when it does not fit).
+DEMO=(--config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --block_size 64 --bf16)
+"$ESTIMATE" "${DEMO[@]}" --stage 3 --accelerator cuda --num_gpus_per_node 2 --gpu_memory 80GB >"$WORK/gpu.txt" 2>&1
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q '^GPU memory per rank' "$WORK/gpu.txt" &&
+   grep -Eq '^  allocator rounding +[0-9.]+ MiB' "$WORK/gpu.txt" &&
+   grep -Eq '^  CUDA context \+ cuBLASLt +532\.0 MiB$' "$WORK/gpu.txt" &&
+   grep -Eq '^  NCCL buffers +256\.0 MiB$' "$WORK/gpu.txt" && grep -Eq '^  total +[0-9.]+ MiB$' "$WORK/gpu.txt" &&
+   grep -Eq '^fits: [0-9.]+ GiB of 80\.00 GiB GPU memory' "$WORK/gpu.txt"; then
+  pass "--accelerator cuda: GPU memory per rank, its parts and the verdict"
+else
+  fail "--accelerator cuda (rc $rc): $(cat "$WORK/gpu.txt")"
+fi
+"$ESTIMATE" "${DEMO[@]}" --stage 0 --accelerator cuda >"$WORK/gpu1.txt" 2>&1
+if grep -Eq '^  NCCL buffers +0\.0 MiB  \(one rank: none\)$' "$WORK/gpu1.txt" && ! grep -q '^fits' "$WORK/gpu1.txt"; then
+  pass "--accelerator cuda, one rank: no NCCL buffers, no verdict without --gpu_memory"
+else
+  fail "one rank GPU view: $(cat "$WORK/gpu1.txt")"
+fi
+"$ESTIMATE" "${DEMO[@]}" --stage 0 --accelerator cuda --gpu_memory 512MB >"$WORK/gpu_small.txt" 2>&1
+rc=$?
+if [[ $rc -eq 1 ]] && grep -Eq '^does not fit: [0-9.]+ GiB > 0\.50 GiB GPU memory, [0-9.]+ MiB short$' "$WORK/gpu_small.txt"; then
+  pass "--accelerator cuda --gpu_memory 512MB: does not fit, exit 1"
+else
+  fail "GPU verdict (rc $rc): $(cat "$WORK/gpu_small.txt")"
+fi
+if "$ESTIMATE" "${DEMO[@]}" --stage 2 --accelerator cuda --num_gpus_per_node 2 --gpu_memory 80GB --json |
+   /usr/bin/python3 -c '
+import json, sys
+g = json.load(sys.stdin)["gpu_memory_per_rank"]
+parts = ("model_states", "buffers", "activations", "allocator_rounding", "cuda_context_and_cublaslt", "nccl_buffers")
+assert g["total"] == sum(g[k] for k in parts), g
+assert g["fits"] and g["gpu_memory"] == 80 << 30 and g["nccl_buffers"] > 0, g'; then
+  pass "--accelerator cuda --json: the parts add up to the total"
+else
+  fail "--accelerator cuda --json"
+fi
+"$ESTIMATE" "${DEMO[@]}" --stage 1 >"$WORK/cpu_view.txt" 2>&1
+if ! grep -q 'GPU memory per rank' "$WORK/cpu_view.txt"; then pass "the default stays the CPU view"; else fail "CPU view shows the GPU's"; fi
+expect_usage_error "bad --gpu_memory" "^zero_estimate: error: --gpu_memory: unknown suffix 'GiG'" \
+  "$ESTIMATE" "${DEMO[@]}" --stage 1 --accelerator cuda --gpu_memory 80GiG
+expect_usage_error "unknown accelerator" "^zero_estimate: error: --accelerator \"tpu\": choose one of cpu, emulated, cuda" \
+  "$ESTIMATE" "${DEMO[@]}" --stage 1 --accelerator tpu
+expect_usage_error "GPU view without a model" "^zero_estimate: .*--accelerator cuda needs --config_name" \
+  "$ESTIMATE" --stage 2 --params 1B --accelerator cuda
 finish

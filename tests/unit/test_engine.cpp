@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "comm/self_comm.h"
 #include "model/gpt2.h"
+#include "model/model_memory.h"
 #include "zero/engine.h"
 #include "zero/memory_estimate.h"
 
@@ -139,8 +140,25 @@ TEST(Engine, AllocatesWhatZeroEstimateSays) {
         EXPECT_EQ(buf.working, e.working) << where;
         EXPECT_EQ(buf.offload, e.offload_buffers) << where;
         EXPECT_GT(dev.total() + moved.total(), 0u) << where;
+        // The GPU view rounds the device pool's allocations one by one: listed, they add up to
+        // the pool (stage 3's gathered units: the largest that fit under the bound, no more).
+        size_t listed = 0;
+        for (size_t bytes : e.device_allocations) listed += bytes;
+        if (stage < 3) {
+          EXPECT_EQ(listed, e.device_total()) << where;
+        } else {
+          EXPECT_LE(listed, e.device_total()) << where;
+          EXPECT_GE(listed + e.gather, e.device_total()) << where;
+        }
       }
     }
+  }
+  // The activations the estimate lists are the arrays the model allocates.
+  for (bool checkpointing : {false, true}) {
+    Gpt2Model<float> m(layout, *backend, backend->ops(), 3, 16, checkpointing);
+    const std::vector<size_t> arrays = activation_allocations(model, 3, 16, checkpointing);
+    EXPECT_EQ(arrays.size(), 13u);
+    EXPECT_EQ(m.activation_bytes(), activation_bytes(model, 3, 16, checkpointing)) << checkpointing;
   }
 }
 

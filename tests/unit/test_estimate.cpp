@@ -1,9 +1,12 @@
 // zero_estimate's pieces: DeepSpeed's model-state formulas over a grid, size parsing, this
-// engine's model-state bytes against docs/design.md's table, and the recommender's choices.
+// engine's model-state bytes against docs/design.md's table, the recommender's choices, and the
+// GPU view (the CUDA caching allocator's rounding, worked out by hand from its rules, and the
+// fixed costs).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "backend/cuda/caching_allocator_rules.h"
 #include "config/sizes.h"
 #include "core/error.h"
 #include "model/gpt2_layout.h"
@@ -175,6 +178,122 @@ TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
   EXPECT_EQ(back.zero.sub_group_size, chosen.zero.sub_group_size);
   EXPECT_EQ(back.zero.stage3_max_live_parameters, chosen.zero.stage3_max_live_parameters);
   EXPECT_TRUE(back.bf16);
+}
+
+// ---- the GPU view ----
+
+constexpr size_t KiB = size_t(1) << 10, MiB = size_t(1) << 20;
+
+// Segments worked out by hand from caching_allocator_rules.h: blocks are multiples of 512 B;
+// blocks up to 1 MiB share 2 MiB segments; larger ones get a segment rounded up to 2 MiB, and a
+// remainder of 1 MiB or more is split off for later large blocks.
+TEST(GpuEstimate, CachingAllocatorSegmentsByHand) {
+  // 3 MiB + 1 -> block 3 MiB + 512 -> a 4 MiB segment (the 1 MiB - 512 left stays in the block);
+  // the two 700 KiB blocks share one 2 MiB small segment.
+  EXPECT_EQ(cuda_reserved_bytes({3 * MiB + 1, 700 * KiB, 700 * KiB}), 6 * MiB);
+  // A third 700 KiB no longer fits the 648 KiB left: a second small segment.
+  EXPECT_EQ(cuda_reserved_bytes({700 * KiB, 700 * KiB, 700 * KiB}), 4 * MiB);
+  // Exactly 1 MiB is small (two share a segment); 1 MiB + 1 rounds to 1 MiB + 512, a large block.
+  EXPECT_EQ(cuda_reserved_bytes({MiB, MiB}), 2 * MiB);
+  EXPECT_EQ(cuda_reserved_bytes({MiB + 1, MiB + 1}), 4 * MiB);
+  // 1 byte still takes a 512 B block, and with it a whole small segment.
+  EXPECT_EQ(cuda_reserved_bytes({1}), 2 * MiB);
+  EXPECT_EQ(cuda_reserved_bytes({}), 0u);
+  // 2.5 MiB -> a 4 MiB segment whose 1.5 MiB remainder is split off: 1.25 MiB fits there. What
+  // that leaves (0.25 MiB) stays in the block, so the next 1.25 MiB needs a 2 MiB segment.
+  EXPECT_EQ(cuda_reserved_bytes({5 * MiB / 2, 5 * MiB / 4}), 4 * MiB);
+  EXPECT_EQ(cuda_reserved_bytes({5 * MiB / 2, 5 * MiB / 4, 5 * MiB / 4}), 6 * MiB);
+  // Small blocks never come from a large segment's remainder.
+  EXPECT_EQ(cuda_reserved_bytes({5 * MiB / 2, 100}), 6 * MiB);
+  // Best fit among the small segments' free space: A keeps 948 KiB after 600 + 500; 1000 opens B
+  // (1048 left), 960 fits only B (88 left), 88 takes B's exact rest (not A's), so 948 still fits
+  // A. First fit would have opened a third segment.
+  EXPECT_EQ(cuda_reserved_bytes({600 * KiB, 500 * KiB, 1000 * KiB, 960 * KiB, 88 * KiB, 948 * KiB}), 4 * MiB);
+}
+
+// A hand-made estimate: the GPU total is the device bytes, the rounding, the CUDA context with
+// cuBLASLt's workspace, and NCCL's buffers only with more than one rank.
+TEST(GpuEstimate, TotalIsDeviceBytesPlusRoundingPlusFixedCosts) {
+  MemoryEstimate e;
+  e.device_states.params = 3 * MiB + 1;
+  e.buckets = 700 * KiB;
+  e.activations = 700 * KiB;
+  e.by_pool[int(Pool::kDevice)] = 3 * MiB + 1 + 1400 * KiB;
+  e.device_allocations = {3 * MiB + 1, 700 * KiB, 700 * KiB};
+  const GpuMemoryEstimate one = estimate_gpu_memory(e, 1);
+  EXPECT_EQ(one.model_states, 3 * MiB + 1);
+  EXPECT_EQ(one.buffers, 700 * KiB);
+  EXPECT_EQ(one.activations, 700 * KiB);
+  EXPECT_EQ(one.rounding, 6 * MiB - (3 * MiB + 1 + 1400 * KiB));
+  EXPECT_EQ(one.context, (500 + 32) * MiB);  // the documented defaults
+  EXPECT_EQ(one.nccl, 0u);
+  EXPECT_EQ(one.total(), 6 * MiB + 532 * MiB);
+  const GpuMemoryEstimate two = estimate_gpu_memory(e, 2);
+  EXPECT_EQ(two.nccl, 256 * MiB);  // 2 directions x 32 channels x 4 MiB
+  EXPECT_EQ(two.total(), one.total() + 256 * MiB);
+  // The verdict: fits up to the byte.
+  EXPECT_TRUE(one.fits(one.total()));
+  EXPECT_FALSE(one.fits(one.total() - 1));
+}
+
+// For a real model: the parts add up to the device pool, the rounding is what the allocator
+// reserves for the listed allocations beyond their bytes, and NCCL's share appears with 8 ranks.
+TEST(GpuEstimate, RealModelAddsUp) {
+  const ModelConfig m = gpt2_small();
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (int world : {1, 8}) {
+      DsConfig c;
+      c.bf16 = true;
+      c.zero.stage = stage;
+      RunShape run;
+      run.world_size = world;
+      run.micro_batch = run.eval_batch = 2;
+      run.seq_len = 256;
+      const MemoryEstimate e = estimate_memory(m, c, run);
+      const GpuMemoryEstimate g = estimate_gpu_memory(e, world);
+      const std::string where = cat("stage ", stage, ", ", world, " rank(s)");
+      EXPECT_EQ(g.model_states + g.buffers + g.activations, e.device_total()) << where;
+      size_t listed = 0;
+      for (size_t bytes : e.device_allocations) listed += bytes;
+      EXPECT_EQ(g.rounding, cuda_reserved_bytes(e.device_allocations) - listed) << where;
+      EXPECT_GT(g.rounding, 0u) << where;
+      // Each allocation wastes less than one 2 MiB segment.
+      EXPECT_LT(g.rounding, e.device_allocations.size() * cuda::kLargeRound) << where;
+      EXPECT_EQ(g.total(), e.device_total() + g.rounding + cuda::kContextBytes + cuda::kCublasLtWorkspaceBytes +
+                               (world > 1 ? cuda::kNcclBuffersBytes : 0))
+          << where;
+    }
+  }
+}
+
+// On a CUDA GPU the recommender fits the GPU view's total: a GPU that holds stage 0's device
+// pool but not its context and buffers on top takes a leaner rung.
+TEST(Recommender, FitsTheGpuViewOnCuda) {
+  const ModelConfig m = gpt2_small();
+  DsConfig base;
+  base.bf16 = true;
+  base.train_micro_batch_size_per_gpu = 1;
+  RunShape run;
+  run.world_size = run.ranks_per_node = 8;
+  run.micro_batch = run.eval_batch = 1;
+  run.seq_len = 128;
+  Hardware hw;
+  hw.cpu_memory = 1ull << 40;
+  DsConfig stage0 = base;
+  stage0.zero.stage = 0;
+  const MemoryEstimate e0 = estimate_memory(m, stage0, run);
+  hw.gpu_memory = e0.device_total() + 100 * MiB;
+  Recommendation r = recommend(m, base, run, hw);
+  ASSERT_EQ(r.chosen, 0);
+  EXPECT_EQ(r.rungs[0].gpu_bytes, e0.device_total());
+  hw.cuda = true;
+  r = recommend(m, base, run, hw);
+  ASSERT_GT(r.chosen, 0);
+  EXPECT_EQ(r.rungs[0].gpu_bytes, estimate_gpu_memory(e0, 8).total());
+  EXPECT_NE(r.rungs[0].why_not.find("GPU "), std::string::npos) << r.rungs[0].why_not;
+  const RungVerdict& v = r.rungs[size_t(r.chosen)];
+  EXPECT_EQ(v.gpu_bytes, estimate_gpu_memory(v.estimate, 8).total());
+  EXPECT_LE(v.gpu_bytes, hw.gpu_memory);
 }
 
 }  // namespace
