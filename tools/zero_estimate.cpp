@@ -239,6 +239,7 @@ RunShape make_run_shape(const Args& a, const ModelConfig& model) {
   run.eval_batch = int(a.eval_batch);
   run.seq_len = int(a.block > 0 ? a.block : model.n_positions);
   run.gradient_checkpointing = a.checkpointing;
+  run.cuda = a.cuda();
   ZT_USAGE_CHECK(run.seq_len <= model.n_positions, "--block_size ", run.seq_len, " exceeds n_positions ",
                  model.n_positions);
   return run;

@@ -46,6 +46,10 @@ class DataWork {
   virtual void synchronize() = 0;
 };
 
+/// NcclComm's largest collective per call (comm/nccl_comm.h says why); zero_estimate sizes GPU
+/// buckets with it.
+inline constexpr size_t kNcclMaxCollectiveElements = size_t(1) << 30;
+
 class DataComm {
  public:
   virtual ~DataComm() = default;

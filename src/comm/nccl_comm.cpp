@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <numeric>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -100,6 +101,73 @@ std::chrono::milliseconds nccl_timeout() {
                  text, "')");
   return std::chrono::milliseconds(int64_t(s * 1000));
 }
+
+// NCCL moves device memory; the engine's collectives may also name host memory: an offloaded
+// partition, the master weights gathered for a checkpoint, a parameter gathered into a host
+// tensor. Such a buffer goes through a device temporary on the communication stream, copied in
+// before the collective and out after it. The temporaries are freed as soon as the copies are
+// enqueued: the caching allocator fences a freed block on every stream, so it is reused only
+// after the communication stream is past them.
+class DeviceStaging {
+ public:
+  DeviceStaging(Backend& backend, cudaStream_t stream) : backend_(backend), stream_(stream) {}
+  DeviceStaging(const DeviceStaging&) = delete;
+  DeviceStaging& operator=(const DeviceStaging&) = delete;
+  ~DeviceStaging() {
+    for (const Temp& t : temps_) backend_.deallocate(Pool::kDevice, t.device, t.bytes);
+  }
+
+  static bool on_device(const void* p) {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  }
+  /// A device copy of `bytes` at host `p` (p itself when it is device memory).
+  const void* in(const void* p, size_t bytes) {
+    if (bytes == 0 || on_device(p)) return p;
+    void* d = temp(bytes);
+    ZT_CUDA_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyDefault, stream_), "(staging an NCCL input)");
+    return d;
+  }
+  /// Where the collective writes `bytes` meant for `p`; copied to `p` by finish(). With
+  /// `copy_in`, the device place starts as a copy of `p` (an in-place collective).
+  void* out(void* p, size_t bytes, bool copy_in) {
+    if (bytes == 0 || on_device(p)) return p;
+    void* d = temp(bytes);
+    if (copy_in) ZT_CUDA_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyDefault, stream_), "(staging an NCCL buffer)");
+    outputs_.push_back({p, d, bytes});
+    return d;
+  }
+  /// Enqueues the copies of the outputs back to host memory, after the collective.
+  void finish() {
+    for (const Output& o : outputs_) {
+      ZT_CUDA_CHECK(cudaMemcpyAsync(o.host, o.device, o.bytes, cudaMemcpyDefault, stream_), "(an NCCL output)");
+    }
+  }
+
+ private:
+  struct Temp {
+    void* device;
+    size_t bytes;
+  };
+  struct Output {
+    void* host;
+    void* device;
+    size_t bytes;
+  };
+  void* temp(size_t bytes) {
+    void* d = backend_.allocate(Pool::kDevice, bytes);
+    temps_.push_back({d, bytes});
+    return d;
+  }
+  Backend& backend_;
+  cudaStream_t stream_;
+  std::vector<Temp> temps_;
+  std::vector<Output> outputs_;
+};
 
 class NcclWork final : public DataWork {
  public:
@@ -282,7 +350,10 @@ std::vector<size_t> NcclComm::displacements(const char* op, const std::vector<si
 std::shared_ptr<DataWork> NcclComm::all_reduce(void* buffer, size_t count, DType dtype, Stream& after) {
   stats_.all_reduce += count * dtype_size(dtype);
   cudaStream_t s = begin(after);
-  if (count > 0) ZT_NCCL_CHECK(ncclAllReduce(buffer, buffer, count, nccl_dtype(dtype), ncclSum, shared_->comm, s));
+  DeviceStaging staging(backend_, s);
+  void* b = staging.out(buffer, count * dtype_size(dtype), /*copy_in=*/true);
+  if (count > 0) ZT_NCCL_CHECK(ncclAllReduce(b, b, count, nccl_dtype(dtype), ncclSum, shared_->comm, s));
+  staging.finish();
   return end();
 }
 
@@ -291,10 +362,15 @@ std::shared_ptr<DataWork> NcclComm::reduce_scatter(const void* send, void* recv,
   const std::vector<size_t> displ = displacements("reduce_scatter", counts);
   const size_t e = dtype_size(dtype);
   const ncclDataType_t t = nccl_dtype(dtype);
-  stats_.reduce_scatter += (displ.back() + counts.back()) * e;
+  const size_t total = displ.back() + counts.back();
+  stats_.reduce_scatter += total * e;
   cudaStream_t s = begin(after);
+  DeviceStaging staging(backend_, s);
+  send = staging.in(send, total * e);
+  recv = staging.out(recv, counts[size_t(rank_)] * e, /*copy_in=*/false);
   if (all_equal(counts)) {
     if (counts[0] > 0) ZT_NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], t, ncclSum, shared_->comm, s));
+    staging.finish();
     return end();
   }
   // Uneven: rank r's piece is reduced onto r. ncclReduce reads recvbuff on the root only, so the
@@ -311,6 +387,7 @@ std::shared_ptr<DataWork> NcclComm::reduce_scatter(const void* send, void* recv,
     }
   }
   ZT_NCCL_CHECK(ncclGroupEnd());
+  staging.finish();
   return end();
 }
 
@@ -319,12 +396,18 @@ std::shared_ptr<DataWork> NcclComm::all_gather(const void* send, void* recv, con
   const std::vector<size_t> displ = displacements("all_gather", counts);
   const size_t e = dtype_size(dtype);
   const ncclDataType_t t = nccl_dtype(dtype);
-  stats_.all_gather += (displ.back() + counts.back()) * e;
+  const size_t total = displ.back() + counts.back(), mine = displ[size_t(rank_)] * e;
+  stats_.all_gather += total * e;
   cudaStream_t s = begin(after);
-  auto* out = static_cast<unsigned char*>(recv);
+  const bool in_place = send == static_cast<unsigned char*>(recv) + mine;
+  DeviceStaging staging(backend_, s);
+  auto* out = static_cast<unsigned char*>(staging.out(recv, total * e, /*copy_in=*/in_place));
+  send = in_place ? out + mine : staging.in(send, counts[size_t(rank_)] * e);
+  recv = out;
   if (all_equal(counts)) {
     // NCCL's in-place all-gather is send == recv + rank * count: this contract's in place.
     if (counts[0] > 0) ZT_NCCL_CHECK(ncclAllGather(send, recv, counts[0], t, shared_->comm, s));
+    staging.finish();
     return end();
   }
   // Uneven: each rank broadcasts its piece into its place; a root whose `send` is already there
@@ -341,6 +424,7 @@ std::shared_ptr<DataWork> NcclComm::all_gather(const void* send, void* recv, con
     }
   }
   ZT_NCCL_CHECK(ncclGroupEnd());
+  staging.finish();
   return end();
 }
 
@@ -348,7 +432,10 @@ std::shared_ptr<DataWork> NcclComm::broadcast(void* buffer, size_t count, DType 
   ZT_CHECK(root >= 0 && root < size_, "broadcast from rank ", root, " of ", size_);
   stats_.broadcast += count * dtype_size(dtype);
   cudaStream_t s = begin(after);
-  if (count > 0) ZT_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, nccl_dtype(dtype), root, shared_->comm, s));
+  DeviceStaging staging(backend_, s);
+  void* b = staging.out(buffer, count * dtype_size(dtype), /*copy_in=*/rank_ == root);
+  if (count > 0) ZT_NCCL_CHECK(ncclBroadcast(b, b, count, nccl_dtype(dtype), root, shared_->comm, s));
+  staging.finish();
   return end();
 }
 

@@ -79,7 +79,7 @@ class NcclComm final : public DataComm {
   /// NCCL counts are size_t and it pipelines a collective of any size internally, so pieces buy
   /// nothing: the bucket sizes bound what the engine issues. 1 Gi elements only keeps a runaway
   /// configuration from one multi-GiB call that would stall every overlap behind it.
-  size_t max_collective_elements() const override { return size_t(1) << 30; }
+  size_t max_collective_elements() const override { return kNcclMaxCollectiveElements; }
 
   std::shared_ptr<DataWork> all_reduce(void* buffer, size_t count, DType dtype, Stream& after) override;
   std::shared_ptr<DataWork> reduce_scatter(const void* send, void* recv, const std::vector<size_t>& recv_counts,

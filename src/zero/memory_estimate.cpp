@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "backend/cuda/caching_allocator_rules.h"
+#include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
 #include "core/error.h"
 #include "model/model_memory.h"
@@ -120,7 +121,8 @@ std::string deepspeed_table(int stage, double total, double largest, int gpus_pe
 // arithmetic lives with the allocation it describes.
 MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config, const RunShape& run) {
   const std::unique_ptr<ParamLayout> layout = make_param_layout(model);
-  const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0);
+  const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda);
+  const size_t max_collective = run.cuda ? kNcclMaxCollectiveElements : kMpiMaxCollectiveElements;
   MemoryEstimate est;
   auto add = [&](Pool p, size_t bytes) { est.by_pool[int(p)] += bytes; };
   // One device allocation, or a list of them (empty arrays allocate nothing).
@@ -164,11 +166,11 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   est.offload_buffers = opt.buffers + store.buffers;
 
   // Device buffers: buckets, working copies, gathered units (the worst case), activations.
-  est.buckets = GradientReducer::buffer_bytes(plan, config.zero, kMpiMaxCollectiveElements);
+  est.buckets = GradientReducer::buffer_bytes(plan, config.zero, max_collective);
   est.working = mp.working;
   est.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero);
   add(Pool::kDevice, est.buckets + est.working + est.gather);
-  list_devices(GradientReducer::buffer_allocations(plan, config.zero, kMpiMaxCollectiveElements));
+  list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective));
   list_devices(mp.working_arrays);
   list_devices(PartitionedParameterCoordinator::gather_allocations(plan, *layout, config.zero));
   // Activations are sized for the larger of the train and eval batches.

@@ -57,6 +57,9 @@ struct RunShape {
   int eval_batch = 8;  ///< --per_device_eval_batch_size: activations are sized for the larger batch
   int seq_len = 1024;
   bool gradient_checkpointing = false;
+  /// On CUDA GPUs: the gradients stay on the device (ZeroPlan's kernels_reach_host is false) and
+  /// the data path is NCCL's, whose collectives are not cut at MPI's limit.
+  bool cuda = false;
 };
 
 /// Bytes per rank.

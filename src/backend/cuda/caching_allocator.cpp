@@ -91,12 +91,13 @@ char* CachingAllocator::new_segment(size_t size, bool small) {
 }
 
 // Cuts the unused tail of the block at `ptr` (now out of the free sets) into a free block of its
-// own when it is worth keeping: any whole block in a small segment, more than a small request in
-// a large one (a smaller tail would only ever serve requests that belong to small segments).
+// own when it is worth keeping: any whole block in a small segment, at least a small request's
+// limit in a large one (a smaller tail would only ever fit requests that belong to small segments).
+// caching_allocator_rules.h states the same rule for zero_estimate.
 void CachingAllocator::split(char* ptr, size_t size) {
   Block& b = blocks_.at(ptr);
   const size_t rest = b.size - size;
-  if (b.small ? rest < kBlockAlign : rest <= kSmallRequest) return;
+  if (b.small ? rest < kBlockAlign : rest < kSmallRequest) return;
   b.size = size;
   char* tail = ptr + size;
   blocks_[tail] = Block{b.segment, rest, b.small, true};
