@@ -110,7 +110,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
     MPI_Finalize();
     std::exit(2);
   }
-  MPI_Comm node_comm;
+  MPI_Comm node_comm;  // ordered as the world: node_local_rank() gives the same numbers
   ZT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, place_.rank, MPI_INFO_NULL, &node_comm));
   ZT_MPI_CHECK(MPI_Comm_rank(node_comm, &place_.local_rank));
   ZT_MPI_CHECK(MPI_Comm_size(node_comm, &place_.local_size));
@@ -148,6 +148,16 @@ void MpiRuntime::abort_job(int exit_code, const std::string& message) {
   if (initialized() && size > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
   if (initialized()) MPI_Finalize();
   std::exit(exit_code);
+}
+
+int node_local_rank() {
+  int world_rank = 0, local = 0;
+  ZT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  MPI_Comm node;
+  ZT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node));
+  ZT_MPI_CHECK(MPI_Comm_rank(node, &local));
+  ZT_MPI_CHECK(MPI_Comm_free(&node));
+  return local;
 }
 
 }  // namespace zt

@@ -46,6 +46,11 @@ struct ForeignLaunch {
 std::optional<ForeignLaunch> check_foreign_launch(int mpi_world_size, int argc, const char* const* argv,
                                                   const std::function<const char*(const char*)>& env);
 
+/// This process's rank among the ranks on its node (MPI_Comm_split_type, shared memory, over
+/// MPI_COMM_WORLD): which GPU it takes. For programs that initialise MPI themselves (the tests and
+/// benchmarks); MpiRuntime::place() has it otherwise. Collective.
+int node_local_rank();
+
 /// Owns MPI for the life of the process: MPI_Init_thread at MPI_THREAD_MULTIPLE (the MPI
 /// communicator's progress thread runs collectives while the main thread computes, and the
 /// main thread may call MPI_Abort at any time), MPI_Finalize at destruction.

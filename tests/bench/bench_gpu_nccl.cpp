@@ -65,15 +65,6 @@ double time_collective(int iters, int trials, const std::function<void()>& issue
   return t[t.size() / 2];
 }
 
-int node_local_rank() {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int rank = 0;
-  MPI_Comm_rank(node, &rank);
-  MPI_Comm_free(&node);
-  return rank;
-}
-
 // Why NCCL cannot run here, the same on every rank ("" when it can).
 std::string why_not(int world, int local_rank) {
   int gpus = cuda::device_count();

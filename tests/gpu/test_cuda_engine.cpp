@@ -11,6 +11,7 @@
 
 #include "backend/accelerator.h"
 #include "comm/mpi_comm.h"
+#include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "zero_test_harness.h"
 

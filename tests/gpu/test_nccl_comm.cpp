@@ -23,20 +23,12 @@
 #include "backend/device_array.h"
 #include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
+#include "comm/mpi_runtime.h"
 #include "comm/nccl_comm.h"
 #include "core/dtype.h"
 
 namespace zt {
 namespace {
-
-int node_local_rank() {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int rank = 0;
-  MPI_Comm_rank(node, &rank);
-  MPI_Comm_free(&node);
-  return rank;
-}
 
 // Why NCCL cannot serve these ranks, found here with MPI directly (not through the code under
 // test): "" when every rank has a GPU of its own.

@@ -25,21 +25,6 @@ zt() {
     --train_data "$DATA/train_*.bin" --output_dir "$out" --block_size 32 --per_device_train_batch_size $((4 / np)) \
     --learning_rate 2e-3 --warmup_steps 2 --seed 5 --disable_tqdm "$@"
 }
-# last_losses METRICS N: the losses of the last N step lines.
-last_losses() {
-  /usr/bin/python3 -c "import json,sys; print(' '.join(repr(l['loss']) for l in map(json.loads, open(sys.argv[1])) if l['event'] == 'step'))" "$1" |
-    tr ' ' '\n' | tail -n "$2" | tr '\n' ' '
-}
-close_enough() {  # close_enough "A..." "B...": equal within 1e-6 relative
-  /usr/bin/python3 -c "
-import sys
-a, b = [list(map(float, x.split())) for x in sys.argv[1:3]]
-assert len(a) == len(b) > 0, (a, b)
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f'max relative difference {worst:.2e}')
-assert worst <= 1e-6, worst" "$1" "$2"
-}
-
 # ---- bit-exact resume, every stage, 1 and 2 ranks ----
 for np in 1 2; do
   for stage in 0 1 2 3; do

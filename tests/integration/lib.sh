@@ -20,6 +20,23 @@ install_pylib() {
   fi
 }
 
+# last_losses METRICS N: the losses of the last N step lines of a metrics.jsonl.
+last_losses() {
+  /usr/bin/python3 -c "import json,sys; print(' '.join(repr(l['loss']) for l in map(json.loads, open(sys.argv[1])) if l['event'] == 'step'))" "$1" |
+    tr ' ' '\n' | tail -n "$2" | tr '\n' ' '
+}
+# close_enough "A..." "B..." [TOL]: two loss lists equal within TOL relative (1e-6 unless given).
+close_enough() {
+  /usr/bin/python3 -c "
+import sys
+a, b = [list(map(float, x.split())) for x in sys.argv[1:3]]
+tol = float(sys.argv[3])
+assert len(a) == len(b) > 0, (a, b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f'max relative difference {worst:.2e}')
+assert worst <= tol, worst" "$1" "$2" "${3:-1e-6}"
+}
+
 pass() { passed=$((passed + 1)); echo "ok: $1"; }
 
 # wait_step FILE STEP SECONDS: waits until metrics FILE has a step event >= STEP.

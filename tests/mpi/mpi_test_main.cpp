@@ -1,6 +1,7 @@
 // main() for multi-rank GoogleTest binaries (HDF5 testpar / ADIOS2 style): MPI_Init_thread,
-// RUN_ALL_TESTS, then every rank agrees on the verdict before anyone reports it. With
-// ZT_TEST_ACCELERATOR=cuda and no usable GPU it exits 77 (ctest's skip) with the reason.
+// RUN_ALL_TESTS, then every rank agrees on the verdict before anyone reports it. A run that needs
+// a GPU (the gpu-labelled binaries, built with ZT_TEST_NEEDS_GPU, or ZT_TEST_ACCELERATOR=cuda)
+// where none can be used exits 77, ctest's skip, with the reason: skipped, never passed.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -10,6 +11,9 @@
 #if ZT_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
+#ifndef ZT_TEST_NEEDS_GPU
+#define ZT_TEST_NEEDS_GPU 0
+#endif
 
 int main(int argc, char** argv) {
   int provided = 0;
@@ -17,7 +21,7 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const char* accelerator = std::getenv("ZT_TEST_ACCELERATOR");
-  if (accelerator && std::string(accelerator) == "cuda") {
+  if (ZT_TEST_NEEDS_GPU || (accelerator && std::string(accelerator) == "cuda")) {
 #if ZT_HAVE_CUDA
     const bool usable = zt::cuda::device_count() > 0;
     const std::string why = zt::cuda::unavailable_reason();

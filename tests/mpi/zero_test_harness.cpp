@@ -7,6 +7,7 @@
 #include "backend/accelerator.h"
 #include "backend/backend.h"
 #include "comm/data_comm.h"
+#include "comm/mpi_runtime.h"
 #include "model/gpt2.h"
 
 namespace zt {
@@ -39,15 +40,6 @@ DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation) {
   c.zero.stage3_param_persistence_threshold = 100;
   c.zero.stage3_max_reuse_distance = 5000;
   return c;
-}
-
-int node_local_rank() {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int rank = 0;
-  MPI_Comm_rank(node, &rank);
-  MPI_Comm_free(&node);
-  return rank;
 }
 
 std::unique_ptr<Backend> test_backend() {

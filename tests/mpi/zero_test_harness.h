@@ -18,8 +18,6 @@ inline constexpr int kSeq = 16, kGlobalBatch = 16, kSteps = 30;
 ModelConfig tiny_model();
 /// A config for `stage` whose buckets are small enough that reductions and gathers run in pieces.
 DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation);
-/// This rank's place among the ranks on its node (its GPU, where there are several).
-int node_local_rank();
 /// The backend the tests run on: ZT_TEST_ACCELERATOR (cpu, emulated, cuda), cpu when unset.
 std::unique_ptr<Backend> test_backend();
 /// Token t of global sample g at `step`: a fixed pseudo-random sequence, the same on every rank.
