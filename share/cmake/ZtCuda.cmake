@@ -1,6 +1,6 @@
 # ZT_CUDA=AUTO builds the CUDA backend and the NCCL communicator when nvcc is found (the release
 # preset; CI builds them on machines that have the toolkit but no GPU), ON requires them, OFF
-# skips them. Sets ZT_CUDA_ENABLED and, when on, the imported target zt::nccl.
+# skips them. Sets ZT_CUDA_ENABLED and, when on, ZT_NCCL_INCLUDE_DIR, ZT_NCCL_LIBRARY, ZT_NCCL_MAJOR.
 set(ZT_CUDA_ENABLED OFF)
 if(NOT ZT_CUDA MATCHES "^(AUTO|ON|OFF)$")
   message(FATAL_ERROR "ZT_CUDA must be AUTO, ON or OFF (got '${ZT_CUDA}')")
@@ -49,9 +49,12 @@ if(NOT ZT_NCCL_INCLUDE_DIR OR NOT ZT_NCCL_LIBRARY)
   message(STATUS "zerotrain: nvcc found but not NCCL, building the CPU backend only")
   return()
 endif()
-add_library(zt::nccl SHARED IMPORTED)
-set_target_properties(zt::nccl PROPERTIES IMPORTED_LOCATION ${ZT_NCCL_LIBRARY}
-                      INTERFACE_INCLUDE_DIRECTORIES ${ZT_NCCL_INCLUDE_DIR})
+# The major version names the shared library zerotrain loads (libnccl.so.<major>, comm/nccl_lazy.cpp).
+file(STRINGS ${ZT_NCCL_INCLUDE_DIR}/nccl.h nccl_major_line REGEX "^#define NCCL_MAJOR [0-9]+")
+string(REGEX MATCH "[0-9]+$" ZT_NCCL_MAJOR "${nccl_major_line}")
+if(NOT ZT_NCCL_MAJOR)
+  message(FATAL_ERROR "zerotrain: cannot read NCCL_MAJOR from ${ZT_NCCL_INCLUDE_DIR}/nccl.h")
+endif()
 
 set(ZT_CUDA_ENABLED ON)
 message(STATUS "zerotrain: CUDA ${CUDAToolkit_VERSION} (${CMAKE_CUDA_ARCHITECTURES}), NCCL ${ZT_NCCL_LIBRARY}")
