@@ -174,8 +174,12 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   list_devices(mp.working_arrays);
   list_devices(PartitionedParameterCoordinator::gather_allocations(plan, *layout, config.zero));
   // Activations are sized for the larger of the train and eval batches.
-  const std::vector<size_t> activations = activation_allocations(
-      model, size_t(std::max(run.micro_batch, run.eval_batch)), size_t(run.seq_len), run.gradient_checkpointing);
+  const size_t batch = size_t(std::max(run.micro_batch, run.eval_batch));
+  std::vector<size_t> activations =
+      activation_allocations(model, batch, size_t(run.seq_len), run.gradient_checkpointing);
+  // On a GPU, attention's backward keeps its softmax gradient in the backend's scratch buffer
+  // (backend/cuda/cuda_attention.cu): as large as one layer's saved probabilities.
+  if (run.cuda) activations.push_back(sizeof(float) * batch * size_t(model.n_head) * run.seq_len * run.seq_len);
   for (size_t bytes : activations) est.activations += bytes;
   add(Pool::kDevice, est.activations);
   list_devices(activations);

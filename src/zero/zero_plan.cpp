@@ -29,6 +29,11 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   offloaded_optimizer_pool = off.pin_memory ? Pool::kPinned : Pool::kHost;
   param_pool = params_on_host ? offloaded_param_pool : Pool::kDevice;
   grad_pool = grads_on_host ? offloaded_optimizer_pool : Pool::kDevice;
+  // The device's part of the optimizer steps on the device and writes its parameters in place,
+  // which offload_param puts in host memory: a GPU kernel cannot write pageable memory.
+  ZT_USAGE_CHECK(!params_on_host || device_count == 0 || kernels_reach_host, config.source,
+                 ": zero_optimization.offload_param on a GPU needs offload_optimizer on \"cpu\" or \"nvme\" "
+                 "with ratio 1 (the CPU Adam updates the offloaded parameters)");
   ZT_USAGE_CHECK(!params_on_nvme || (offloaded > 0 && device_count == 0), config.source,
                  ": zero_optimization.offload_param.device: \"nvme\" needs offload_optimizer on \"cpu\" or "
                  "\"nvme\" with ratio 1 (the CPU Adam writes the updated parameters to the swap file)");

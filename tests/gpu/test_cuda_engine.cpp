@@ -52,10 +52,16 @@ TEST_P(CudaEngine, LossesMatchTheCpuBackend) {
     EXPECT_NEAR(got[i], want[i], tol) << "step " << i;
   }
   EXPECT_LT(want.back(), want.front() - 0.5) << "the CPU run did not learn: the comparison proves little";
+  // The weights as a whole: Adam moves an element by about lr whatever its gradient's size, so a
+  // gradient within rounding of 0 may step either way on the two backends; a norm-wise bound
+  // still catches a wrong update anywhere that matters.
   ASSERT_EQ(master_gpu.size(), master_cpu.size());
-  double max_diff = 0;
-  for (size_t i = 0; i < master_cpu.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(master_gpu[i] - master_cpu[i])));
-  EXPECT_LT(max_diff, c.dtype == DType::kF32 ? 1e-4 : 5e-2) << "final fp32 master weights";
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < master_cpu.size(); ++i) {
+    diff += double(master_gpu[i] - master_cpu[i]) * double(master_gpu[i] - master_cpu[i]);
+    norm += double(master_cpu[i]) * double(master_cpu[i]);
+  }
+  EXPECT_LT(std::sqrt(diff / norm), c.dtype == DType::kF32 ? 1e-4 : 1e-2) << "final fp32 master weights, norm-wise";
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CudaEngine,

@@ -20,6 +20,7 @@
 #include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/device_array.h"
+#include "core/error.h"
 #include "core/dtype.h"
 
 namespace zt {
@@ -72,7 +73,7 @@ struct Twin {
 };
 
 class CudaOps : public ::testing::Test {
- protected:
+ public:  // the shape checks below are free functions over the fixture
   std::unique_ptr<Backend> gpu = cuda::make_cuda_backend(0);
   std::unique_ptr<Backend> cpu = make_cpu_backend();
 
@@ -215,21 +216,29 @@ TEST_F(CudaOps, MatmulNt) {
   expect_close(dw, kGemmTol, "dw", true);
 }
 
-TEST_F(CudaOps, AttentionForwardAndBackward) {
-  const size_t qkv_n = size_t(kB) * kT * 3 * kC, att_n = size_t(kB) * kNH * kT * kT;
-  auto qkv = twin(randn(qkv_n, 50)), dout = twin(randn(size_t(kB) * kT * kC, 51));
-  auto out = twin(randn(size_t(kB) * kT * kC, 52)), att = twin(randn(att_n, 53)), dqkv = twin(randn(qkv_n, 54));
-  on_both([&](Backend& b) {
-    b.ops().attention_forward(out.on(b), att.on(b), qkv.on(b), kB, kT, kC, kNH);
-    b.ops().attention_backward(dqkv.on(b), dout.on(b), qkv.on(b), att.on(b), kB, kT, kC, kNH);
+// B, T, C, NH: the small shape (head size 12, under a warp) and GPT-2's head size 64 with a
+// longer, non-multiple-of-32 sequence.
+void check_attention(CudaOps& t, int B, int T, int C, int NH) {
+  const size_t qkv_n = size_t(B) * T * 3 * C, att_n = size_t(B) * NH * T * T;
+  auto qkv = t.twin(randn(qkv_n, 50)), dout = t.twin(randn(size_t(B) * T * C, 51));
+  auto out = t.twin(randn(size_t(B) * T * C, 52)), att = t.twin(randn(att_n, 53)), dqkv = t.twin(randn(qkv_n, 54));
+  t.on_both([&](Backend& b) {
+    b.ops().attention_forward(out.on(b), att.on(b), qkv.on(b), B, T, C, NH);
+    b.ops().attention_backward(dqkv.on(b), dout.on(b), qkv.on(b), att.on(b), B, T, C, NH);
   });
-  expect_close(out, kReductionTol, "out");
-  expect_close(att, kReductionTol, "att");
-  expect_close(dqkv, kReductionTol, "dqkv");
+  const std::string shape = cat(" B", B, " T", T, " C", C, " NH", NH);
+  t.expect_close(out, kReductionTol, ("out" + shape).c_str());
+  t.expect_close(att, kReductionTol, ("att" + shape).c_str());
+  t.expect_close(dqkv, kReductionTol, ("dqkv" + shape).c_str());
   // The masked entries are exact zeros, as the CPU writes them.
-  const auto a = read(*gpu, att.g);
-  for (size_t row = 0; row < size_t(kB) * kNH * kT; ++row)
-    for (int t2 = int(row % kT) + 1; t2 < kT; ++t2) ASSERT_EQ(a[row * kT + t2], 0.0f) << "row " << row << " t2 " << t2;
+  const auto a = t.read(*t.gpu, att.g);
+  for (size_t row = 0; row < size_t(B) * NH * T; ++row)
+    for (int t2 = int(row % T) + 1; t2 < T; ++t2) ASSERT_EQ(a[row * T + t2], 0.0f) << "row " << row << " t2 " << t2;
+}
+
+TEST_F(CudaOps, AttentionForwardAndBackward) {
+  check_attention(*this, kB, kT, kC, kNH);
+  check_attention(*this, 1, 101, 128, 2);
 }
 
 TEST_F(CudaOps, Elementwise) {

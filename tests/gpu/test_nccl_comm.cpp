@@ -110,9 +110,11 @@ std::vector<float> decode(const std::vector<unsigned char>& bytes, DType t) {
   return out;
 }
 
-// A device buffer of `n` elements of `t`, filled from the host (NaN-free garbage otherwise: 0xff).
+// A buffer of `n` elements of `t` in `pool` (device memory unless the test says otherwise),
+// filled from the host.
 struct Buffer {
-  Buffer(Backend& backend, size_t n, DType t) : dtype(t), count(n), bytes(backend, n * dtype_size(t) + 1) {}
+  Buffer(Backend& backend, size_t n, DType t, Pool pool = Pool::kDevice)
+      : dtype(t), count(n), bytes(backend, n * dtype_size(t) + 1, pool) {}
   void upload(Backend& backend, const std::vector<float>& v, size_t at = 0) {
     const auto b = encode(v, dtype);
     backend.copy_from_host(bytes.data() + at * dtype_size(dtype), b.data(), b.size());
@@ -163,7 +165,7 @@ void finish(Backend& backend, DataWork& work, bool host_wait) {
   }
 }
 
-void check_all_reduce(Backend& backend, DataComm& comm, DType t) {
+void check_all_reduce(Backend& backend, DataComm& comm, DType t, Pool pool = Pool::kDevice) {
   const int me = comm.rank(), n = comm.size();
   const size_t count = 1031;
   std::vector<float> mine(count), want(count, 0.0f);
@@ -171,11 +173,12 @@ void check_all_reduce(Backend& backend, DataComm& comm, DType t) {
     mine[i] = value(me, i);
     for (int r = 0; r < n; ++r) want[i] += value(r, i);
   }
-  Buffer buf(backend, count, t);
+  Buffer buf(backend, count, t, pool);
   buf.upload(backend, mine);
   const uint64_t before = comm.stats().all_reduce;
   finish(backend, *comm.all_reduce(buf.at(0), count, t, backend.compute_stream()), false);
-  EXPECT_EQ(buf.download(backend, 0, count), want) << comm.name() << " all_reduce " << dtype_name(t);
+  EXPECT_EQ(buf.download(backend, 0, count), want) << comm.name() << " all_reduce " << dtype_name(t) << " in "
+                                                  << pool_name(pool) << " memory";
   EXPECT_EQ(comm.stats().all_reduce - before, count * dtype_size(t));
 }
 
@@ -197,7 +200,7 @@ void check_reduce_scatter(Backend& backend, DataComm& comm, DType t) {
   }
 }
 
-void check_all_gather(Backend& backend, DataComm& comm, DType t) {
+void check_all_gather(Backend& backend, DataComm& comm, DType t, Pool pool = Pool::kDevice) {
   const int me = comm.rank(), n = comm.size();
   for (const auto& counts : count_patterns(n)) {
     const auto displ = exclusive_sums(counts);
@@ -208,7 +211,7 @@ void check_all_gather(Backend& backend, DataComm& comm, DType t) {
       for (size_t j = 0; j < counts[size_t(r)]; ++j) want[displ[size_t(r)] + j] = value(r, j);
     }
     for (const bool in_place : {false, true}) {
-      Buffer recv(backend, total, t), send(backend, mine_n, t);
+      Buffer recv(backend, total, t, pool), send(backend, mine_n, t, pool);
       recv.upload(backend, std::vector<float>(total, 99.0f));  // what must be overwritten
       const void* from = send.at(0);
       if (in_place) {
@@ -219,7 +222,8 @@ void check_all_gather(Backend& backend, DataComm& comm, DType t) {
       }
       finish(backend, *comm.all_gather(from, recv.at(0), counts, t, backend.compute_stream()), in_place);
       EXPECT_EQ(recv.download(backend, 0, total), want) << comm.name() << " all_gather " << dtype_name(t) << " "
-                                                        << describe(counts) << (in_place ? " in place" : "");
+                                                        << describe(counts) << (in_place ? " in place" : "")
+                                                        << " in " << pool_name(pool) << " memory";
     }
   }
 }
@@ -297,6 +301,15 @@ TEST_P(PickedComm, Broadcast) { check_broadcast(*g_world->backend, *g_world->dat
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, PickedComm, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The engine also hands collectives host memory (the master weights gathered for a checkpoint, an
+// offloaded partition): NcclComm stages it through the device, the staged communicator copies it.
+TEST(DataCommOnCuda, HostAndPinnedBuffers) {
+  for (Pool pool : {Pool::kHost, Pool::kPinned}) {
+    check_all_reduce(*g_world->backend, *g_world->data, DType::kF32, pool);
+    check_all_gather(*g_world->backend, *g_world->data, DType::kBF16, pool);
+  }
+}
 
 TEST(DataCommOnCuda, CollectiveAfterComputeKernelsSeesTheirResult) {
   check_ordering(*g_world->backend, *g_world->data);

@@ -12,6 +12,7 @@
 #include "model/gpt2_layout.h"
 #include "zero/memory_estimate.h"
 #include "zero/recommender.h"
+#include "zero/zero_plan.h"
 
 namespace zt {
 namespace {
@@ -294,6 +295,35 @@ TEST(Recommender, FitsTheGpuViewOnCuda) {
   const RungVerdict& v = r.rungs[size_t(r.chosen)];
   EXPECT_EQ(v.gpu_bytes, estimate_gpu_memory(v.estimate, 8).total());
   EXPECT_LE(v.gpu_bytes, hw.gpu_memory);
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// Where gradients live and what a GPU refuses: ZeroPlan's rules for backends whose kernels cannot
+// reach host memory (the CUDA backend) against those that can (CPU, emulated).
+TEST(ZeroPlanOnGpu, KeepsGradientsOnTheDeviceAndRefusesDeviceAdamOnHostParameters) {
+  DsConfig cfg;
+  cfg.source = "ds.json";
+  cfg.zero.stage = 3;
+  cfg.zero.offload_optimizer.device = OffloadConfig::Device::kCpu;
+  EXPECT_TRUE(ZeroPlan(cfg, 1000, 2, 0, /*kernels_reach_host=*/true).grads_on_host);
+  EXPECT_FALSE(ZeroPlan(cfg, 1000, 2, 0, /*kernels_reach_host=*/false).grads_on_host);
+
+  cfg.zero.offload_param.device = OffloadConfig::Device::kCpu;
+  cfg.zero.offload_optimizer.device = OffloadConfig::Device::kNone;  // the device Adam writes host parameters
+  EXPECT_NO_THROW(ZeroPlan(cfg, 1000, 2, 0, true));
+  try {
+    ZeroPlan(cfg, 1000, 2, 0, false);
+    FAIL() << "a GPU plan stepped parameters in host memory on the device";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("ds.json: zero_optimization.offload_param"), std::string::npos) << e.what();
+  }
+  cfg.zero.offload_optimizer.device = OffloadConfig::Device::kCpu;  // the CPU Adam updates them: fine
+  EXPECT_NO_THROW(ZeroPlan(cfg, 1000, 2, 0, false));
 }
 
 }  // namespace

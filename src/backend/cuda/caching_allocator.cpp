@@ -52,7 +52,9 @@ void CachingAllocator::free(void* p, std::vector<std::shared_ptr<Fence>> fences)
   std::lock_guard<std::mutex> lock(mutex_);
   char* ptr = static_cast<char*>(p);
   auto it = blocks_.find(ptr);
-  ZT_CHECK(it != blocks_.end() && !it->second.free, "freeing a pointer the caching allocator did not hand out");
+  ZT_CHECK(it != blocks_.end() && !it->second.free &&
+               std::none_of(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.ptr == ptr; }),
+           "freeing a pointer the caching allocator did not hand out, or freeing it twice");
   stats_.allocated -= it->second.size;
   pending_.push_back(Pending{ptr, std::move(fences)});
   collect_pending(false);

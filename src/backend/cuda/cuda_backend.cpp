@@ -184,6 +184,8 @@ class CudaBackend final : public Backend {
     void* p = nullptr;
     switch (pool) {
       case Pool::kDevice:
+        // The current device is per host thread; cudaMalloc must land on this backend's GPU.
+        ZT_CUDA_CHECK(cudaSetDevice(device_));
         p = allocator_->allocate(bytes);
         break;
       case Pool::kPinned: {
@@ -339,6 +341,7 @@ class CudaBackend final : public Backend {
 
   // One fence per live stream: a freed block is reused only after every stream's earlier work.
   std::vector<std::shared_ptr<Fence>> fences_now() {
+    ZT_CUDA_CHECK(cudaSetDevice(device_));  // events belong to the current device: this one
     std::lock_guard<std::mutex> lock(streams_mutex_);
     std::vector<std::shared_ptr<Fence>> fences;
     fences.reserve(streams_.size());
