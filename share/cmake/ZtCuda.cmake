@@ -1,6 +1,7 @@
 # ZT_CUDA=AUTO builds the CUDA backend and the NCCL communicator when nvcc is found (the release
 # preset; CI builds them on machines that have the toolkit but no GPU), ON requires them, OFF
-# skips them. Sets ZT_CUDA_ENABLED and, when on, ZT_NCCL_INCLUDE_DIR, ZT_NCCL_LIBRARY, ZT_NCCL_MAJOR.
+# skips them. Sets ZT_CUDA_ENABLED and, when on, ZT_NCCL_INCLUDE_DIR, ZT_NCCL_SONAME and
+# ZT_NCCL_LIBRARY_DIR (what comm/nccl_lazy.cpp loads, and where else to look for it).
 set(ZT_CUDA_ENABLED OFF)
 if(NOT ZT_CUDA MATCHES "^(AUTO|ON|OFF)$")
   message(FATAL_ERROR "ZT_CUDA must be AUTO, ON or OFF (got '${ZT_CUDA}')")
@@ -55,6 +56,8 @@ string(REGEX MATCH "[0-9]+$" ZT_NCCL_MAJOR "${nccl_major_line}")
 if(NOT ZT_NCCL_MAJOR)
   message(FATAL_ERROR "zerotrain: cannot read NCCL_MAJOR from ${ZT_NCCL_INCLUDE_DIR}/nccl.h")
 endif()
+set(ZT_NCCL_SONAME "libnccl.so.${ZT_NCCL_MAJOR}")
+get_filename_component(ZT_NCCL_LIBRARY_DIR ${ZT_NCCL_LIBRARY} DIRECTORY)
 
 set(ZT_CUDA_ENABLED ON)
 message(STATUS "zerotrain: CUDA ${CUDAToolkit_VERSION} (${CMAKE_CUDA_ARCHITECTURES}), NCCL ${ZT_NCCL_LIBRARY}")

@@ -43,7 +43,7 @@ TEST(CudaLazy, AMissingLibraryOrSymbolIsAnErrorNamingIt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("libzt-no-such-library.so.7"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(lazy_symbol("libnccl.so.2", ZT_NCCL_DIR, "ncclNoSuchFunction"), Error);
+  EXPECT_THROW(lazy_symbol(ZT_NCCL_SONAME, ZT_NCCL_LIBRARY_DIR, "ncclNoSuchFunction"), Error);
 }
 
 }  // namespace

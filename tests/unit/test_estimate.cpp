@@ -127,17 +127,29 @@ TEST(EngineEstimate, ModelStatesFollowDesignTable) {
   }
 }
 
-TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
-  const ModelConfig m = gpt2_small();
+// The recommender's ladder for GPT-2 small, bf16, micro-batch 1 x 128 tokens on 8 ranks, with
+// 1 TiB of host memory.
+struct LadderCase {
+  ModelConfig model;
   DsConfig base;
-  base.bf16 = true;
-  base.train_micro_batch_size_per_gpu = 1;
   RunShape run;
-  run.world_size = run.ranks_per_node = 8;
-  run.micro_batch = run.eval_batch = 1;
-  run.seq_len = 128;
   Hardware hw;
-  hw.cpu_memory = 1ull << 40;
+};
+LadderCase ladder_case() {
+  LadderCase c;
+  c.model = gpt2_small();
+  c.base.bf16 = true;
+  c.base.train_micro_batch_size_per_gpu = 1;
+  c.run.world_size = c.run.ranks_per_node = 8;
+  c.run.micro_batch = c.run.eval_batch = 1;
+  c.run.seq_len = 128;
+  c.hw.cpu_memory = 1ull << 40;
+  return c;
+}
+
+TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
+  const auto [m, base, run, start] = ladder_case();
+  Hardware hw = start;
   // Plenty of GPU memory: stage 0, the fastest.
   hw.gpu_memory = 80ull << 30;
   Recommendation r = recommend(m, base, run, hw);
@@ -270,16 +282,8 @@ TEST(GpuEstimate, RealModelAddsUp) {
 // On a CUDA GPU the recommender fits the GPU view's total: a GPU that holds stage 0's device
 // pool but not its context and buffers on top takes a leaner rung.
 TEST(Recommender, FitsTheGpuViewOnCuda) {
-  const ModelConfig m = gpt2_small();
-  DsConfig base;
-  base.bf16 = true;
-  base.train_micro_batch_size_per_gpu = 1;
-  RunShape run;
-  run.world_size = run.ranks_per_node = 8;
-  run.micro_batch = run.eval_batch = 1;
-  run.seq_len = 128;
-  Hardware hw;
-  hw.cpu_memory = 1ull << 40;
+  const auto [m, base, run, start] = ladder_case();
+  Hardware hw = start;
   DsConfig stage0 = base;
   stage0.zero.stage = 0;
   const MemoryEstimate e0 = estimate_memory(m, stage0, run);
