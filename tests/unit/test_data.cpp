@@ -48,6 +48,51 @@ TEST_F(DataTest, RoundTripAcrossShards) {
   EXPECT_EQ(out, (std::vector<int32_t>{4, 5, 6, 7, 8}));
 }
 
+// Version 2 (llm.c's Llama 3 shards) holds uint32 ids; a dataset may mix both widths.
+TEST_F(DataTest, Uint32ShardsHoldIdsPast65535) {
+  std::vector<uint32_t> wide = {7, 65535, 65536, 151642};
+  std::vector<uint16_t> narrow = {9, 65535};
+  write_token_shard(path("train_000000.bin"), wide.data(), wide.size());
+  write_token_shard(path("train_000001.bin"), narrow.data(), narrow.size());
+  EXPECT_EQ(fs::file_size(path("train_000000.bin")), 1024u + 16u);
+  {
+    std::ifstream in(path("train_000000.bin"), std::ios::binary);
+    int32_t header[3];
+    in.read(reinterpret_cast<char*>(header), sizeof(header));
+    EXPECT_EQ(header[1], 2);  // the version a uint32 shard carries, as llm.c writes it
+  }
+  TokenShard shard(path("train_000000.bin"));
+  EXPECT_EQ(shard.token_bytes(), 4u);
+  EXPECT_EQ(shard.token(3), 151642u);
+  TokenDataset data(path("train_*.bin"), 151643);
+  std::vector<int32_t> out(6);
+  data.read(0, 6, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{7, 65535, 65536, 151642, 9, 65535}));
+
+  std::string e = error_of([&] { TokenDataset(path("train_*.bin"), 151642); });
+  EXPECT_NE(e.find("train_000000.bin: token 151642 at position 3 is >= vocab_size 151642"), std::string::npos) << e;
+  fs::resize_file(path("train_000000.bin"), 1024 + 8);  // 2 tokens' worth of uint32, header says 4
+  e = error_of([&] { TokenShard s(path("train_000000.bin")); });
+  EXPECT_NE(e.find("promises 4 tokens of 4 bytes"), std::string::npos) << e;
+
+  EXPECT_EQ(token_bytes_for_vocab(50257), 2u);
+  EXPECT_EQ(token_bytes_for_vocab(65536), 2u);
+  EXPECT_EQ(token_bytes_for_vocab(65537), 4u);
+}
+
+TEST_F(DataTest, UnknownShardVersionIsRefused) {
+  std::vector<uint16_t> tokens = {1, 2};
+  write_token_shard(path("v3.bin"), tokens.data(), tokens.size());
+  {
+    std::fstream f(path("v3.bin"), std::ios::binary | std::ios::in | std::ios::out);
+    const int32_t version = 3;
+    f.seekp(4);
+    f.write(reinterpret_cast<const char*>(&version), sizeof(version));
+  }
+  std::string e = error_of([&] { TokenShard s(path("v3.bin")); });
+  EXPECT_NE(e.find("v3.bin: unsupported shard version 3"), std::string::npos) << e;
+}
+
 TEST_F(DataTest, BadShardsAreClearErrors) {
   std::vector<uint16_t> tokens = {1, 2, 300};
   write_token_shard(path("big.bin"), tokens.data(), tokens.size());
