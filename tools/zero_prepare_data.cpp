@@ -1,8 +1,10 @@
-// zero_prepare_data INPUT... --output_dir DIR [--val_fraction F] [--shard_size N] [--overwrite]
+// zero_prepare_data INPUT... --output_dir DIR [--input_format auto|text|jsonl] [--text_field F]
+//                   [--val_fraction F] [--shard_size N] [--overwrite]
 //
-// Byte-level tokenization (vocab 256) of any text files into llm.c-format shards:
-// DIR/train_000000.bin ... and DIR/val_000000.bin .... The inputs are concatenated in the order
-// given; the last `val_fraction` of the tokens becomes the validation split.
+// Byte-level tokenization (vocab 256) of text and JSONL files into llm.c-format shards:
+// DIR/train_000000.bin ... and DIR/val_000000.bin .... The documents (a text file, or a JSONL
+// line's text field) are concatenated in the order given; the last `val_fraction` of the tokens
+// becomes the validation split.
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <filesystem>
@@ -10,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "config/json_reader.h"
 #include "config/tool_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/tool_main.h"
 #include "data/byte_tokenizer.h"
+#include "data/text_documents.h"
 #include "data/token_shard.h"
 
 namespace po = boost::program_options;
@@ -30,7 +32,7 @@ std::string shard_name(const std::string& dir, const char* split, size_t index) 
 
 int run(int argc, char** argv) {
   std::vector<std::string> inputs;
-  std::string output_dir;
+  std::string output_dir, input_format = "auto", text_field = "text";
   double val_fraction = 0.1;
   int64_t shard_size = 100'000'000;
   bool overwrite = false;
@@ -38,6 +40,9 @@ int run(int argc, char** argv) {
   opts.add_options()
     ("help,h", "print this help")
     ("output_dir", po::value(&output_dir), "where train_NNNNNN.bin and val_NNNNNN.bin go")
+    ("input_format", po::value(&input_format),
+     "auto (*.jsonl and *.json are JSONL, the rest text), text or jsonl (default auto)")
+    ("text_field", po::value(&text_field), "the field of each JSONL line that holds its document (default text)")
     ("val_fraction", po::value(&val_fraction), "fraction of tokens (from the end) for validation (default 0.1)")
     ("shard_size", po::value(&shard_size), "tokens per shard (default 100M)")
     ("overwrite", po::bool_switch(&overwrite), "replace existing shards in output_dir");
@@ -53,7 +58,10 @@ int run(int argc, char** argv) {
   ZT_USAGE_CHECK(shard_size >= 1 && shard_size <= INT32_MAX, "--shard_size must be in [1, 2^31-1]");
 
   std::string text;
-  for (const auto& input : inputs) text += zt::read_text_file(input);
+  for (const auto& input : inputs) {
+    zt::for_each_document(input, zt::input_format_of(input, input_format), text_field,
+                          [&](std::string_view document) { text += document; });
+  }
   ZT_USAGE_CHECK(!text.empty(), "the inputs are empty");
   const std::vector<uint16_t> tokens = zt::byte_tokenize(text);
   const size_t val_tokens = size_t(std::llround(double(tokens.size()) * val_fraction));

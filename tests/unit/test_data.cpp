@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
 #include "data/sampler.h"
+#include "data/text_documents.h"
 #include "data/token_shard.h"
 
 namespace zt {
@@ -91,6 +92,39 @@ TEST_F(DataTest, UnknownShardVersionIsRefused) {
   }
   std::string e = error_of([&] { TokenShard s(path("v3.bin")); });
   EXPECT_NE(e.find("v3.bin: unsupported shard version 3"), std::string::npos) << e;
+}
+
+TEST_F(DataTest, JsonlHoldsOneDocumentPerLine) {
+  std::ofstream(path("c.jsonl"), std::ios::binary)
+      << "{\"text\": \"caf\\u00e9\\n\", \"id\": 1}\n"  // JSON escapes decode to UTF-8
+      << "  \r\n"                                       // a blank line (CRLF) is skipped
+      << "{\"id\": 2, \"body\": \"x\", \"text\": \"\"}\r\n"  // an empty document is a document
+      << "{\"text\": \"last, no newline\"}";
+  std::vector<std::string> docs;
+  auto collect = [&](std::string_view d) { docs.emplace_back(d); };
+  ASSERT_EQ(input_format_of(path("c.jsonl"), "auto"), InputFormat::kJsonl);
+  for_each_document(path("c.jsonl"), InputFormat::kJsonl, "text", collect);
+  EXPECT_EQ(docs, (std::vector<std::string>{"caf\xc3\xa9\n", "", "last, no newline"}));
+
+  docs.clear();  // as text, the file is one document, byte for byte
+  ASSERT_EQ(input_format_of(path("c.txt"), "auto"), InputFormat::kText);
+  for_each_document(path("c.jsonl"), InputFormat::kText, "text", collect);
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].substr(0, 9), "{\"text\": ");
+
+  std::string e = error_of([&] { for_each_document(path("c.jsonl"), InputFormat::kJsonl, "body", collect); });
+  EXPECT_NE(e.find("c.jsonl:1: no \"body\" field"), std::string::npos) << e;
+  std::ofstream(path("bad.jsonl")) << "{\"text\": \"a\"}\n[\"text\"]\n";
+  e = error_of([&] { for_each_document(path("bad.jsonl"), InputFormat::kJsonl, "text", collect); });
+  EXPECT_NE(e.find("bad.jsonl:2: a JSONL line must be a JSON object"), std::string::npos) << e;
+  std::ofstream(path("num.jsonl")) << "\n\n{\"text\": 5}\n";
+  e = error_of([&] { for_each_document(path("num.jsonl"), InputFormat::kJsonl, "text", collect); });
+  EXPECT_NE(e.find("num.jsonl:3: \"text\" is not a string"), std::string::npos) << e;
+  std::ofstream(path("comma.jsonl")) << "{\"text\": \"a\",}\n";  // strict JSON, unlike configs
+  e = error_of([&] { for_each_document(path("comma.jsonl"), InputFormat::kJsonl, "text", collect); });
+  EXPECT_NE(e.find("comma.jsonl:1: not a JSON line"), std::string::npos) << e;
+  e = error_of([&] { input_format_of(path("c.jsonl"), "parquet"); });
+  EXPECT_NE(e.find("--input_format must be auto, text or jsonl"), std::string::npos) << e;
 }
 
 TEST_F(DataTest, BadShardsAreClearErrors) {
