@@ -1,0 +1,152 @@
+#include "tokenizer/bpe.h"
+
+#include <cstdio>
+
+#include "tokenizer/utf8.h"
+
+namespace zt {
+
+namespace {
+
+uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | b; }
+
+}  // namespace
+
+BpeModel::BpeModel(const boost::json::object& o, const JsonWhere& where) {
+  for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
+    const boost::json::value* v = o.if_contains(key);
+    const bool off = !v || v->is_null() || (v->is_string() && v->get_string().empty());
+    if (!off) where.at(key).fail(cat(boost::json::serialize(*v), " is not supported (only null)"));
+  }
+  byte_fallback_ = json_bool(o, "byte_fallback", where, false);
+  fuse_unk_ = json_bool(o, "fuse_unk", where, false);
+  ignore_merges_ = json_bool(o, "ignore_merges", where, false);
+
+  const JsonWhere vw = where.at("vocab");
+  const auto& vocab = json_object(json_member(o, "vocab"), vw);
+  vocab_.reserve(vocab.size());
+  for (const auto& [token, id_value] : vocab) {
+    const uint32_t id = json_id(id_value, vw.at(token));
+    if (id >= id_to_token_.size()) {
+      id_to_token_.resize(size_t(id) + 1);
+      has_id_.resize(size_t(id) + 1);
+    }
+    if (has_id_[id]) vw.at(token).fail(cat("id ", id, " is also \"", id_to_token_[id], "\""));
+    id_to_token_[id] = std::string(token);
+    has_id_[id] = true;
+    vocab_.emplace(std::string(token), id);
+  }
+
+  const JsonWhere mw = where.at("merges");
+  const auto& merges = json_array(json_member(o, "merges"), mw);
+  merges_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    std::string left, right;
+    const boost::json::value& m = merges[rank];
+    if (m.is_string()) {  // "a b", the form tokenizers before 0.20 write
+      const std::string_view s = m.get_string();
+      const size_t space = s.find(' ');
+      if (space == std::string_view::npos || s.find(' ', space + 1) != std::string_view::npos) {
+        mw.index(rank).fail(cat("\"", s, "\" is not two tokens separated by one space"));
+      }
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else if (m.is_array() && m.get_array().size() == 2 && m.get_array()[0].is_string() &&
+               m.get_array()[1].is_string()) {  // ["a", "b"], since 0.20
+      left = m.get_array()[0].get_string();
+      right = m.get_array()[1].get_string();
+    } else {
+      mw.index(rank).fail("expected \"a b\" or [\"a\", \"b\"]");
+    }
+    const auto l = token_to_id(left), r = token_to_id(right), merged = token_to_id(left + right);
+    if (!l || !r || !merged) mw.index(rank).fail(cat("\"", left, "\" + \"", right, "\": a token is not in the vocab"));
+    merges_.emplace(pair_key(*l, *r), std::make_pair(uint32_t(rank), *merged));
+  }
+
+  const std::string unk = json_string(o, "unk_token", where, "");
+  if (!unk.empty()) {
+    unk_ = token_to_id(unk);
+    if (!unk_) where.at("unk_token").fail(cat("\"", unk, "\" is not in the vocab"));
+  }
+  if (byte_fallback_) {
+    all_byte_tokens_ = true;
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof(name), "<0x%02X>", b);
+      const auto id = token_to_id(name);
+      all_byte_tokens_ = all_byte_tokens_ && id.has_value();
+      byte_tokens_[b] = id.value_or(0);
+    }
+  }
+}
+
+std::optional<uint32_t> BpeModel::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(std::string(token));
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string* BpeModel::id_to_token(uint32_t id) const {
+  return id < has_id_.size() && has_id_[id] ? &id_to_token_[id] : nullptr;
+}
+
+void BpeModel::tokenize(std::string_view word, std::vector<uint32_t>& ids) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {  // Llama 3: a word that is a token is that token, whatever the merges say
+    if (auto id = token_to_id(word)) {
+      ids.push_back(*id);
+      return;
+    }
+  }
+  {
+    std::shared_lock lock(cache_mutex_);
+    auto it = cache_.find(std::string(word));
+    if (it != cache_.end()) {
+      ids.insert(ids.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<uint32_t> word_ids;
+  merge(word, word_ids);
+  ids.insert(ids.end(), word_ids.begin(), word_ids.end());
+  std::unique_lock lock(cache_mutex_);
+  if (cache_.size() >= kCacheLimit) cache_.clear();
+  cache_.emplace(std::string(word), std::move(word_ids));
+}
+
+void BpeModel::merge(std::string_view word, std::vector<uint32_t>& symbols) const {
+  // One symbol per character, or its bytes' <0xXX> tokens, or the unknown token (fused with an
+  // unknown neighbour when fuse_unk), as HF's BPE::merge_word.
+  bool last_was_unk = false;
+  for (size_t i = 0, len = 0; i < word.size(); i += len) {
+    len = std::min(utf8_length(static_cast<unsigned char>(word[i])), word.size() - i);
+    if (auto id = token_to_id(word.substr(i, len))) {
+      symbols.push_back(*id);
+      last_was_unk = false;
+    } else if (byte_fallback_ && all_byte_tokens_) {
+      for (size_t k = 0; k < len; ++k) symbols.push_back(byte_tokens_[static_cast<unsigned char>(word[i + k])]);
+      last_was_unk = false;
+    } else if (unk_) {
+      if (!(fuse_unk_ && last_was_unk)) symbols.push_back(*unk_);
+      last_was_unk = true;
+    }
+  }
+  // Merge the lowest-ranked adjacent pair, leftmost first, until none is in the merges.
+  while (symbols.size() > 1) {
+    uint32_t best_rank = UINT32_MAX, best_id = 0;
+    size_t best = 0;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      auto it = merges_.find(pair_key(symbols[i], symbols[i + 1]));
+      if (it != merges_.end() && it->second.first < best_rank) {
+        best_rank = it->second.first;
+        best_id = it->second.second;
+        best = i;
+      }
+    }
+    if (best_rank == UINT32_MAX) break;
+    symbols[best] = best_id;
+    symbols.erase(symbols.begin() + long(best) + 1);
+  }
+}
+
+}  // namespace zt

@@ -1,0 +1,53 @@
+// tokenizer.json's "model" of type BPE: a vocabulary and ranked merges, applied to each word the
+// pre-tokenizer produced. Covers byte-level BPE (GPT-2, Llama 3, Qwen2: every byte is in the
+// vocabulary) and SentencePiece-style BPE (Llama 2, Mistral: characters, with <0xXX> byte tokens
+// for anything else when byte_fallback is set).
+#pragma once
+
+#include <boost/json.hpp>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/json_fields.h"
+
+namespace zt {
+
+class BpeModel {
+ public:
+  BpeModel(const boost::json::object& spec, const JsonWhere& where);
+
+  /// Appends the ids of `word`.
+  void tokenize(std::string_view word, std::vector<uint32_t>& ids) const;
+
+  std::optional<uint32_t> token_to_id(std::string_view token) const;
+  /// The token of `id`, or null when the vocabulary has no such id.
+  const std::string* id_to_token(uint32_t id) const;
+  /// One past the largest id in the vocabulary.
+  uint32_t id_limit() const { return uint32_t(id_to_token_.size()); }
+
+ private:
+  void merge(std::string_view word, std::vector<uint32_t>& ids) const;
+
+  std::unordered_map<std::string, uint32_t> vocab_;
+  std::vector<std::string> id_to_token_;
+  std::vector<bool> has_id_;
+  // (left id, right id) -> (rank, merged id)
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;
+  std::optional<uint32_t> unk_;
+  bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
+  uint32_t byte_tokens_[256] = {};  // <0xXX>'s id, when byte_fallback
+  bool all_byte_tokens_ = false;
+
+  // Words repeat (Zipf): their ids are cached, as HF's BPE does, up to a bound.
+  static constexpr size_t kCacheLimit = 1 << 18;
+  mutable std::shared_mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<uint32_t>> cache_;
+};
+
+}  // namespace zt

@@ -1,0 +1,95 @@
+#include "tokenizer/normalizer.h"
+
+namespace zt {
+
+struct Normalizer::Step {
+  enum Kind { kPrepend, kReplace, kStrip } kind;
+  std::string text;              // Prepend's prefix, Replace's content
+  std::unique_ptr<Regex> regex;  // Replace's pattern
+  bool left = false, right = false;
+};
+
+namespace {
+
+// HF strips char::is_whitespace; PCRE2's \s under UCP is the same White_Space set.
+const Regex& leading_space() {
+  static const Regex r("^\\s+", false, "(built-in)");
+  return r;
+}
+const Regex& trailing_space() {
+  static const Regex r("\\s+$", false, "(built-in)");
+  return r;
+}
+
+std::string replace_all(const std::string& text, const Regex& pattern, const std::string& content) {
+  std::string out;
+  size_t copied = 0;
+  for (const auto& [begin, end] : pattern.matches(text)) {
+    out.append(text, copied, begin - copied);
+    out += content;
+    copied = end;
+  }
+  if (copied == 0 && out.empty()) return text;
+  out.append(text, copied, std::string::npos);
+  return out;
+}
+
+}  // namespace
+
+Normalizer::Normalizer(const boost::json::value& spec, const JsonWhere& where) {
+  if (!spec.is_null()) add(spec, where);
+}
+Normalizer::~Normalizer() = default;
+Normalizer::Normalizer(Normalizer&&) noexcept = default;
+
+void Normalizer::add(const boost::json::value& spec, const JsonWhere& where) {
+  const auto& o = json_object(spec, where);
+  const std::string type = json_type(o, where);
+  auto step = std::make_unique<Step>();
+  if (type == "Sequence") {
+    const auto& list = json_array(o.at("normalizers"), where.at("normalizers"));
+    for (size_t i = 0; i < list.size(); ++i) add(list[i], where.at("normalizers").index(i));
+    return;
+  } else if (type == "Prepend") {
+    step->kind = Step::kPrepend;
+    step->text = json_string(o, "prepend", where);
+  } else if (type == "Replace") {
+    step->kind = Step::kReplace;
+    step->regex = tokenizer_pattern(json_member(o, "pattern"), where.at("pattern"));
+    step->text = json_string(o, "content", where);
+  } else if (type == "Strip") {
+    step->kind = Step::kStrip;
+    step->left = json_bool(o, "strip_left", where, false);
+    step->right = json_bool(o, "strip_right", where, false);
+  } else {
+    // NFC, NFKC, Lowercase and the BERT normalizer need Unicode tables we do not carry.
+    unsupported(where, "normalizer", type, "Sequence, Prepend, Replace, Strip");
+  }
+  steps_.push_back(std::move(step));
+}
+
+std::string Normalizer::apply(std::string text) const {
+  for (const auto& step : steps_) {
+    switch (step->kind) {
+      case Step::kPrepend:
+        if (!text.empty()) text = step->text + text;  // HF prepends to non-empty text only
+        break;
+      case Step::kReplace:
+        text = replace_all(text, *step->regex, step->text);
+        break;
+      case Step::kStrip:
+        if (step->left) {
+          const auto m = leading_space().matches(text);
+          if (!m.empty()) text.erase(0, m[0].second);
+        }
+        if (step->right) {
+          const auto m = trailing_space().matches(text);
+          if (!m.empty()) text.erase(m[0].first);
+        }
+        break;
+    }
+  }
+  return text;
+}
+
+}  // namespace zt

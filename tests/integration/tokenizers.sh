@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# HF tokenizer.json support (issue 16): zero_tokenize's ids and texts against the PyPI tokenizers
+# package on tokenizers trained in the test (tokenizer_parity.py), and the refusal, by name, of
+# the components zerotrain does not implement.
+source "$(dirname "$0")/lib.sh"
+install_pylib
+TOKENIZE="$ZT_BIN_DIR/tools/zero_tokenize"
+
+PYTHONPATH=$PYLIB timeout 600 /usr/bin/python3 "$ZT_SOURCE_DIR/tests/integration/tokenizer_parity.py" "$TOKENIZE" "$WORK" \
+  >"$WORK/parity.log" 2>&1
+rc=$?
+cat "$WORK/parity.log"
+[[ $rc -eq 0 ]] && pass "ids and decoded text equal HF tokenizers' (4 styles)" || fail "tokenizer parity (exit $rc)"
+
+# A tokenizer.json edited to hold a component we do not implement: one line naming the file, the
+# component's place and its type, exit 2.
+edit() {  # edit NAME PYTHON-STATEMENT: a copy of the gpt2-style tokenizer, changed
+  mkdir -p "$WORK/$1"
+  /usr/bin/python3 -c "import json,sys; t=json.load(open(sys.argv[1])); $2; json.dump(t, open(sys.argv[2], 'w'))" \
+    "$WORK/gpt2/tokenizer.json" "$WORK/$1/tokenizer.json"
+}
+printf 'hello\n' >"$WORK/line.txt"
+edit wordpiece 't["model"]["type"] = "WordPiece"'
+expect_usage_error "WordPiece model refused" 'wordpiece/tokenizer.json: model: model "WordPiece" is not supported' \
+  "$TOKENIZE" --tokenizer "$WORK/wordpiece" "$WORK/line.txt"
+edit bert 't["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, {"type": "BertPreTokenizer"}]}'
+expect_usage_error "BertPreTokenizer refused" \
+  'bert/tokenizer.json: pre_tokenizer.pretokenizers\[1\]: pre-tokenizer "BertPreTokenizer" is not supported' \
+  "$TOKENIZE" --tokenizer "$WORK/bert" "$WORK/line.txt"
+edit nfc 't["normalizer"] = {"type": "NFC"}'
+expect_usage_error "NFC normalizer refused" 'nfc/tokenizer.json: normalizer: normalizer "NFC" is not supported' \
+  "$TOKENIZE" --tokenizer "$WORK/nfc" "$WORK/line.txt"
+edit badmerge 't["model"]["merges"][3] = "Ġ nosuchtoken"'
+expect_usage_error "merge of an unknown token refused" 'badmerge/tokenizer.json: model.merges\[3\]: .*not in the vocab' \
+  "$TOKENIZE" --tokenizer "$WORK/badmerge" "$WORK/line.txt"
+mkdir -p "$WORK/empty"
+expect_usage_error "a folder without tokenizer.json" 'empty: no tokenizer.json' \
+  "$TOKENIZE" --tokenizer "$WORK/empty" "$WORK/line.txt"
+finish
