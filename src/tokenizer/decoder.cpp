@@ -24,17 +24,7 @@ struct Decoder::Step {
         break;
       }
       case kReplace:
-        for (std::string& t : tokens) {
-          std::string out;
-          size_t copied = 0;
-          for (const auto& [b, e] : pattern->matches(t)) {
-            out.append(t, copied, b - copied);
-            out += content;
-            copied = e;
-          }
-          out.append(t, copied, std::string::npos);
-          t = std::move(out);
-        }
+        for (std::string& t : tokens) t = pattern->replace_all(t, content);
         break;
       case kByteFallback: {
         // Runs of <0xXX> tokens become their bytes, decoded together; an invalid run gives

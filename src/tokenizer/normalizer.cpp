@@ -21,19 +21,6 @@ const Regex& trailing_space() {
   return r;
 }
 
-std::string replace_all(const std::string& text, const Regex& pattern, const std::string& content) {
-  std::string out;
-  size_t copied = 0;
-  for (const auto& [begin, end] : pattern.matches(text)) {
-    out.append(text, copied, begin - copied);
-    out += content;
-    copied = end;
-  }
-  if (copied == 0 && out.empty()) return text;
-  out.append(text, copied, std::string::npos);
-  return out;
-}
-
 }  // namespace
 
 Normalizer::Normalizer(const boost::json::value& spec, const JsonWhere& where) {
@@ -75,7 +62,7 @@ std::string Normalizer::apply(std::string text) const {
         if (!text.empty()) text = step->text + text;  // HF prepends to non-empty text only
         break;
       case Step::kReplace:
-        text = replace_all(text, *step->regex, step->text);
+        text = step->regex->replace_all(text, step->text);
         break;
       case Step::kStrip:
         if (step->left) {

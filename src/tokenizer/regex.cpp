@@ -53,6 +53,19 @@ std::vector<std::pair<size_t, size_t>> Regex::matches(std::string_view text) con
   return out;
 }
 
+std::string Regex::replace_all(const std::string& text, const std::string& content) const {
+  std::string out;
+  size_t copied = 0;
+  for (const auto& [begin, end] : matches(text)) {
+    out.append(text, copied, begin - copied);
+    out += content;
+    copied = end;
+  }
+  if (copied == 0) return text;
+  out.append(text, copied, std::string::npos);
+  return out;
+}
+
 std::unique_ptr<Regex> tokenizer_pattern(const boost::json::value& v, const JsonWhere& where) {
   const auto& o = json_object(v, where);
   if (o.contains("String")) return std::make_unique<Regex>(json_string(o, "String", where), true, where.file);

@@ -28,6 +28,8 @@ class Regex {
 
   /// [begin, end) of every non-empty, non-overlapping match in `text` (valid UTF-8), left to right.
   std::vector<std::pair<size_t, size_t>> matches(std::string_view text) const;
+  /// `text` with every match replaced by `content`.
+  std::string replace_all(const std::string& text, const std::string& content) const;
 
  private:
   pcre2_real_code_8* code_ = nullptr;

@@ -109,17 +109,22 @@ def llama3_style():
     return tok, "<|end_of_text|>"
 
 
-def llama2_style():
-    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(content=" ", left=1, right=0)])
+def train_sentencepiece_style(tok):
+    """SentencePiece-style training: <unk>, <s>, </s> and the 256 <0xXX> byte tokens first."""
     byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
     trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens,
                                   limit_alphabet=120, show_progress=False)
     tok.train_from_iterator(training_text(), trainer)
     tok.add_special_tokens(added_tokens()[:2])
     tok.add_tokens(added_tokens()[2:])
+
+
+def llama2_style():
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(content=" ", left=1, right=0)])
+    train_sentencepiece_style(tok)
     bos = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
                                                        special_tokens=[("<s>", bos)])
@@ -130,12 +135,7 @@ def mistral_style():
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=False)
-    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
-    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=["<unk>", "<s>", "</s>"] + byte_tokens,
-                                  limit_alphabet=120, show_progress=False)
-    tok.train_from_iterator(training_text(), trainer)
-    tok.add_special_tokens(added_tokens()[:2])
-    tok.add_tokens(added_tokens()[2:])
+    train_sentencepiece_style(tok)
     return tok, "</s>"
 
 
