@@ -6,28 +6,10 @@
 #include "config/json_reader.h"
 #include "core/error.h"
 #include "tokenizer/hf_tokenizer.h"
-#include "tokenizer/utf8.h"
 
 namespace zt {
 
 namespace {
-
-class ByteTokenizer final : public Tokenizer {
- public:
-  std::vector<uint32_t> encode(std::string_view text, bool) const override {
-    return std::vector<uint32_t>(reinterpret_cast<const unsigned char*>(text.data()),
-                                 reinterpret_cast<const unsigned char*>(text.data()) + text.size());
-  }
-  std::string decode(const std::vector<uint32_t>& ids, bool) const override {
-    std::string bytes;
-    for (uint32_t id : ids) {
-      if (id < 256) bytes += char(id);
-    }
-    return replace_invalid_utf8(bytes);
-  }
-  uint32_t vocab_size() const override { return 256; }
-  std::optional<uint32_t> eos_token_id() const override { return std::nullopt; }
-};
 
 // tokenizer_config.json's eos_token: a string, or an AddedToken object with "content".
 std::optional<std::string> config_eos_token(const std::string& path) {
@@ -59,7 +41,5 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   // the JSON-config size cap.
   return std::make_unique<HfTokenizer>(read_text_file(file), file, config_eos_token(config));
 }
-
-std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
 }  // namespace zt

@@ -1,6 +1,5 @@
-// Text to token ids and back. Two kinds: bytes (id = byte value, vocabulary 256) and an HF
-// tokenizer.json (load_tokenizer), so that data preparation and generation read what users
-// already have next to their model.
+// Text to token ids and back, from an HF tokenizer.json (load_tokenizer), so that data
+// preparation and generation read what users already have next to their model.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +30,5 @@ class Tokenizer {
 /// present, for the EOS token) or a tokenizer.json itself. A component zerotrain does not
 /// implement is a UsageError naming the file, the component and its type.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
-
-/// Bytes as tokens: vocabulary 256, no special tokens.
-std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
 }  // namespace zt

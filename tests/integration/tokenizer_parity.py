@@ -158,6 +158,10 @@ def check_style(zero_tokenize, workdir, name, build):
     with open(corpus, "wb") as f:
         f.write(b"\n".join(lines))
     texts = [l.decode("utf-8", errors="replace") for l in lines]
+    info = json.loads(run([zero_tokenize, "--tokenizer", folder, "--info"]))
+    want = {"vocab_size": tok.get_vocab_size(with_added_tokens=True), "eos_token_id": tok.token_to_id(eos)}
+    if info != want:
+        sys.exit(f"FAIL {name} --info: ours {info}, HF's {want}")
     checked = 0
     for special in (True, False):
         flags = [] if special else ["--no_special_tokens"]
