@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "config/json_section.h"
 #include "tokenizer/utf8.h"
 
 namespace zt {
@@ -16,7 +17,7 @@ BpeModel::BpeModel(const boost::json::object& o, const JsonWhere& where) {
   for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
     const boost::json::value* v = o.if_contains(key);
     const bool off = !v || v->is_null() || (v->is_string() && v->get_string().empty());
-    if (!off) where.at(key).fail(cat(boost::json::serialize(*v), " is not supported (only null)"));
+    if (!off) where.at(key).fail(cat(describe_json(*v), " is not supported (only null)"));
   }
   byte_fallback_ = json_bool(o, "byte_fallback", where, false);
   fuse_unk_ = json_bool(o, "fuse_unk", where, false);
