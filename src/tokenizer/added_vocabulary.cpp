@@ -1,5 +1,6 @@
 #include "tokenizer/added_vocabulary.h"
 
+#include "core/log.h"
 #include "tokenizer/utf8.h"
 
 namespace zt {
@@ -14,16 +15,27 @@ bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c 
 
 }  // namespace
 
-AddedVocabulary::AddedVocabulary(const boost::json::value& spec, const JsonWhere& where) {
+AddedVocabulary::AddedVocabulary(const boost::json::value& spec, const BpeModel& model, const JsonWhere& where) {
   if (spec.is_null()) return;
   const auto& list = json_array(spec, where);
   for (size_t i = 0; i < list.size(); ++i) {
     const JsonWhere w = where.index(i);
     const auto& o = json_object(list[i], w);
     AddedToken t;
-    t.id = json_id(json_member(o, "id"), w.at("id"));
+    const uint32_t file_id = json_id(json_member(o, "id"), w.at("id"));
     t.content = json_string(o, "content", w);
     if (t.content.empty()) w.at("content").fail("an added token cannot be empty");
+    if (by_content_.count(t.content)) continue;  // HF adds a content once
+    // AddedVocabulary::add_tokens: the model's id, else the next id past the vocabulary.
+    if (auto id = model.token_to_id(t.content)) {
+      t.id = *id;
+    } else {
+      t.id = next_id_ >= model.vocab_entries() ? next_id_ : uint32_t(model.vocab_entries());
+    }
+    if (t.id != file_id) {
+      log_warn(where.file, ": added token \"", t.content, "\" has id ", file_id, " in the file but ", t.id,
+               " as HF loads it; using ", t.id);
+    }
     t.single_word = json_bool(o, "single_word", w, false);
     t.lstrip = json_bool(o, "lstrip", w, false);
     t.rstrip = json_bool(o, "rstrip", w, false);
@@ -31,6 +43,7 @@ AddedVocabulary::AddedVocabulary(const boost::json::value& spec, const JsonWhere
     t.special = json_bool(o, "special", w, false);
     has_normalized_ = has_normalized_ || t.normalized;
     id_limit_ = std::max(id_limit_, t.id + 1);
+    if (!model.token_to_id(t.content)) next_id_ = std::max(next_id_, t.id + 1);
     by_first_byte_[static_cast<unsigned char>(t.content[0])].push_back(tokens_.size());
     by_id_[t.id] = tokens_.size();
     by_content_[t.content] = t.id;

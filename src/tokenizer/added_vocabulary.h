@@ -3,6 +3,10 @@
 // leftmost-longest, as HF's; lstrip/rstrip take the whitespace beside a match into it,
 // single_word requires no word character beside it. Tokens with normalized=false match the raw
 // text; normalized=true ones match the text after the normalizer.
+//
+// Ids are HF's, not the file's: HF re-adds the tokens when it loads tokenizer.json, so a token of
+// the model's vocabulary keeps that id and any other takes the next free one past the vocabulary
+// (tokenizers/src/tokenizer/serialization.rs warns when that differs from the file; so do we).
 #pragma once
 
 #include <boost/json.hpp>
@@ -13,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizer/bpe.h"
 #include "tokenizer/json_fields.h"
 
 namespace zt {
@@ -32,7 +37,7 @@ struct Segment {
 class AddedVocabulary {
  public:
   AddedVocabulary() = default;
-  AddedVocabulary(const boost::json::value& spec, const JsonWhere& where);
+  AddedVocabulary(const boost::json::value& spec, const BpeModel& model, const JsonWhere& where);
 
   /// Cuts `text` at the matches of the tokens whose `normalized` flag equals the argument.
   std::vector<Segment> split(std::string_view text, bool normalized) const;
@@ -49,6 +54,7 @@ class AddedVocabulary {
   std::unordered_map<std::string, uint32_t> by_content_;
   bool has_normalized_ = false;
   uint32_t id_limit_ = 0;
+  uint32_t next_id_ = 0;  // one past the largest id given to a token outside the model's vocabulary
 };
 
 }  // namespace zt

@@ -30,6 +30,8 @@ class BpeModel {
   const std::string* id_to_token(uint32_t id) const;
   /// One past the largest id in the vocabulary.
   uint32_t id_limit() const { return uint32_t(id_to_token_.size()); }
+  /// The vocabulary's entries (HF's get_vocab_size, where added tokens start).
+  size_t vocab_entries() const { return vocab_.size(); }
 
  private:
   void merge(std::string_view word, std::vector<uint32_t>& ids) const;

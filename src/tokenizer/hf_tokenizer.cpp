@@ -63,7 +63,7 @@ HfTokenizer::HfTokenizer(const std::string& json, const std::string& file, const
   if (type != "BPE") unsupported(mw, "model", type, "BPE");
   // Order matters only for the messages: the first unsupported component named is the model's.
   model_.emplace(model, mw);
-  added_.emplace(json_member(o, "added_tokens"), JsonWhere{file, "added_tokens"});
+  added_.emplace(json_member(o, "added_tokens"), *model_, JsonWhere{file, "added_tokens"});
   normalizer_.emplace(json_member(o, "normalizer"), JsonWhere{file, "normalizer"});
   pre_tokenizer_.emplace(json_member(o, "pre_tokenizer"), JsonWhere{file, "pre_tokenizer"});
   decoder_.emplace(json_member(o, "decoder"), JsonWhere{file, "decoder"});

@@ -25,11 +25,11 @@ class HfTokenizer final : public Tokenizer {
   std::string decode(const std::vector<uint32_t>& ids, bool skip_special_tokens = false) const override;
   uint32_t vocab_size() const override;
   std::optional<uint32_t> eos_token_id() const override { return eos_; }
+  std::optional<uint32_t> token_to_id(std::string_view token) const override;
 
  private:
   // The words of one piece of text that no added token covers.
   void encode_plain(std::string_view text, bool first, std::vector<uint32_t>& ids) const;
-  std::optional<uint32_t> token_to_id(std::string_view token) const;
 
   std::optional<AddedVocabulary> added_;
   std::optional<Normalizer> normalizer_;

@@ -24,6 +24,8 @@ class Tokenizer {
   virtual uint32_t vocab_size() const = 0;
   /// The end-of-text token (from tokenizer_config.json's eos_token), when there is one.
   virtual std::optional<uint32_t> eos_token_id() const = 0;
+  /// The id of a token (an added token or one of the model's vocabulary), when it is one.
+  virtual std::optional<uint32_t> token_to_id(std::string_view token) const = 0;
 };
 
 /// `path` is an HF model or tokenizer folder (its tokenizer.json, and tokenizer_config.json when

@@ -45,7 +45,7 @@
 #include "train/monitor.h"
 #include "train/output_dir.h"
 #include "train/stop_signals.h"
-#include "train/progress.h"
+#include "core/progress.h"
 #include "zero/engine.h"
 
 namespace zt {

@@ -1,16 +1,20 @@
 """Our tokenizer against HF's `tokenizers` on tokenizers trained here, line by line.
 
-Usage: tokenizer_parity.py ZERO_TOKENIZE WORKDIR
+Usage: tokenizer_parity.py ZERO_TOKENIZE ZERO_PREPARE_DATA WORKDIR
 
 For each style (GPT-2 byte-level, Llama 3 / Qwen2 split-regex byte-level, Llama 2 / Mistral
 SentencePiece-style with byte fallback, each with added and special tokens) it trains a small BPE
 with the PyPI `tokenizers` package, writes tokenizer.json and tokenizer_config.json, and requires
 that zero_tokenize's ids equal HF's on every line of a Unicode-rich corpus (with and without the
 post-processor's special tokens), and that decoding gives HF's text. Lines with ill-formed UTF-8
-go to HF as Python decodes them with errors="replace". Exit 1 on the first difference, naming it.
+go to HF as Python decodes them with errors="replace". Then zero_prepare_data --tokenizer on a
+JSONL corpus must write HF's ids with the EOS after each document, the same bytes at 1 and 2
+threads, in uint16 shards (version 1) and, past a vocabulary of 65,536, uint32 ones (version 2).
+Exit 1 on the first difference, naming it.
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -196,11 +200,66 @@ def check_style(zero_tokenize, workdir, name, build):
     print(f"ok: {name}: {checked} encodings equal to HF's, decodes equal, vocab {tok.get_vocab_size()}")
 
 
+def read_shard(path):
+    raw = open(path, "rb").read()
+    magic, version, count = struct.unpack("<3i", raw[:12])
+    if magic != 20240520 or version not in (1, 2):
+        sys.exit(f"FAIL {path}: header {magic} {version}")
+    width = 2 if version == 1 else 4
+    if len(raw) != 1024 + width * count:
+        sys.exit(f"FAIL {path}: {len(raw)} bytes for {count} tokens of {width}")
+    return version, list(struct.unpack(f"<{count}{'H' if width == 2 else 'I'}", raw[1024:]))
+
+
+def check_prepare(zero_prepare, workdir, folder, tok, eos, want_version):
+    documents = [l.decode("utf-8", errors="replace") for l in corpus_lines()] + ["last document"]
+    corpus = os.path.join(workdir, "corpus.jsonl")
+    with open(corpus, "w") as f:
+        for i, d in enumerate(documents):
+            f.write(json.dumps({"id": i, "text": d}) + "\n")
+    want = []
+    for d in documents:
+        want += tok.encode(d).ids + [tok.token_to_id(eos)]
+    shards = []
+    for threads in ("1", "2"):
+        out = os.path.join(workdir, f"prepared_{os.path.basename(folder)}_{threads}")
+        run([zero_prepare, corpus, "--tokenizer", folder, "--output_dir", out, "--val_fraction", "0",
+             "--disable_tqdm"], env=dict(os.environ, OMP_NUM_THREADS=threads))
+        shards.append(open(os.path.join(out, "train_000000.bin"), "rb").read())
+        version, ids = read_shard(os.path.join(out, "train_000000.bin"))
+        if version != want_version:
+            sys.exit(f"FAIL prepare with {folder}: shard version {version}, wanted {want_version}")
+        if ids != want:
+            first = next(i for i, (a, b) in enumerate(zip(ids + [None], want + [None])) if a != b)
+            sys.exit(f"FAIL prepare with {folder}: ids differ from HF's + EOS at position {first}")
+    if shards[0] != shards[1]:
+        sys.exit(f"FAIL prepare with {folder}: 1 and 2 threads wrote different shards")
+    print(f"ok: zero_prepare_data --tokenizer {os.path.basename(folder)}: {len(want)} ids equal HF's with EOS, "
+          f"version {want_version}, the same at 1 and 2 threads")
+
+
 def main():
-    zero_tokenize, workdir = sys.argv[1], sys.argv[2]
+    zero_tokenize, zero_prepare, workdir = sys.argv[1], sys.argv[2], sys.argv[3]
     for name, build in [("gpt2", gpt2_style), ("llama3", llama3_style), ("llama2", llama2_style),
                         ("mistral", mistral_style)]:
         check_style(zero_tokenize, workdir, name, build)
+    tok = Tokenizer.from_file(os.path.join(workdir, "llama3", "tokenizer.json"))
+    check_prepare(zero_prepare, workdir, os.path.join(workdir, "llama3"), tok, "<|end_of_text|>", 1)
+    # Past 65,536 ids (Llama 3 has 128,256): a vocabulary entry with a high id makes it so (HF keeps
+    # a model token's id for the added token of the same content; any other it renumbers).
+    wide = os.path.join(workdir, "llama3_wide")
+    os.makedirs(wide, exist_ok=True)
+    spec = json.load(open(os.path.join(workdir, "llama3", "tokenizer.json")))
+    spec["model"]["vocab"]["<|reserved_70000|>"] = 70000
+    spec["added_tokens"].append({"id": 70000, "content": "<|reserved_70000|>", "single_word": False, "lstrip": False,
+                                 "rstrip": False, "normalized": False, "special": True})
+    json.dump(spec, open(os.path.join(wide, "tokenizer.json"), "w"))
+    with open(os.path.join(wide, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|reserved_70000|>"}, f)
+    tok = Tokenizer.from_file(os.path.join(wide, "tokenizer.json"))
+    if tok.token_to_id("<|reserved_70000|>") != 70000:
+        sys.exit("FAIL: HF did not keep id 70000 for the wide tokenizer's EOS")
+    check_prepare(zero_prepare, workdir, wide, tok, "<|reserved_70000|>", 2)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,13 @@ source "$(dirname "$0")/lib.sh"
 install_pylib
 TOKENIZE="$ZT_BIN_DIR/tools/zero_tokenize"
 
-PYTHONPATH=$PYLIB timeout 600 /usr/bin/python3 "$ZT_SOURCE_DIR/tests/integration/tokenizer_parity.py" "$TOKENIZE" "$WORK" \
+PYTHONPATH=$PYLIB timeout 600 /usr/bin/python3 "$ZT_SOURCE_DIR/tests/integration/tokenizer_parity.py" "$TOKENIZE" \
+  "$PREPARE" "$WORK" \
   >"$WORK/parity.log" 2>&1
 rc=$?
 cat "$WORK/parity.log"
-[[ $rc -eq 0 ]] && pass "ids and decoded text equal HF tokenizers' (4 styles)" || fail "tokenizer parity (exit $rc)"
+[[ $rc -eq 0 ]] && pass "ids and decoded text equal HF tokenizers' (4 styles); zero_prepare_data --tokenizer" ||
+  fail "tokenizer parity (exit $rc)"
 
 # A tokenizer.json edited to hold a component we do not implement: one line naming the file, the
 # component's place and its type, exit 2.
@@ -33,6 +35,10 @@ expect_usage_error "NFC normalizer refused" 'nfc/tokenizer.json: normalizer: nor
 edit badmerge 't["model"]["merges"][3] = "Ġ nosuchtoken"'
 expect_usage_error "merge of an unknown token refused" 'badmerge/tokenizer.json: model.merges\[3\]: .*not in the vocab' \
   "$TOKENIZE" --tokenizer "$WORK/badmerge" "$WORK/line.txt"
+expect_usage_error "no EOS known" 'gpt2: no eos_token in tokenizer_config.json; name one with --eos_token' \
+  bash -c "rm -f '$WORK/gpt2/tokenizer_config.json'; '$PREPARE' '$WORK/line.txt' --tokenizer '$WORK/gpt2' --output_dir '$WORK/p'"
+expect_usage_error "--eos_token that is no token" '--eos_token "<nope>" is not a token of' \
+  "$PREPARE" "$WORK/line.txt" --tokenizer "$WORK/gpt2" --eos_token "<nope>" --output_dir "$WORK/p"
 mkdir -p "$WORK/empty"
 expect_usage_error "a folder without tokenizer.json" 'empty: no tokenizer.json' \
   "$TOKENIZE" --tokenizer "$WORK/empty" "$WORK/line.txt"

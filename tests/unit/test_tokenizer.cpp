@@ -52,6 +52,19 @@ TEST(HfTokenizer, ByteLevelBpeByHand) {
   EXPECT_EQ(tok.encode("acb"), (std::vector<uint32_t>{3}));
 }
 
+// HF renumbers added tokens as it loads them: a model token keeps its id, another takes the next
+// id past the vocabulary, whatever the file says (values from the tokenizers package).
+TEST(HfTokenizer, AddedTokenIdsAreHfs) {
+  std::string json = kTiny;
+  const std::string extra = R"(, {"id": 42, "content": "<x>", "special": false}, {"id": 43, "content": "ab", "special": false}])";
+  json.replace(json.find("}],"), 3, "}" + extra + ",");
+  HfTokenizer tok(json, "tiny.json", std::nullopt);
+  EXPECT_EQ(tok.token_to_id("<x>"), 6u);
+  EXPECT_EQ(tok.token_to_id("ab"), 3u);
+  EXPECT_EQ(tok.encode("ab<x>aab"), (std::vector<uint32_t>{3, 6, 0, 3}));  // "ab" matches whole, inside "aab" too
+  EXPECT_EQ(tok.vocab_size(), 7u);
+}
+
 std::string error_of(const std::string& json, const std::optional<std::string>& eos = std::nullopt) {
   try {
     HfTokenizer tok(json, "t.json", eos);

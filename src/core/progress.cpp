@@ -1,4 +1,4 @@
-#include "train/progress.h"
+#include "core/progress.h"
 
 #include <cstdio>
 
