@@ -10,6 +10,7 @@
 // hold uint32 ids when the vocabulary passes 65,536. Without it, tokens are bytes (vocab 256).
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -53,8 +54,18 @@ std::vector<uint32_t> encode_documents(const zt::Tokenizer& tokenizer, const std
     size_t end = begin, bytes = 0;
     while (end < documents.size() && (end == begin || bytes < kBatchBytes)) bytes += documents[end++].size();
     batch_ids.assign(end - begin, {});
+    // An exception must not leave an OpenMP region (that is std::terminate): keep the first, rethrow.
+    std::exception_ptr failure;
 #pragma omp parallel for schedule(dynamic, 1)
-    for (size_t i = begin; i < end; ++i) batch_ids[i - begin] = tokenizer.encode(documents[i]);
+    for (size_t i = begin; i < end; ++i) {
+      try {
+        batch_ids[i - begin] = tokenizer.encode(documents[i]);
+      } catch (...) {
+#pragma omp critical(zt_prepare_failure)
+        if (!failure) failure = std::current_exception();
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
     for (auto& ids : batch_ids) {
       tokens.insert(tokens.end(), ids.begin(), ids.end());
       tokens.push_back(eos);
