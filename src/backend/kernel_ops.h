@@ -2,8 +2,8 @@
 // Every backend implements KernelOps<float>; the CPU backend also implements KernelOps<double>,
 // which the gradient checks use (central differences need double precision).
 //
-// Conventions: row-major; "rows" = batch x time (BT); C = channels. Weights use HF GPT-2 Conv1D
-// layout [in, out]. Backward ops ACCUMULATE into parameter gradients (+=), so that gradient
+// Conventions: row-major; "rows" = batch x time (BT); C = channels. matmul_* weights use HF GPT-2
+// Conv1D layout [in, out]; linear_* weights use nn.Linear's [out, in] (the Llama family, lm_heads). Backward ops ACCUMULATE into parameter gradients (+=), so that gradient
 // accumulation and tied embeddings need no extra buffers; activation gradients are overwritten
 // unless the op says otherwise.
 #pragma once
@@ -20,10 +20,10 @@ class KernelOps {
  public:
   virtual ~KernelOps() = default;
 
-  /// out[BT,C] = wte[tokens] + wpe[t]
+  /// out[BT,C] = wte[tokens] + wpe[t]; wpe may be null (no learned positions: the Llama family)
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
                                  int C) = 0;
-  /// dwte[tokens] += dout; dwpe[t] += dout (summed over the batch)
+  /// dwte[tokens] += dout; dwpe[t] += dout (summed over the batch; skipped when dwpe is null)
   virtual void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_,
                                   int C) = 0;
 
@@ -67,11 +67,41 @@ class KernelOps {
   virtual void softmax_xent_backward(T* probs_to_dlogits, const int32_t* targets, int rows, int V,
                                      double dloss) = 0;
 
-  /// out[rows,N] = x[rows,K] @ w[N,K]^T (the tied lm_head: w is wte[V,C])
-  virtual void matmul_nt_forward(T* out, const T* x, const T* w, int rows, int K, int N) = 0;
-  /// dx = dout @ w (overwrites); dw += dout^T @ x
-  virtual void matmul_nt_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, int rows, int K,
-                                  int N) = 0;
+  /// out[rows,out_dim] = x[rows,in_dim] @ weight[out_dim,in_dim]^T + bias: HF's nn.Linear (bias may
+  /// be null). The tied GPT-2 lm_head is one too: weight = wte[V,C].
+  virtual void linear_forward(T* out, const T* x, const T* weight, const T* bias, int rows, int in_dim,
+                              int out_dim) = 0;
+  /// dx = dout @ weight (overwrites, or adds when accumulate_dx: q, k and v projections read the same
+  /// input); dweight += dout^T @ x; dbias += column sums of dout (when dbias is not null).
+  virtual void linear_backward(T* dx, T* dweight, T* dbias, const T* dout, const T* x, const T* weight, int rows,
+                               int in_dim, int out_dim, bool accumulate_dx) = 0;
+
+  // ---- the Llama family ----------------------------------------------------------------------
+
+  /// out = x / sqrt(mean(x^2) + eps) * weight per row (HF LlamaRMSNorm); saves rstd for backward.
+  virtual void rmsnorm_forward(T* out, T* rstd, const T* x, const T* weight, int rows, int C, double eps) = 0;
+  /// dx += ..., dweight += ...
+  virtual void rmsnorm_backward(T* dx, T* dweight, const T* dout, const T* x, const T* weight, const T* rstd,
+                                int rows, int C) = 0;
+
+  /// Rotary position embedding in place on x[B,T,heads,hs], HF's rotate_half pairing (i, i + hs/2):
+  /// (x_i, x_j) -> (x_i cos - x_j sin, x_j cos + x_i sin) with cos[t, hs/2] and sin[t, hs/2] the
+  /// angles of position t. `inverse` rotates the other way: the gradient of the forward rotation.
+  virtual void rotary(T* x, const T* cos, const T* sin, int B, int T_, int heads, int hs, bool inverse) = 0;
+
+  /// Causal grouped-query attention. q[B,Tq,NH,hs]; k, v [B,Tk,NKV,hs] with Tk >= Tq (a KV cache
+  /// holds Tk - Tq earlier positions); query head h reads kv head h / (NH / NKV); query i sits at
+  /// position Tk - Tq + i. -> out[B,Tq,NH,hs]; saves probabilities att[B,NH,Tq,Tk].
+  virtual void gqa_attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int B, int Tq, int Tk,
+                                     int NH, int NKV, int hs) = 0;
+  /// dq, dk, dv (overwritten) from dout, using the saved att (training: Tq = Tk = T_).
+  virtual void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
+                                      const T* att, int B, int T_, int NH, int NKV, int hs) = 0;
+
+  /// out = silu(gate) * up, elementwise (HF's LlamaMLP activation)
+  virtual void swiglu_forward(T* out, const T* gate, const T* up, size_t n) = 0;
+  /// dgate, dup (overwritten) from dout
+  virtual void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n) = 0;
 };
 
 }  // namespace zt

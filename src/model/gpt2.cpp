@@ -178,7 +178,7 @@ void Gpt2Model<T>::forward(ParamSource<T>& params, const int32_t* inputs, const 
   params.release_weights(layout_.final_norm_unit());
 
   emb = params.acquire_weights(layout_.embedding_unit());
-  ops_.matmul_nt_forward(logits_.data(), lnf_.data(), emb, int(BT), cfg.n_embd, cfg.vocab_size);
+  ops_.linear_forward(logits_.data(), lnf_.data(), emb, nullptr, int(BT), cfg.n_embd, cfg.vocab_size);
   params.release_weights(layout_.embedding_unit());
   ops_.softmax_xent_forward(logits_.data(), losses_.data(), targets_.data(), int(BT), cfg.vocab_size, loss_sum_.data(),
                             loss_count_ > 0 ? loss_weight / loss_count_ : 0.0);
@@ -197,7 +197,7 @@ void Gpt2Model<T>::backward(ParamSource<T>& params, double dloss_scale) {
                              loss_count_ > 0 ? dloss_scale / loss_count_ : 0.0);
   T* g_emb = params.grad_accumulator(emb_unit);
   const T* emb = params.acquire_weights(emb_unit);
-  ops_.matmul_nt_backward(dln_.data(), g_emb, logits_.data(), lnf_.data(), emb, BT, C, cfg.vocab_size);
+  ops_.linear_backward(dln_.data(), g_emb, nullptr, logits_.data(), lnf_.data(), emb, BT, C, cfg.vocab_size, false);
   params.release_weights(emb_unit);
 
   const T* wf = params.acquire_weights(final_unit);
