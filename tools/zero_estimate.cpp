@@ -27,6 +27,7 @@
 #include "config/sizes.h"
 #include "core/error.h"
 #include "core/tool_main.h"
+#include "model/model_layout.h"
 #include "model/model_memory.h"
 #include "zero/memory_estimate.h"
 #include "zero/recommender.h"
@@ -200,7 +201,7 @@ Model read_model(const Args& a) {
   Model m;
   if (!a.model_path.empty()) {
     m.config = load_model_config(a.model_path);
-    m.total = double(make_param_layout(*m.config)->num_params());
+    m.total = double(make_model_layout(*m.config)->num_params());
     m.largest = double(largest_layer_params(*m.config));
     return m;
   }

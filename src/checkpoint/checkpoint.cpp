@@ -19,7 +19,7 @@
 #include "core/log.h"
 #include "core/regular_file.h"
 #include "core/timer.h"
-#include "model/gpt2_layout.h"
+#include "model/model_layout.h"
 #include "zero/partition.h"
 
 namespace zt {
@@ -117,7 +117,7 @@ bool is_node_writer(int rank, const NodePlacement& placement) {
 // A node writer's preparation: creates `dir` and checks that it has room for what the ranks
 // sharing its file system will write (their shards, 12 bytes per element, and the 16-bit model).
 // Returns the problem, empty when there is none; a directory without room is removed again.
-std::string prepare_checkpoint_dir(const std::string& dir, const ZeroEngine& engine, const Gpt2Layout& layout,
+std::string prepare_checkpoint_dir(const std::string& dir, const ZeroEngine& engine, const ModelLayout& layout,
                                    int world, const NodePlacement& placement) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -149,7 +149,7 @@ void agree_on_preparation(const std::string& problem, HostComm& comm) {
 // This rank's partition of the fp32 state, with the attributes a reader checks it by. Every
 // stage writes by the same partition map, so a reader never needs to know how the writer's
 // optimizer was laid out.
-void write_shard(const std::string& path, ZeroEngine& engine, const Gpt2Layout& layout,
+void write_shard(const std::string& path, ZeroEngine& engine, const ModelLayout& layout,
                  const TrainingPosition& position, int rank, int world) {
   const auto [lo, hi] = engine.partition().held(rank);
   const EngineState st = engine.state();
@@ -185,7 +185,7 @@ void write_shard(const std::string& path, ZeroEngine& engine, const Gpt2Layout& 
 // gather_params on every rank: a collective at stage 3, and the engine's own copy out of
 // wherever the parameters live at the other stages (a device buffer the host must not read).
 template <typename T>
-void write_params(H5File* out, ZeroEngine& engine, const Gpt2Layout& layout) {
+void write_params(H5File* out, ZeroEngine& engine, const ModelLayout& layout) {
   ZT_CHECK(sizeof(T) == dtype_size(engine.param_dtype()), "write_params: element type of ", sizeof(T),
            " bytes for ", dtype_name(engine.param_dtype()));
   std::vector<T> tensor;
@@ -199,7 +199,7 @@ void write_params(H5File* out, ZeroEngine& engine, const Gpt2Layout& layout) {
 // model_states.h5, written by rank 0: the 16-bit model under HF names at stages 0-2, and at
 // stage 3 with stage3_gather_16bit_weights_on_model_save (without it, only the attributes: the
 // weights are in the shards).
-void write_model_states(const std::string& path, ZeroEngine& engine, const Gpt2Layout& layout, const DsConfig& ds,
+void write_model_states(const std::string& path, ZeroEngine& engine, const ModelLayout& layout, const DsConfig& ds,
                         int rank) {
   std::optional<H5File> file;
   if (rank == 0) {
@@ -275,7 +275,7 @@ boost::json::array manifest_files(const WrittenFiles& files) {
 }
 
 // manifest.json's fields (docs/formats.md), unsigned.
-boost::json::object build_manifest(const ZeroEngine& engine, const Gpt2Layout& layout, const DsConfig& ds,
+boost::json::object build_manifest(const ZeroEngine& engine, const ModelLayout& layout, const DsConfig& ds,
                                    const TrainingPosition& position, const NodePlacement& placement,
                                    const WrittenFiles& files) {
   const int world = int(files.shards.size());
@@ -316,7 +316,7 @@ boost::json::object build_manifest(const ZeroEngine& engine, const Gpt2Layout& l
 
 }  // namespace
 
-SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
+SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const ModelLayout& layout,
                                 const DsConfig& ds, HostComm& comm, const TrainingPosition& position,
                                 const NodePlacement& placement, int64_t keep_last) {
   const int rank = comm.rank();

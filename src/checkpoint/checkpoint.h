@@ -28,7 +28,7 @@
 #include "comm/communicator.h"
 #include "config/ds_config.h"
 #include "config/model_config.h"
-#include "model/gpt2_layout.h"
+#include "model/model_layout.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -47,7 +47,7 @@ struct SavedCheckpoint {
 
 /// Writes OUTPUT/global_step<N>/ and moves OUTPUT/latest to it. With `keep_last` > 0 (HF's
 /// --save_total_limit), then rotate_checkpoints() on every file system written. Collective.
-SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const Gpt2Layout& layout,
+SavedCheckpoint save_checkpoint(const std::string& output_dir, ZeroEngine& engine, const ModelLayout& layout,
                                 const DsConfig& ds, HostComm& comm, const TrainingPosition& position,
                                 const NodePlacement& placement = {}, int64_t keep_last = 0);
 

@@ -11,7 +11,7 @@
 #include "config/model_config.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "model/gpt2_layout.h"
+#include "model/model_layout.h"
 
 namespace zt {
 
@@ -32,7 +32,8 @@ const char* torch_dtype_name(DType dtype) {
 
 ExportedModel export_hf_model(CheckpointReader& reader, const std::string& output, DType dtype, uint64_t shard_limit,
                               bool overwrite, bool durable) {
-  const Gpt2Layout layout(reader.model_config());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(reader.model_config());
+  const ModelLayout& layout = *layout_ptr;
   for (const char* name : {"model.safetensors", "model.safetensors.index.json", "config.json"}) {
     ZT_USAGE_CHECK(overwrite || !fs::exists(fs::path(output) / name), (fs::path(output) / name).string(),
                    ": already exists; pass --overwrite to replace it");
@@ -117,7 +118,8 @@ ExportedModel export_hf_model(CheckpointReader& reader, const std::string& outpu
 
 ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& output, DType dtype, bool overwrite,
                                    bool durable) {
-  const Gpt2Layout layout(reader.model_config());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(reader.model_config());
+  const ModelLayout& layout = *layout_ptr;
   for (const char* name : {"model.h5", "config.json"}) {
     ZT_USAGE_CHECK(overwrite || !fs::exists(fs::path(output) / name), (fs::path(output) / name).string(),
                    ": already exists; pass --overwrite to replace it");

@@ -7,7 +7,7 @@
 #include "config/json_reader.h"
 #include "config/json_section.h"
 #include "core/error.h"
-#include "model/gpt2_layout.h"
+#include "model/model_layout.h"
 
 namespace zt {
 
@@ -120,7 +120,7 @@ ModelConfig read_model(JsonSection& top, const std::string& path, boost::json::o
   return parse_model_config(boost::json::serialize(mc), cat(path, ": model_config"));
 }
 
-void check_params(JsonSection& top, const Gpt2Layout& layout, const std::string& path) {
+void check_params(JsonSection& top, const ModelLayout& layout, const std::string& path) {
   const boost::json::array& params = need_array(top, "params");
   const auto& expected = layout.params();
   if (params.size() != expected.size()) {
@@ -257,7 +257,8 @@ Manifest parse_manifest(std::string_view text, const std::string& path) {
   else if (dtype == dtype_name(DType::kF16)) out.param_dtype = DType::kF16;
   else top.fail("param_dtype", cat(describe_json(boost::json::string(dtype)), " (expected fp32, bf16 or fp16)"));
   out.model = read_model(top, path, out.model_json);
-  const Gpt2Layout layout(out.model);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(out.model);
+  const ModelLayout& layout = *layout_ptr;
   out.flat_size = need_int<size_t>(top, "flat_size", 0, INT64_MAX);
   if (out.flat_size != layout.flat_size()) {
     top.fail("flat_size", cat(out.flat_size, " does not match the model_config's layout (", layout.flat_size(), ")"));

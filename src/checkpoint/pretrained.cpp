@@ -19,7 +19,7 @@ std::string pretrained_name(const SafetensorsReader& weights, const std::string&
 
 }  // namespace
 
-void check_pretrained(const SafetensorsReader& weights, const Gpt2Layout& layout, const std::string& dir) {
+void check_pretrained(const SafetensorsReader& weights, const ModelLayout& layout, const std::string& dir) {
   for (const auto& p : layout.params()) {
     const std::string name = pretrained_name(weights, p.name);
     ZT_USAGE_CHECK(weights.has(name), dir, ": no tensor '", p.name, "' in the model's safetensors");
@@ -28,7 +28,7 @@ void check_pretrained(const SafetensorsReader& weights, const Gpt2Layout& layout
   }
 }
 
-StateSource pretrained_source(const SafetensorsReader& weights, const Gpt2Layout& layout) {
+StateSource pretrained_source(const SafetensorsReader& weights, const ModelLayout& layout) {
   auto read = [&weights, &layout](StateField, size_t lo, size_t hi, float* out) {
     // The gaps first: the engine's buffers are not zeroed, and padding must stay zero.
     std::fill(out, out + (hi - lo), 0.0f);

@@ -5,18 +5,18 @@
 #include <string>
 
 #include "checkpoint/safetensors.h"
-#include "model/gpt2_layout.h"
+#include "model/model_layout.h"
 #include "zero/engine.h"
 
 namespace zt {
 
 /// Every GPT-2 tensor of `layout` is in `weights` with HF's shape; else a UsageError naming `dir`
 /// and the tensor.
-void check_pretrained(const SafetensorsReader& weights, const Gpt2Layout& layout, const std::string& dir);
+void check_pretrained(const SafetensorsReader& weights, const ModelLayout& layout, const std::string& dir);
 
 /// The master weights from `weights` (fp32, whatever the file's dtype), the moments and counters
 /// fresh. Alignment gaps between tensors read as zero, as after a fresh initialisation. Both
 /// references must outlive the source.
-StateSource pretrained_source(const SafetensorsReader& weights, const Gpt2Layout& layout);
+StateSource pretrained_source(const SafetensorsReader& weights, const ModelLayout& layout);
 
 }  // namespace zt

@@ -91,6 +91,8 @@ class JsonSection {
   /// Rejects every key not read. Call after all reads.
   void finish() const;
 
+  /// The file the section was read from, for messages.
+  const std::string& source() const { return source_; }
   /// "zero_optimization.stage": the dotted path of a key, for messages.
   std::string key_path(std::string_view key) const;
   /// The raw value of a present key (null included), or nullptr; marks the key read.

@@ -4,22 +4,33 @@
 
 #include "config/json_reader.h"
 #include "config/json_section.h"
+#include "config/llama_config.h"
 #include "core/error.h"
 #include "core/log.h"
 
 namespace zt {
 
-int64_t ModelConfig::num_params() const {
-  int64_t C = n_embd, L = n_layer;
-  int64_t per_block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
-  return int64_t(vocab_size) * C + int64_t(n_positions) * C + L * per_block + 2 * C;
+int64_t ModelConfig::block_params() const {
+  const int64_t C = n_embd;
+  if (architecture() == Architecture::kGpt2) {
+    return 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
+  }
+  const int64_t q = int64_t(n_head) * head_size(), kv = int64_t(n_kv_head) * head_size(), I = intermediate_size;
+  const int64_t attn = C * (q + 2 * kv) + q * C + (attention_bias ? q + 2 * kv + C : qkv_bias ? q + 2 * kv : 0);
+  const int64_t mlp = 3 * C * I + (mlp_bias ? 2 * I + C : 0);
+  return 2 * C + attn + mlp;
 }
 
-ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
-  boost::json::value json = parse_json_lenient(json_text, source);
-  if (!json.is_object()) throw UsageError(cat(source, ": a model config must be a JSON object"));
-  JsonSection s(&json.get_object(), "", source);
-  ModelConfig m;
+int64_t ModelConfig::num_params() const {
+  const int64_t C = n_embd, L = n_layer, V = vocab_size;
+  if (architecture() == Architecture::kGpt2) return V * C + int64_t(n_positions) * C + L * block_params() + 2 * C;
+  return V * C * (tie_word_embeddings ? 1 : 2) + L * block_params() + C;
+}
+
+namespace {
+
+// GPT2Config's keys.
+void read_gpt2(JsonSection& s, const boost::json::object& keys, ModelConfig& m, std::vector<std::string>& warnings) {
   s.read("n_layer", m.n_layer, 1, 1024);
   s.read("n_embd", m.n_embd, 1, 1 << 16);
   s.read("n_head", m.n_head, 1, 1024);
@@ -38,9 +49,6 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (s.read("activation_function", text) && text != "gelu_new" && text != "gelu_pytorch_tanh") {
     s.fail("activation_function", cat("only the tanh GELU GPT-2 uses (gelu_new) is implemented, got \"", text, "\""));
   }
-  if (s.read("model_type", text) && text != "gpt2") {
-    s.fail("model_type", cat("only gpt2 is supported, got \"", text, "\""));
-  }
   int n_inner = 0;  // null (transformers 5 writes it so) means 4 * n_embd
   if (s.read("n_inner", n_inner, 1) && n_inner != 4 * m.n_embd) {
     s.fail("n_inner", cat("only the GPT-2 MLP width 4 * n_embd (", 4 * m.n_embd, ") is supported"));
@@ -54,14 +62,39 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (s.read(key, flag) && flag) s.fail(key, "true is not implemented (it changes the attention)");
   }
   // Objects that change the model unless empty or null.
-  const boost::json::object& keys = json.get_object();
   if (const auto* v = keys.if_contains("pruned_heads"); v && !v->is_null() && !(v->is_object() && v->get_object().empty())) {
     s.fail("pruned_heads", "pruned attention heads are not implemented (every layer has n_head heads)");
+  }
+  s.mark_read("pruned_heads");
+  bool any_dropout = false;
+  // Dropout: zerotrain trains without it (as llm.c does). HF's GPT-2 configs carry 0.1; say so once.
+  double dropout = 0;
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"}) {
+    if (s.read(key, dropout, 0.0, 1.0) && dropout > 0 && std::string(key) != "summary_first_dropout") any_dropout = true;
+  }
+  if (any_dropout) warnings.push_back("dropout is not implemented; training runs without it (as with *_pdrop = 0)");
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  boost::json::value json = parse_json_lenient(json_text, source);
+  if (!json.is_object()) throw UsageError(cat(source, ": a model config must be a JSON object"));
+  const boost::json::object& keys = json.get_object();
+  JsonSection s(&keys, "", source);
+  ModelConfig m;
+  std::vector<std::string> warnings;
+  s.read("model_type", m.model_type);
+  if (m.model_type == "gpt2") {
+    read_gpt2(s, keys, m, warnings);
+  } else if (m.model_type == "llama" || m.model_type == "mistral" || m.model_type == "qwen2") {
+    read_llama_family(s, keys, m, warnings);
+  } else {
+    s.fail("model_type", cat("\"", m.model_type, "\" is not implemented (gpt2, llama, mistral and qwen2 are)"));
   }
   if (const auto* v = keys.if_contains("quantization_config"); v && !v->is_null()) {
     s.fail("quantization_config", "quantized weights are not implemented; give the unquantized model");
   }
-  s.mark_read("pruned_heads");
   s.mark_read("quantization_config");
   // The dtype the weights are stored in ("dtype" since transformers 5, "torch_dtype" before). It
   // does not decide the training precision: that is the DeepSpeed config's fp16/bf16.
@@ -71,12 +104,6 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         name != "auto") {
       s.fail(key, cat("\"", name, "\" is not a dtype HF writes (float32, float16, bfloat16)"));
     }
-  }
-  // Dropout: zerotrain trains without it (as llm.c does). HF's GPT-2 configs carry 0.1; say so once.
-  double dropout = 0;
-  bool any_dropout = false;
-  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout"}) {
-    if (s.read(key, dropout, 0.0, 1.0) && dropout > 0 && std::string(key) != "summary_first_dropout") any_dropout = true;
   }
   // What else PretrainedConfig and GPT2Config write (transformers 4.x and 5): metadata, token ids,
   // the classification head of GPT2DoubleHeads (summary_*), generation defaults and output
@@ -99,7 +126,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
   s.finish();
   // After validation, so that a refused config gets its one line and nothing else.
-  if (any_dropout) log_warn(source, ": dropout is not implemented; training runs without it (as with *_pdrop = 0)");
+  for (const auto& w : warnings) log_warn(source, ": ", w);
   return m;
 }
 
@@ -108,6 +135,11 @@ ModelConfig load_model_config(const std::string& path) {
 }
 
 std::string model_config_to_json(const ModelConfig& m, const std::string& torch_dtype) {
+  if (m.architecture() == Architecture::kLlama) {
+    boost::json::object o = llama_family_json(m);
+    o["torch_dtype"] = torch_dtype;
+    return boost::json::serialize(o);
+  }
   boost::json::object o;
   o["architectures"] = boost::json::array{"GPT2LMHeadModel"};
   o["model_type"] = "gpt2";

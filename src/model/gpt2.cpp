@@ -10,12 +10,10 @@ namespace zt {
 template <typename T>
 Gpt2Model<T>::Gpt2Model(const Gpt2Layout& layout, Backend& backend, KernelOps<T>& ops, int max_batch,
                         int max_seq_len, bool activation_checkpointing)
-    : layout_(layout), backend_(backend), ops_(ops), max_batch_(max_batch), max_seq_len_(max_seq_len),
-      checkpointing_(activation_checkpointing) {
+    : CausalLM<T>(backend, ops, max_batch, max_seq_len), layout_(layout), checkpointing_(activation_checkpointing) {
   const auto& cfg = layout.config();
   ZT_USAGE_CHECK(max_seq_len <= cfg.n_positions, "block_size ", max_seq_len, " exceeds n_positions ",
                  cfg.n_positions);
-  const size_t BT = size_t(max_batch) * max_seq_len;
   // The arrays zero_estimate counts (model_memory.h), allocated one by one.
   const Gpt2ActivationArrays a = gpt2_activation_arrays(cfg, size_t(max_batch), size_t(max_seq_len), checkpointing_);
   per_block_elems_ = a.per_block;
@@ -32,34 +30,6 @@ Gpt2Model<T>::Gpt2Model(const Gpt2Layout& layout, Backend& backend, KernelOps<T>
   datty_ = DeviceArray<T>(backend, a.datty);
   dfch_ = DeviceArray<T>(backend, a.dfch);
   dfch_gelu_ = DeviceArray<T>(backend, a.dfch_gelu);
-  inputs_ = DeviceArray<int32_t>(backend, BT);
-  targets_ = DeviceArray<int32_t>(backend, BT);
-  inputs_staging_ = DeviceArray<int32_t>(backend, BT, Pool::kPinned);
-  targets_staging_ = DeviceArray<int32_t>(backend, BT, Pool::kPinned);
-  uploaded_ = backend.create_event();
-  loss_sum_ = DeviceArray<double>(backend, 1);
-  loss_host_ = DeviceArray<double>(backend, 1, Pool::kPinned);
-  backend.zero_async(loss_sum_.data(), sizeof(double), backend.compute_stream());
-}
-
-template <typename T>
-void Gpt2Model<T>::upload_tokens(const int32_t* inputs, const int32_t* targets, size_t n) {
-  backend_.synchronize(*uploaded_);  // the previous batch's copies have read the staging
-  std::copy(inputs, inputs + n, inputs_staging_.data());
-  std::copy(targets, targets + n, targets_staging_.data());
-  Stream& compute = backend_.compute_stream();
-  backend_.copy_async(inputs_.data(), inputs_staging_.data(), n * sizeof(int32_t), compute);
-  backend_.copy_async(targets_.data(), targets_staging_.data(), n * sizeof(int32_t), compute);
-  backend_.record(*uploaded_, compute);
-}
-
-template <typename T>
-double Gpt2Model<T>::take_loss() {
-  Stream& compute = backend_.compute_stream();
-  backend_.copy_async(loss_host_.data(), loss_sum_.data(), sizeof(double), compute);
-  backend_.zero_async(loss_sum_.data(), sizeof(double), compute);
-  backend_.synchronize(compute);
-  return *loss_host_.data();
 }
 
 template <typename T>
@@ -151,15 +121,8 @@ template <typename T>
 void Gpt2Model<T>::forward(ParamSource<T>& params, const int32_t* inputs, const int32_t* targets, int B, int T_,
                            double loss_weight) {
   const auto& cfg = layout_.config();
-  ZT_CHECK(B >= 1 && B <= max_batch_ && T_ >= 1 && T_ <= max_seq_len_, "batch ", B, "x", T_,
-           " exceeds the allocated ", max_batch_, "x", max_seq_len_);
-  batch_ = B;
-  seq_ = T_;
+  this->start_forward(inputs, targets, B, T_);
   const size_t BT = size_t(B) * T_, C = cfg.n_embd;
-  upload_tokens(inputs, targets, BT);
-  // The mean's denominator comes from the host's copy of the targets: no device read.
-  loss_count_ = 0;
-  for (size_t i = 0; i < BT; ++i) loss_count_ += targets[i] >= 0 ? 1 : 0;
 
   const T* emb = params.acquire_weights(layout_.embedding_unit());
   ops_.embedding_forward(block_inputs_.data(), inputs_.data(), emb, emb + layout_.wpe_offset(), B, T_, cfg.n_embd);
@@ -181,7 +144,7 @@ void Gpt2Model<T>::forward(ParamSource<T>& params, const int32_t* inputs, const 
   ops_.linear_forward(logits_.data(), lnf_.data(), emb, nullptr, int(BT), cfg.n_embd, cfg.vocab_size);
   params.release_weights(layout_.embedding_unit());
   ops_.softmax_xent_forward(logits_.data(), losses_.data(), targets_.data(), int(BT), cfg.vocab_size, loss_sum_.data(),
-                            loss_count_ > 0 ? loss_weight / loss_count_ : 0.0);
+                            this->per_position(loss_weight));
 }
 
 template <typename T>
@@ -194,7 +157,7 @@ void Gpt2Model<T>::backward(ParamSource<T>& params, double dloss_scale) {
 
   // lm_head (tied): the embedding unit's gradients start here and finish at the embedding.
   ops_.softmax_xent_backward(logits_.data(), targets_.data(), BT, cfg.vocab_size,
-                             loss_count_ > 0 ? dloss_scale / loss_count_ : 0.0);
+                             this->per_position(dloss_scale));
   T* g_emb = params.grad_accumulator(emb_unit);
   const T* emb = params.acquire_weights(emb_unit);
   ops_.linear_backward(dln_.data(), g_emb, nullptr, logits_.data(), lnf_.data(), emb, BT, C, cfg.vocab_size, false);

@@ -39,8 +39,8 @@
 #include "core/timer.h"
 #include "data/sampler.h"
 #include "data/token_shard.h"
-#include "model/gpt2.h"
-#include "model/gpt2_layout.h"
+#include "model/causal_lm.h"
+#include "model/model_layout.h"
 #include "train/metrics.h"
 #include "train/monitor.h"
 #include "train/output_dir.h"
@@ -77,7 +77,7 @@ Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
                                                          : args.model_name_or_path + "/config.json");
   if (pretrained) {
     s.pretrained.emplace(args.model_name_or_path);
-    check_pretrained(*s.pretrained, Gpt2Layout(s.model), args.model_name_or_path);
+    check_pretrained(*s.pretrained, *make_model_layout(s.model), args.model_name_or_path);
   }
   s.seq_len = args.block_size > 0 ? int(args.block_size) : s.model.n_positions;
   ZT_USAGE_CHECK(s.seq_len <= s.model.n_positions, "--block_size ", s.seq_len, " exceeds n_positions ",
@@ -133,7 +133,7 @@ void open_resume_checkpoint(Setup& setup, const TrainArgs& args, const ProcessPl
   setup.resume.emplace(where, args.output_dir, &setup.model, node_local, node_local ? place.local_rank : rank,
                        node_local ? place.local_size : world_size);
   // Every rank reads only its own partition (ZeroEngine::load gathers the rest).
-  const size_t flat = Gpt2Layout(setup.model).flat_size();
+  const size_t flat = make_model_layout(setup.model)->flat_size();
   const PartitionMap needed(flat, world_size);
   setup.resume->require_local(std::min(needed.begin(rank), flat), std::min(needed.end(rank), flat));
 }
@@ -161,7 +161,7 @@ Batches make_batches(const Setup& setup, const TrainArgs& args) {
 // The engine holding the model states, the model computing with them, and DeepSpeed's monitors.
 struct EngineParts {
   std::unique_ptr<ZeroEngine> engine;
-  std::unique_ptr<Gpt2Model<float>> model;
+  std::unique_ptr<CausalLM<float>> model;
   std::unique_ptr<MonitorMaster> monitors;
 };
 
@@ -169,14 +169,14 @@ struct EngineParts {
 // opened (truncating it under --overwrite_output_dir) or a step is written: the engine reserves
 // its memory and NVMe swap files (a bad nvme_path, a full disk), the model its activations (a
 // micro-batch too large for memory), and rank 0 creates the monitors' directories and files.
-EngineParts build_engine(const Setup& setup, const TrainArgs& args, const Gpt2Layout& layout, Backend& backend,
+EngineParts build_engine(const Setup& setup, const TrainArgs& args, const ModelLayout& layout, Backend& backend,
                          DataComm& data_comm, HostComm& comm) {
   const int micro_batch = int(setup.ds.train_micro_batch_size_per_gpu);
   const int eval_batch = int(args.per_device_eval_batch_size);
   EngineParts parts;
   try {
     parts.engine = std::make_unique<ZeroEngine>(layout, backend, data_comm, comm, setup.ds);
-    parts.model = std::make_unique<Gpt2Model<float>>(layout, backend, backend.ops(), std::max(micro_batch, eval_batch),
+    parts.model = make_causal_lm<float>(layout, backend, backend.ops(), std::max(micro_batch, eval_batch),
                                                      setup.seq_len, args.gradient_checkpointing);
     parts.monitors = std::make_unique<MonitorMaster>(setup.ds.tensorboard, setup.ds.csv_monitor, comm.rank() == 0);
   } catch (const OutOfMemory& e) {
@@ -193,7 +193,7 @@ EngineParts build_engine(const Setup& setup, const TrainArgs& args, const Gpt2La
 // loss scaler from the checkpoint, written at any world size and stage. Pretrained (HF weights,
 // e.g. zero_to_fp32's output): the master weights only. Otherwise GPT-2's initialisation. What
 // a source does not carry starts as the config says (ZeroEngine::load), on every path alike.
-StateSource starting_state(Setup& setup, const Gpt2Layout& layout, uint64_t seed) {
+StateSource starting_state(Setup& setup, const ModelLayout& layout, uint64_t seed) {
   if (setup.resume) {
     CheckpointReader& ckpt = *setup.resume;
     return {[&ckpt](StateField f, size_t lo, size_t hi, float* out) { ckpt.read(f, lo, hi, out); }, true,
@@ -215,7 +215,7 @@ struct TrainerState {
 
 // Loads the engine and says where its state came from. Returns where the loop starts: step 0 at
 // the first sample, or the checkpoint's step and data position.
-TrainerState load_starting_state(ZeroEngine& engine, Setup& setup, const Gpt2Layout& layout, const TrainArgs& args) {
+TrainerState load_starting_state(ZeroEngine& engine, Setup& setup, const ModelLayout& layout, const TrainArgs& args) {
   TrainerState state;
   engine.load(starting_state(setup, layout, args.seed));
   if (setup.resume) {
@@ -247,7 +247,7 @@ void log_offload(const DsConfig& ds) {
 }
 
 // The run's first log lines: the model, where it runs, how it trains, what is offloaded.
-void log_run_config(const Setup& setup, const TrainArgs& args, const Gpt2Layout& layout, const Backend& backend,
+void log_run_config(const Setup& setup, const TrainArgs& args, const ModelLayout& layout, const Backend& backend,
                     const ProcessPlace& place, int world_size) {
   const ModelConfig& m = setup.model;
   const DsConfig& ds = setup.ds;
@@ -262,8 +262,8 @@ void log_run_config(const Setup& setup, const TrainArgs& args, const Gpt2Layout&
 
 // metrics.jsonl's first line: the run's shape and the bytes each rank holds, reported as the max
 // over ranks (ranks differ only by padding), so that memory per stage reads without a profiler.
-void write_start_event(MetricsWriter& metrics, const ZeroEngine& engine, const Gpt2Model<float>& model,
-                       HostComm& comm, const Setup& setup, const Gpt2Layout& layout, const ProcessPlace& place,
+void write_start_event(MetricsWriter& metrics, const ZeroEngine& engine, const CausalLM<float>& model,
+                       HostComm& comm, const Setup& setup, const ModelLayout& layout, const ProcessPlace& place,
                        const TrainArgs& args) {
   const DsConfig& ds = setup.ds;
   const ModelStateBytes st = engine.model_state_bytes(), off = engine.offloaded_state_bytes();
@@ -311,9 +311,9 @@ struct Trainer {
   const ProcessPlace& place;
   HostComm& comm;       ///< control: agreement, the loss, the metrics' reductions
   DataComm& data_comm;  ///< the model states' collectives (their bytes are in each step line)
-  const Gpt2Layout& layout;
+  const ModelLayout& layout;
   ZeroEngine& engine;
-  Gpt2Model<float>& model;
+  CausalLM<float>& model;
   const Batches& batches;
   MetricsWriter& metrics;
   MonitorMaster& monitors;
@@ -342,7 +342,7 @@ void note_run_peaks(std::array<size_t, kNumPools>& run_peaks) {
 // The mean loss over every prediction of the eval windows (docs/design.md's fixed definition). Ranks
 // take turns by batch; every rank runs the same number of forwards (stage 3 gathers are
 // collective), padding with empty ones.
-double evaluate(Gpt2Model<float>& model, ZeroEngine& engine, HostComm& comm, const EvalWindows& windows,
+double evaluate(CausalLM<float>& model, ZeroEngine& engine, HostComm& comm, const EvalWindows& windows,
                 int batch, int seq_len) {
   model.take_loss();  // start from zero
   std::vector<int32_t> inputs(size_t(batch) * seq_len), targets(size_t(batch) * seq_len);
@@ -657,7 +657,8 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, HostComm& comm
   }
   // Collectives on the model states; `comm` stays the control communicator.
   const std::unique_ptr<DataComm> data_comm = make_data_comm(*backend, comm);
-  const Gpt2Layout layout(setup.model);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(setup.model);
+  const ModelLayout& layout = *layout_ptr;
   EngineParts parts;
   if (any_rank_fails(comm, [&] { parts = build_engine(setup, args, layout, *backend, *data_comm, comm); })) return 2;
 

@@ -8,6 +8,7 @@
 #include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
 #include "core/error.h"
+#include "model/model_layout.h"
 #include "model/model_memory.h"
 #include "zero/gradient_reducer.h"
 #include "zero/mixed_precision_buffers.h"
@@ -120,7 +121,7 @@ std::string deepspeed_table(int stage, double total, double largest, int gpus_pe
 // Every line below is a component's own size function, for the plan the engine would make: the
 // arithmetic lives with the allocation it describes.
 MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config, const RunShape& run) {
-  const std::unique_ptr<ParamLayout> layout = make_param_layout(model);
+  const std::unique_ptr<ModelLayout> layout = make_model_layout(model);
   const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda);
   const size_t max_collective = run.cuda ? kNcclMaxCollectiveElements : kMpiMaxCollectiveElements;
   MemoryEstimate est;

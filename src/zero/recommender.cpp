@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/model_layout.h"
 #include "model/model_memory.h"
 #include "zero/partition.h"
 
@@ -58,7 +59,7 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
     if (spec.optimizer == kNvme) {
       // Swap in pieces of 1/16 of a rank's state (1 Mi to 100 M elements), so that the
       // buffer_count swap buffers stay a small fraction of what moved to NVMe.
-      const size_t partition = PartitionMap(make_param_layout(model)->flat_size(), run.world_size).partition_size;
+      const size_t partition = PartitionMap(make_model_layout(model)->flat_size(), run.world_size).partition_size;
       z.sub_group_size = int64_t(std::clamp<size_t>(partition / 16, size_t(1) << 20, 100'000'000));
     }
     if (spec.params == kNvme) z.offload_param.max_in_cpu = 0;  // all of it on NVMe: that is why this rung exists
@@ -71,7 +72,7 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
     if (spec.stage == 3 && v.gpu_bytes > hw.gpu_memory) {
       // DeepSpeed's stage-3 defaults keep up to 1e9 parameters gathered; on a small GPU keep only
       // the unit in use and the next one (prefetched).
-      const std::unique_ptr<ParamLayout> layout = make_param_layout(model);
+      const std::unique_ptr<ModelLayout> layout = make_model_layout(model);
       size_t largest = 0, second = 0;
       for (int u = 0; u < layout->num_units(); ++u) {
         const size_t n = layout->unit_size(u);

@@ -13,7 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/self_comm.h"
 #include "core/timer.h"
-#include "model/gpt2_layout.h"
+#include "model/model_layout.h"
 #include "zero/engine.h"
 
 using namespace zt;
@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
     else if (k == "--vocab") mc.vocab_size = v;
   }
   auto backend = make_cpu_backend();
-  const Gpt2Layout layout(mc);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(mc);
+  const ModelLayout& layout = *layout_ptr;
   DsConfig ds;
   ds.train_micro_batch_size_per_gpu = 1;
   ds.train_batch_size = 1;

@@ -15,7 +15,7 @@
 #include "backend/cpu/gemm.h"
 #include "core/timer.h"
 #include "comm/self_comm.h"
-#include "model/gpt2.h"
+#include "model/causal_lm.h"
 #include "zero/engine.h"
 
 using namespace zt;
@@ -83,12 +83,14 @@ int main(int argc, char** argv) {
   ds.fp16.enabled = o.dtype == "fp16";
 
   auto backend = make_cpu_backend();
-  const Gpt2Layout layout(mc);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(mc);
+  const ModelLayout& layout = *layout_ptr;
   SelfComm comm;
   auto engine_comm = make_data_comm(*backend, comm);
   ZeroEngine engine(layout, *backend, *engine_comm, comm, ds);
   engine.init_params(1);
-  Gpt2Model<float> model(layout, *backend, backend->ops(), o.batch, o.block, o.checkpointing);
+  const auto model_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), o.batch, o.block, o.checkpointing);
+  CausalLM<float>& model = *model_ptr;
   const int BT = o.batch * o.block;
   std::vector<int32_t> in(BT), tg(BT);
   for (int i = 0; i < BT; ++i) {

@@ -17,7 +17,7 @@
 #include "config/tool_options.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "model/gpt2.h"
+#include "model/causal_lm.h"
 #include "zero/engine.h"
 
 using namespace zt;
@@ -68,12 +68,14 @@ int main(int argc, char** argv) try {
   ds.fp16.enabled = dtype == "fp16";
 
   auto backend = make_backend("cuda", 0, "bench_gpu_train");
-  const Gpt2Layout layout(mc);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(mc);
+  const ModelLayout& layout = *layout_ptr;
   SelfComm comm;
   auto data_comm = make_data_comm(*backend, comm);
   ZeroEngine engine(layout, *backend, *data_comm, comm, ds);
   engine.init_params(1);
-  Gpt2Model<float> model(layout, *backend, backend->ops(), batch, block, false);
+  const auto model_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), batch, block, false);
+  CausalLM<float>& model = *model_ptr;
   const int BT = batch * block;
   std::vector<int32_t> in(BT), tg(BT);
   for (int i = 0; i < BT; ++i) {

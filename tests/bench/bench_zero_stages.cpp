@@ -25,7 +25,7 @@
 #include "comm/mpi_runtime.h"
 #include "config/tool_options.h"
 #include "core/timer.h"
-#include "model/gpt2.h"
+#include "model/causal_lm.h"
 #include "zero/engine.h"
 
 using namespace zt;
@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
   mc.n_head = heads;
   mc.vocab_size = vocab;
   mc.n_positions = 1024;
-  const Gpt2Layout layout(mc);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(mc);
+  const ModelLayout& layout = *layout_ptr;
   const double psi = double(layout.num_params());
   auto backend = make_cpu_backend();
   if (root) {
@@ -138,7 +139,8 @@ int main(int argc, char** argv) {
   const size_t S = stage_list.size();
   std::vector<std::vector<double>> times(S), step_times(S);
   std::vector<CommStats> per_step(S);
-  Gpt2Model<float> model(layout, *backend, backend->ops(), batch, block, false);
+  const auto model_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), batch, block, false);
+  CausalLM<float>& model = *model_ptr;
   std::vector<int32_t> in(size_t(batch) * block), tg(size_t(batch) * block);
   for (size_t i = 0; i < in.size(); ++i) {
     in[i] = int32_t((i * 2654435761u + comm.rank()) % uint64_t(vocab));

@@ -14,7 +14,7 @@
 #include "comm/mpi_comm.h"
 #include "core/error.h"
 #include "core/memory_pool.h"
-#include "model/gpt2_layout.h"
+#include "model/model_layout.h"
 #include "zero/engine.h"
 #include "zero_test_harness.h"
 
@@ -112,7 +112,8 @@ INSTANTIATE_TEST_SUITE_P(
 // docs/design.md's per-rank bytes with the offloaded kinds moved off the device.
 TEST(OffloadMemory, DeviceHoldsOnlyWhatTheStageKeeps) {
   MpiComm world(MPI_COMM_WORLD);
-  const Gpt2Layout layout(tiny_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_model());
+  const ModelLayout& layout = *layout_ptr;
   auto backend = test_backend();
   const PartitionMap part(layout.flat_size(), world.size());
   const double P = double(part.padded_size), p = double(part.partition_size);
@@ -170,7 +171,8 @@ TEST(OffloadNvme, LeavesNoFilesBehind) {
     for (const auto& e : fs::directory_iterator(nvme_dir())) n += e.path().filename().string().rfind(prefix, 0) == 0;
     return n;
   };
-  const Gpt2Layout layout(tiny_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_model());
+  const ModelLayout& layout = *layout_ptr;
   auto backend = test_backend();
   {
     DsConfig cfg = offload_config(OffloadCase{2, DType::kBF16, 1, kNvme}, world.size());
@@ -186,7 +188,8 @@ TEST(OffloadNvme, LeavesNoFilesBehind) {
 // A bad nvme_path is a UsageError naming the key, at construction, before any step.
 TEST(OffloadNvme, BadPathIsAStartupError) {
   MpiComm world(MPI_COMM_WORLD);
-  const Gpt2Layout layout(tiny_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_model());
+  const ModelLayout& layout = *layout_ptr;
   auto backend = test_backend();
   DsConfig cfg = offload_config(OffloadCase{2, DType::kBF16, 1, kNvme}, world.size());
   cfg.zero.offload_optimizer.nvme_path = nvme_dir() + "/zerotrain-no-such-dir";

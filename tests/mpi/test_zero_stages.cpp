@@ -12,7 +12,7 @@
 #include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
 #include "core/error.h"
-#include "model/gpt2.h"
+#include "model/causal_lm.h"
 #include "zero/engine.h"
 #include "zero_test_harness.h"
 
@@ -73,7 +73,8 @@ TEST(ZeroFp16, OverflowSkipsTheSameStepOnEveryRank) {
   MpiComm world(MPI_COMM_WORLD);
   for (int stage = 0; stage <= 3; ++stage) {
     auto backend = test_backend();
-    const Gpt2Layout layout(tiny_model());
+    const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_model());
+  const ModelLayout& layout = *layout_ptr;
     DsConfig cfg = make_config(stage, DType::kF32, world.size(), 1);
     cfg.fp16.enabled = true;
     cfg.fp16.initial_scale_power = 24;  // 2^24 x these gradients overflow fp16; a few halvings do not
@@ -82,7 +83,8 @@ TEST(ZeroFp16, OverflowSkipsTheSameStepOnEveryRank) {
     ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     engine.init_params(5);
     const int micro = int(cfg.train_micro_batch_size_per_gpu);
-    Gpt2Model<float> model(layout, *backend, backend->ops(), micro, kSeq, false);
+    const auto model_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), micro, kSeq, false);
+    CausalLM<float>& model = *model_ptr;
     std::vector<int32_t> in(size_t(micro) * kSeq), tg(size_t(micro) * kSeq);
     for (size_t i = 0; i < in.size(); ++i) {
       in[i] = token(0, world.rank(), int(i));
@@ -109,7 +111,8 @@ TEST(ZeroMemory, ModelStateBytesFollowTheTable) {
   ModelConfig m = tiny_model();
   m.n_embd = 64;  // big enough that alignment padding stays under 2%
   m.vocab_size = 500;
-  const Gpt2Layout layout(m);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(m);
+  const ModelLayout& layout = *layout_ptr;
   const double psi = double(layout.num_params());
   auto backend = test_backend();
   // docs/design.md: per-rank bytes with mixed precision and Adam.
@@ -127,7 +130,8 @@ TEST(ZeroMemory, ModelStateBytesFollowTheTable) {
 
 TEST(ZeroStage3, NeverHoldsMoreThanMaxLiveParameters) {
   MpiComm world(MPI_COMM_WORLD), self(MPI_COMM_SELF);
-  const Gpt2Layout layout(tiny_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_model());
+  const ModelLayout& layout = *layout_ptr;
   size_t largest = layout.max_unit_size(), block = layout.unit_size(1);
   for (size_t cap : {largest, largest + block, largest + 3 * block}) {
     DsConfig cfg = make_config(3, DType::kF32, world.size(), 1);

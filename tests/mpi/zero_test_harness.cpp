@@ -8,7 +8,7 @@
 #include "backend/backend.h"
 #include "comm/data_comm.h"
 #include "comm/mpi_runtime.h"
-#include "model/gpt2.h"
+#include "model/causal_lm.h"
 
 namespace zt {
 
@@ -62,12 +62,14 @@ std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live
 
 std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& cfg, size_t* peak_live,
                              ModelStateBytes* states, std::vector<float>* master) {
-  const Gpt2Layout layout(tiny_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_model());
+  const ModelLayout& layout = *layout_ptr;
   auto engine_comm = make_data_comm(backend, comm);
   ZeroEngine engine(layout, backend, *engine_comm, comm, cfg);
   engine.init_params(5);
   const int micro = int(cfg.train_micro_batch_size_per_gpu);
-  Gpt2Model<float> model(layout, backend, backend.ops(), micro, kSeq, false);
+  const auto model_ptr = make_causal_lm<float>(layout, backend, backend.ops(), micro, kSeq, false);
+  CausalLM<float>& model = *model_ptr;
   std::vector<int32_t> in(size_t(micro) * kSeq), tg(size_t(micro) * kSeq);
   std::vector<double> losses;
   for (int64_t step = 0; step < kSteps; ++step) {

@@ -16,7 +16,7 @@
 #include "checkpoint/safetensors.h"
 #include "comm/self_comm.h"
 #include "core/error.h"
-#include "model/gpt2.h"
+#include "model/causal_lm.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -61,7 +61,8 @@ class Export : public ::testing::Test {
   // Trains a few steps at `stage`, saves, and returns the full fp32 master weights.
   std::vector<float> train_and_save(int stage, bool bf16 = false, bool gather16 = false) {
     auto backend = make_cpu_backend();
-    const Gpt2Layout layout(model);
+    const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(model);
+  const ModelLayout& layout = *layout_ptr;
     DsConfig ds;
     ds.train_micro_batch_size_per_gpu = 2;
     ds.train_batch_size = 2;
@@ -73,7 +74,8 @@ class Export : public ::testing::Test {
     auto engine_comm = make_data_comm(*backend, comm);
     ZeroEngine engine(layout, *backend, *engine_comm, comm, ds);
     engine.init_params(3);
-    Gpt2Model<float> m(layout, *backend, backend->ops(), 2, 16, false);
+    const auto m_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), 2, 16, false);
+    CausalLM<float>& m = *m_ptr;
     std::vector<int32_t> in(32), tg(32);
     for (int i = 0; i < 32; ++i) {
       in[i] = (i * 7) % 50;
@@ -100,7 +102,8 @@ TEST_F(Export, SafetensorsHoldTheMasterWeightsExactly) {
     const ExportedModel e = export_hf_model(reader, out.string(), DType::kF32, uint64_t(1) << 40, false);
     EXPECT_EQ(e.files, 1u);
     const ParsedFile f = parse_safetensors((out / "model.safetensors").string());
-    const Gpt2Layout layout(model);
+    const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(model);
+  const ModelLayout& layout = *layout_ptr;
     EXPECT_EQ(f.header.size(), layout.params().size() + 1);  // + __metadata__
     uint64_t expected_end = 0;
     for (const auto& p : layout.params()) {
@@ -132,7 +135,8 @@ TEST_F(Export, ShardedBf16WithIndex) {
   std::string text((std::istreambuf_iterator<char>(index_in)), std::istreambuf_iterator<char>());
   const auto index = boost::json::parse(text).as_object();
   const auto& weight_map = index.at("weight_map").as_object();
-  const Gpt2Layout layout(model);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(model);
+  const ModelLayout& layout = *layout_ptr;
   EXPECT_EQ(weight_map.size(), layout.params().size());
   for (const auto& p : layout.params()) {
     const std::string file(weight_map.at(p.name).as_string());
@@ -162,7 +166,8 @@ TEST_F(Export, PretrainedSourceReadsTheExportWithZeroGaps) {
   const fs::path out = dir / "pretrained";
   export_hf_model(reader, out.string(), DType::kF32, uint64_t(1) << 40, false);
   const SafetensorsReader weights(out.string());
-  const Gpt2Layout layout(model);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(model);
+  const ModelLayout& layout = *layout_ptr;
   check_pretrained(weights, layout, out.string());
   const StateSource source = pretrained_source(weights, layout);
   EXPECT_FALSE(source.with_moments);
@@ -187,7 +192,7 @@ TEST_F(Export, PretrainedSourceReadsTheExportWithZeroGaps) {
   EXPECT_GT(gaps, 0u);
   // A tensor missing from the folder is refused by name.
   model.n_layer = 3;
-  EXPECT_THROW(check_pretrained(weights, Gpt2Layout(model), out.string()), UsageError);
+  EXPECT_THROW(check_pretrained(weights, *make_model_layout(model), out.string()), UsageError);
 }
 
 // A file that fails to open as safetensors (here: a header that is not JSON) leaves no file
@@ -217,7 +222,8 @@ TEST_F(Export, Hdf5Output) {
   const fs::path out = dir / "h5";
   export_hf_model_hdf5(reader, out.string(), DType::kF32, false);
   const H5File f = H5File::open((out / "model.h5").string());
-  const Gpt2Layout layout(model);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(model);
+  const ModelLayout& layout = *layout_ptr;
   for (const auto& p : layout.params()) {
     std::vector<float> values(p.numel);
     f.read(p.name, 0, p.numel, values.data());
@@ -234,7 +240,8 @@ TEST_F(Export, Stage3Gathers16BitWeightsOnSave) {
   for (bool gather : {false, true}) {
     const std::vector<float> master = train_and_save(3, true, gather);
     const H5File f = H5File::open((dir / "global_step3" / "model_states.h5").string());
-    const Gpt2Layout layout(model);
+    const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(model);
+  const ModelLayout& layout = *layout_ptr;
     for (const auto& p : layout.params()) {
       ASSERT_EQ(f.has(p.name), gather) << p.name;
       if (!gather) continue;

@@ -7,7 +7,7 @@
 #include "comm/data_comm.h"
 #include "core/error.h"
 #include "comm/self_comm.h"
-#include "model/gpt2.h"
+#include "model/causal_lm.h"
 #include "model/model_memory.h"
 #include "zero/engine.h"
 #include "zero/memory_estimate.h"
@@ -45,7 +45,8 @@ struct TrainRun {
 
 TrainRun train(DType dtype, int steps, int64_t accumulation = 1, int micro = 2) {
   auto backend = make_cpu_backend();
-  const Gpt2Layout layout(small_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(small_model());
+  const ModelLayout& layout = *layout_ptr;
   DsConfig cfg = config_for(dtype, accumulation);
   cfg.train_micro_batch_size_per_gpu = micro;
   SelfComm comm;
@@ -53,7 +54,8 @@ TrainRun train(DType dtype, int steps, int64_t accumulation = 1, int micro = 2) 
   ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg);
   engine.init_params(1);
   const int T = 16, total = 2 * 2;  // a global batch of 4 sequences however it is split
-  Gpt2Model<float> model(layout, *backend, backend->ops(), micro, T, false);
+  const auto model_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), micro, T, false);
+  CausalLM<float>& model = *model_ptr;
   TrainRun run;
   std::vector<int32_t> in(size_t(total) * T), tg(size_t(total) * T);
   for (int step = 0; step < steps; ++step) {
@@ -73,7 +75,8 @@ TrainRun train(DType dtype, int steps, int64_t accumulation = 1, int micro = 2) 
 
 TEST(Engine, ModelStateBytesFollowTheStage0Table) {
   auto backend = make_cpu_backend();
-  const Gpt2Layout layout(small_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(small_model());
+  const ModelLayout& layout = *layout_ptr;
   const double psi = double(layout.num_params());
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     SelfComm comm;
@@ -100,7 +103,8 @@ TEST(Engine, ModelStateBytesFollowTheStage0Table) {
 TEST(Engine, AllocatesWhatZeroEstimateSays) {
   auto backend = make_cpu_backend();
   const ModelConfig model = small_model();
-  const Gpt2Layout layout(model);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(model);
+  const ModelLayout& layout = *layout_ptr;
   SelfComm comm;
   auto engine_comm = make_data_comm(*backend, comm);
   struct Offload {
@@ -155,7 +159,8 @@ TEST(Engine, AllocatesWhatZeroEstimateSays) {
   }
   // The activations the estimate lists are the arrays the model allocates.
   for (bool checkpointing : {false, true}) {
-    Gpt2Model<float> m(layout, *backend, backend->ops(), 3, 16, checkpointing);
+    const auto m_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), 3, 16, checkpointing);
+    CausalLM<float>& m = *m_ptr;
     const std::vector<size_t> arrays = activation_allocations(model, 3, 16, checkpointing);
     EXPECT_EQ(arrays.size(), 13u);
     EXPECT_EQ(m.activation_bytes(), activation_bytes(model, 3, 16, checkpointing)) << checkpointing;
@@ -187,7 +192,8 @@ TEST(Engine, MixedPrecisionTracksFp32) {
 
 TEST(Engine, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   auto backend = make_cpu_backend();
-  const Gpt2Layout layout(small_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(small_model());
+  const ModelLayout& layout = *layout_ptr;
   DsConfig cfg = config_for(DType::kF16);
   cfg.fp16.initial_scale_power = 40;  // 2^40 x gradients overflow fp16 for sure
   cfg.fp16.hysteresis = 1;
@@ -196,7 +202,8 @@ TEST(Engine, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg);
   engine.init_params(1);
   const int T = 16;
-  Gpt2Model<float> model(layout, *backend, backend->ops(), 2, T, false);
+  const auto model_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), 2, T, false);
+  CausalLM<float>& model = *model_ptr;
   std::vector<int32_t> in(2 * T, 3), tg(2 * T, 4);
   const std::vector<float> before = engine.gather_master_weights();
   model.forward(engine, in.data(), tg.data(), 2, T);

@@ -9,7 +9,7 @@
 #include "backend/cuda/caching_allocator_rules.h"
 #include "config/sizes.h"
 #include "core/error.h"
-#include "model/gpt2_layout.h"
+#include "model/model_layout.h"
 #include "zero/memory_estimate.h"
 #include "zero/recommender.h"
 #include "zero/zero_plan.h"
@@ -97,7 +97,7 @@ ModelConfig gpt2_small() { return load_model_config(ZT_SOURCE_DIR "/configs/mode
 TEST(EngineEstimate, ModelStatesFollowDesignTable) {
   const ModelConfig m = gpt2_small();
   EXPECT_EQ(largest_layer_params(m), 50257 * 768);  // the token embedding
-  const size_t flat = Gpt2Layout(m).flat_size();
+  const size_t flat = make_model_layout(m)->flat_size();
   for (int world : {1, 8}) {
     const double P = double((flat + 16 * world - 1) / (16 * world) * (16 * world)), p = P / world;
     const double expected[4] = {2 * P + 2 * P + 12 * P, 2 * P + 2 * P + 12 * p, 2 * P + 2 * p + 12 * p, 16 * p};

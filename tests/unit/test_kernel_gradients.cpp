@@ -66,19 +66,160 @@ TEST_F(KernelGradients, Matmul) {
   expect_gradient_matches(b, db, loss, "matmul dbias");
 }
 
-TEST_F(KernelGradients, MatmulTransposedTiedHead) {
-  const int rows = 4, K = 6, N = 9;
-  auto x = random_vector(rows * K, 21), w = random_vector(N * K, 22), R = random_vector(rows * N, 23);
-  std::vector<double> out(rows * N);
+TEST_F(KernelGradients, LinearWithBiasAndAccumulatingDx) {
+  const int rows = 4, in = 6, outd = 9;
+  auto x = random_vector(rows * in, 21), w = random_vector(outd * in, 22), b = random_vector(outd, 24);
+  auto R = random_vector(rows * outd, 23);
+  std::vector<double> out(rows * outd);
   auto loss = [&] {
-    ops.matmul_nt_forward(out.data(), x.data(), w.data(), rows, K, N);
+    ops.linear_forward(out.data(), x.data(), w.data(), b.data(), rows, in, outd);
     return weighted_sum(out, R);
   };
   loss();
-  std::vector<double> dx(rows * K, 0.0), dw(N * K, 0.0);
-  ops.matmul_nt_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rows, K, N);
-  expect_gradient_matches(x, dx, loss, "lm_head dx");
-  expect_gradient_matches(w, dw, loss, "lm_head dweight");
+  for (int r = 0; r < rows; ++r) {  // nn.Linear: out = x W^T + b, computed here on its own
+    for (int o = 0; o < outd; ++o) {
+      double e = b[o];
+      for (int i = 0; i < in; ++i) e += x[r * in + i] * w[o * in + i];
+      EXPECT_NEAR(out[r * outd + o], e, 1e-12);
+    }
+  }
+  std::vector<double> dx(rows * in, 0.0), dw(outd * in, 0.0), db(outd, 0.0);
+  ops.linear_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), rows, in, outd, false);
+  expect_gradient_matches(x, dx, loss, "linear dx");
+  expect_gradient_matches(w, dw, loss, "linear dweight");
+  expect_gradient_matches(b, db, loss, "linear dbias");
+  // accumulate_dx adds to what is there; without it dx is overwritten.
+  std::vector<double> acc(rows * in, 1.0), over(rows * in, 5.0), dw2(outd * in, 0.0);
+  ops.linear_backward(acc.data(), dw2.data(), nullptr, R.data(), x.data(), w.data(), rows, in, outd, true);
+  ops.linear_backward(over.data(), dw2.data(), nullptr, R.data(), x.data(), w.data(), rows, in, outd, false);
+  for (int i = 0; i < rows * in; ++i) {
+    EXPECT_NEAR(acc[i], dx[i] + 1.0, 1e-12);
+    EXPECT_NEAR(over[i], dx[i], 1e-12);
+  }
+}
+
+TEST_F(KernelGradients, RmsNorm) {
+  const int rows = 5, C = 12;
+  auto x = random_vector(rows * C, 81), w = random_vector(C, 82), R = random_vector(rows * C, 83);
+  std::vector<double> out(rows * C), rstd(rows);
+  const double eps = 1e-6;
+  auto loss = [&] {
+    ops.rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, C, eps);
+    return weighted_sum(out, R);
+  };
+  loss();
+  for (int r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int c = 0; c < C; ++c) ms += x[r * C + c] * x[r * C + c] / C;
+    for (int c = 0; c < C; ++c) EXPECT_NEAR(out[r * C + c], w[c] * x[r * C + c] / std::sqrt(ms + eps), 1e-12);
+  }
+  std::vector<double> dx(rows * C, 0.5), dw(C, 0.25);  // both accumulate
+  ops.rmsnorm_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), rows, C);
+  for (auto& v : dx) v -= 0.5;
+  for (auto& v : dw) v -= 0.25;
+  expect_gradient_matches(x, dx, loss, "rmsnorm dx");
+  expect_gradient_matches(w, dw, loss, "rmsnorm dweight");
+}
+
+// HF's apply_rotary_pos_emb: q * cos + rotate_half(q) * sin, cos and sin repeated over both halves.
+TEST_F(KernelGradients, RotaryIsHfRotateHalfAndInverts) {
+  const int B = 2, T = 3, H = 2, hs = 6, half = hs / 2;
+  auto x = random_vector(B * T * H * hs, 91), R = random_vector(B * T * H * hs, 92);
+  auto angles = random_vector(T * half, 93, 2.0);
+  std::vector<double> cs(T * half), sn(T * half);
+  for (int i = 0; i < T * half; ++i) cs[i] = std::cos(angles[i]), sn[i] = std::sin(angles[i]);
+  std::vector<double> y = x;
+  ops.rotary(y.data(), cs.data(), sn.data(), B, T, H, hs, false);
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < H; ++h) {
+        const double* v = &x[((b * T + t) * H + h) * hs];
+        for (int i = 0; i < hs; ++i) {
+          const double rot = i < half ? -v[i + half] : v[i - half];
+          const double expected = v[i] * cs[t * half + i % half] + rot * sn[t * half + i % half];
+          EXPECT_NEAR(y[((b * T + t) * H + h) * hs + i], expected, 1e-12);
+        }
+      }
+    }
+  }
+  std::vector<double> back = y;
+  ops.rotary(back.data(), cs.data(), sn.data(), B, T, H, hs, true);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], 1e-12);
+  // The inverse rotation applied to dy is the gradient.
+  auto loss = [&] {
+    std::vector<double> z = x;
+    ops.rotary(z.data(), cs.data(), sn.data(), B, T, H, hs, false);
+    return weighted_sum(z, R);
+  };
+  std::vector<double> dx = R;
+  ops.rotary(dx.data(), cs.data(), sn.data(), B, T, H, hs, true);
+  expect_gradient_matches(x, dx, loss, "rotary dx");
+}
+
+TEST_F(KernelGradients, GroupedQueryAttention) {
+  const int B = 2, T = 5, NH = 4, NKV = 2, hs = 3;
+  auto q = random_vector(B * T * NH * hs, 101), k = random_vector(B * T * NKV * hs, 102);
+  auto v = random_vector(B * T * NKV * hs, 103), R = random_vector(B * T * NH * hs, 104);
+  std::vector<double> out(B * T * NH * hs), att(B * NH * T * T);
+  auto loss = [&] {
+    ops.gqa_attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, T, NH, NKV, hs);
+    return weighted_sum(out, R);
+  };
+  loss();
+  // Query head h attends with kv head h / 2: the same as multi-head attention on repeated k, v.
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> p(t + 1);
+        double m = -1e300, s = 0;
+        for (int u = 0; u <= t; ++u) {
+          double d = 0;
+          for (int i = 0; i < hs; ++i) d += q[((b * T + t) * NH + h) * hs + i] * k[((b * T + u) * NKV + h / 2) * hs + i];
+          p[u] = d / std::sqrt(double(hs));
+          m = std::max(m, p[u]);
+        }
+        for (auto& e : p) s += (e = std::exp(e - m));
+        for (int i = 0; i < hs; ++i) {
+          double o = 0;
+          for (int u = 0; u <= t; ++u) o += p[u] / s * v[((b * T + u) * NKV + h / 2) * hs + i];
+          EXPECT_NEAR(out[((b * T + t) * NH + h) * hs + i], o, 1e-12);
+        }
+      }
+    }
+  }
+  std::vector<double> dq(q.size(), 7.0), dk(k.size(), 7.0), dv(v.size(), 7.0);  // overwritten
+  ops.gqa_attention_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(), att.data(), B,
+                             T, NH, NKV, hs);
+  expect_gradient_matches(q, dq, loss, "gqa dq", 1e-6, q.size());
+  expect_gradient_matches(k, dk, loss, "gqa dk", 1e-6, k.size());
+  expect_gradient_matches(v, dv, loss, "gqa dv", 1e-6, v.size());
+}
+
+TEST_F(KernelGradients, AttentionWithKvCacheEqualsTheFullSequence) {
+  // The last Tq queries against Tk cached keys give the last Tq rows of the full attention.
+  const int T = 6, Tq = 2, NH = 2, NKV = 1, hs = 4;
+  auto q = random_vector(T * NH * hs, 111), k = random_vector(T * NKV * hs, 112), v = random_vector(T * NKV * hs, 113);
+  std::vector<double> full(T * NH * hs), att(NH * T * T), part(Tq * NH * hs), att2(NH * Tq * T);
+  ops.gqa_attention_forward(full.data(), att.data(), q.data(), k.data(), v.data(), 1, T, T, NH, NKV, hs);
+  ops.gqa_attention_forward(part.data(), att2.data(), q.data() + (T - Tq) * NH * hs, k.data(), v.data(), 1, Tq, T,
+                            NH, NKV, hs);
+  for (int i = 0; i < Tq * NH * hs; ++i) EXPECT_NEAR(part[i], full[(T - Tq) * NH * hs + i], 1e-12);
+}
+
+TEST_F(KernelGradients, SwiGlu) {
+  const size_t n = 40;
+  auto g = random_vector(n, 121, 3.0), u = random_vector(n, 122), R = random_vector(n, 123);
+  std::vector<double> out(n);
+  auto loss = [&] {
+    ops.swiglu_forward(out.data(), g.data(), u.data(), n);
+    return weighted_sum(out, R);
+  };
+  loss();
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-12);
+  std::vector<double> dg(n), du(n);
+  ops.swiglu_backward(dg.data(), du.data(), R.data(), g.data(), u.data(), n);
+  expect_gradient_matches(g, dg, loss, "swiglu dgate");
+  expect_gradient_matches(u, du, loss, "swiglu dup");
 }
 
 TEST_F(KernelGradients, CausalAttention) {
@@ -167,6 +308,24 @@ TEST_F(KernelGradients, Embedding) {
   ops.embedding_backward(dwte.data(), dwpe.data(), R.data(), tokens.data(), B, T, C);
   expect_gradient_matches(wte, dwte, loss, "embedding dwte");
   expect_gradient_matches(wpe, dwpe, loss, "embedding dwpe");
+}
+
+TEST_F(KernelGradients, EmbeddingWithoutPositions) {
+  const int B = 1, T = 4, C = 3, V = 4;
+  std::vector<int32_t> tokens = {2, 2, 0, 3};
+  auto wte = random_vector(V * C, 64), R = random_vector(B * T * C, 65);
+  std::vector<double> out(B * T * C);
+  auto loss = [&] {
+    ops.embedding_forward(out.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+    return weighted_sum(out, R);
+  };
+  loss();
+  for (int t = 0; t < T; ++t) {
+    for (int c = 0; c < C; ++c) EXPECT_EQ(out[t * C + c], wte[tokens[t] * C + c]);
+  }
+  std::vector<double> dwte(V * C, 0.0);
+  ops.embedding_backward(dwte.data(), nullptr, R.data(), tokens.data(), B, T, C);
+  expect_gradient_matches(wte, dwte, loss, "embedding dwte without wpe");
 }
 
 TEST_F(KernelGradients, ResidualAndAccumulate) {

@@ -18,7 +18,7 @@
 #include "checkpoint/manifest.h"
 #include "comm/self_comm.h"
 #include "core/error.h"
-#include "model/gpt2_layout.h"
+#include "model/model_layout.h"
 #include "zero/engine.h"
 #include "zero/partition.h"
 
@@ -39,7 +39,8 @@ class ManifestCheck : public ::testing::Test {
     model.n_positions = 16;
     model.vocab_size = 50;
     auto backend = make_cpu_backend();
-    const Gpt2Layout layout(model);
+    const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(model);
+  const ModelLayout& layout = *layout_ptr;
     DsConfig ds;
     ds.train_micro_batch_size_per_gpu = 2;
     ds.train_batch_size = 2;

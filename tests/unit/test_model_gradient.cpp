@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "grad_check.h"
-#include "model/gpt2.h"
+#include "model/causal_lm.h"
 
 namespace zt {
 namespace {
@@ -13,12 +13,12 @@ namespace {
 template <typename T>
 class FlatParams : public ParamSource<T> {
  public:
-  explicit FlatParams(const Gpt2Layout& layout) : layout_(layout), weights(layout.flat_size()), grads(layout.flat_size(), 0) {}
+  explicit FlatParams(const ModelLayout& layout) : layout_(layout), weights(layout.flat_size()), grads(layout.flat_size(), 0) {}
   const T* acquire_weights(int unit) override { return weights.data() + layout_.unit_offset(unit); }
   void release_weights(int) override {}
   T* grad_accumulator(int unit) override { return grads.data() + layout_.unit_offset(unit); }
   void grads_done(int unit) override { ++done_count; }
-  const Gpt2Layout& layout_;
+  const ModelLayout& layout_;
   std::vector<T> weights, grads;
   int done_count = 0;
 };
@@ -35,10 +35,11 @@ ModelConfig tiny_config() {
 
 TEST(ModelGradient, MatchesFiniteDifferences) {
   auto backend = make_cpu_backend();
-  const Gpt2Layout layout(tiny_config());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_config());
+  const ModelLayout& layout = *layout_ptr;
   FlatParams<double> params(layout);
   std::vector<float> init(layout.flat_size());
-  init_gpt2_params(layout, 7, init.data(), 0, layout.flat_size());
+  layout.init(7, init.data(), 0, layout.flat_size());
   // Larger than GPT-2's 0.02 so every path carries signal, and non-trivial layernorm/bias values.
   auto noise = testing::random_vector(layout.flat_size(), 99, 0.3);
   for (size_t i = 0; i < init.size(); ++i) params.weights[i] = init[i] * 10 + noise[i];
@@ -46,7 +47,8 @@ TEST(ModelGradient, MatchesFiniteDifferences) {
   const int B = 2, T = 5;
   std::vector<int32_t> inputs = {1, 3, 5, 7, 9, 2, 2, 4, 10, 0};
   std::vector<int32_t> targets = {3, 5, 7, 9, 1, 2, 4, 10, 0, -1};
-  Gpt2Model<double> model(layout, *backend, *backend->ops_f64(), B, T, false);
+  const auto model_ptr = make_causal_lm<double>(layout, *backend, *backend->ops_f64(), B, T, false);
+  CausalLM<double>& model = *model_ptr;
   auto loss = [&] {
     model.forward(params, inputs.data(), targets.data(), B, T);
     return model.take_loss();
@@ -71,9 +73,10 @@ TEST(ModelGradient, CheckpointingGivesTheSameGradients) {
   auto backend = make_cpu_backend();
   ModelConfig cfg = tiny_config();
   cfg.n_layer = 3;
-  const Gpt2Layout layout(cfg);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(cfg);
+  const ModelLayout& layout = *layout_ptr;
   FlatParams<float> plain(layout), recomputed(layout);
-  init_gpt2_params(layout, 3, plain.weights.data(), 0, layout.flat_size());
+  layout.init(3, plain.weights.data(), 0, layout.flat_size());
   recomputed.weights = plain.weights;
   const int B = 2, T = 6;
   std::vector<int32_t> inputs(B * T), targets(B * T);
@@ -81,8 +84,10 @@ TEST(ModelGradient, CheckpointingGivesTheSameGradients) {
     inputs[i] = (i * 5) % cfg.vocab_size;
     targets[i] = (i * 3 + 1) % cfg.vocab_size;
   }
-  Gpt2Model<float> a(layout, *backend, backend->ops(), B, T, false);
-  Gpt2Model<float> b(layout, *backend, backend->ops(), B, T, true);
+  const auto a_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), B, T, false);
+  CausalLM<float>& a = *a_ptr;
+  const auto b_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), B, T, true);
+  CausalLM<float>& b = *b_ptr;
   EXPECT_LT(b.activation_bytes(), a.activation_bytes());
   a.forward(plain, inputs.data(), targets.data(), B, T);
   double la = a.take_loss();
@@ -98,15 +103,18 @@ TEST(ModelGradient, CheckpointingGivesTheSameGradients) {
 
 TEST(ModelGradient, FloatModelAgreesWithDouble) {
   auto backend = make_cpu_backend();
-  const Gpt2Layout layout(tiny_config());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_config());
+  const ModelLayout& layout = *layout_ptr;
   FlatParams<float> pf(layout);
   FlatParams<double> pd(layout);
-  init_gpt2_params(layout, 5, pf.weights.data(), 0, layout.flat_size());
+  layout.init(5, pf.weights.data(), 0, layout.flat_size());
   std::copy(pf.weights.begin(), pf.weights.end(), pd.weights.begin());
   const int B = 1, T = 6;
   std::vector<int32_t> inputs = {1, 2, 3, 4, 5, 6}, targets = {2, 3, 4, 5, 6, 7};
-  Gpt2Model<float> mf(layout, *backend, backend->ops(), B, T, false);
-  Gpt2Model<double> md(layout, *backend, *backend->ops_f64(), B, T, false);
+  const auto mf_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), B, T, false);
+  CausalLM<float>& mf = *mf_ptr;
+  const auto md_ptr = make_causal_lm<double>(layout, *backend, *backend->ops_f64(), B, T, false);
+  CausalLM<double>& md = *md_ptr;
   mf.forward(pf, inputs.data(), targets.data(), B, T);
   double lf = mf.take_loss();
   md.forward(pd, inputs.data(), targets.data(), B, T);
@@ -125,7 +133,8 @@ TEST(ModelGradient, FloatModelAgreesWithDouble) {
 
 TEST(Gpt2Layout, HfNamesShapesAndCount) {
   ModelConfig c;  // GPT-2 small
-  const Gpt2Layout layout(c);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(c);
+  const ModelLayout& layout = *layout_ptr;
   EXPECT_EQ(layout.num_params(), 124439808u);  // HF's GPT2LMHeadModel without the tied lm_head copy
   const ParamInfo& attn = layout.find("transformer.h.11.attn.c_attn.weight");
   EXPECT_EQ(attn.shape, (std::vector<int64_t>{768, 2304}));
@@ -137,12 +146,13 @@ TEST(Gpt2Layout, HfNamesShapesAndCount) {
 }
 
 TEST(Gpt2Layout, InitialisationIsSliceable) {
-  const Gpt2Layout layout(tiny_config());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_config());
+  const ModelLayout& layout = *layout_ptr;
   std::vector<float> whole(layout.flat_size()), part(layout.flat_size());
-  init_gpt2_params(layout, 11, whole.data(), 0, layout.flat_size());
+  layout.init(11, whole.data(), 0, layout.flat_size());
   const size_t cut = layout.flat_size() / 3;
-  init_gpt2_params(layout, 11, part.data(), 0, cut);
-  init_gpt2_params(layout, 11, part.data() + cut, cut, layout.flat_size());
+  layout.init(11, part.data(), 0, cut);
+  layout.init(11, part.data() + cut, cut, layout.flat_size());
   EXPECT_EQ(whole, part);
   const ParamInfo& ln = layout.find("transformer.h.1.ln_2.weight");
   for (size_t i = 0; i < ln.numel; ++i) EXPECT_EQ(whole[ln.offset + i], 1.0f);

@@ -1,0 +1,71 @@
+#include "model/causal_lm.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/gpt2.h"
+#include "model/llama.h"
+
+namespace zt {
+
+template <typename T>
+CausalLM<T>::CausalLM(Backend& backend, KernelOps<T>& ops, int max_batch, int max_seq_len)
+    : backend_(backend), ops_(ops), max_batch_(max_batch), max_seq_len_(max_seq_len) {
+  const size_t BT = size_t(max_batch) * max_seq_len;
+  inputs_ = DeviceArray<int32_t>(backend, BT);
+  targets_ = DeviceArray<int32_t>(backend, BT);
+  inputs_staging_ = DeviceArray<int32_t>(backend, BT, Pool::kPinned);
+  targets_staging_ = DeviceArray<int32_t>(backend, BT, Pool::kPinned);
+  uploaded_ = backend.create_event();
+  loss_sum_ = DeviceArray<double>(backend, 1);
+  loss_host_ = DeviceArray<double>(backend, 1, Pool::kPinned);
+  backend.zero_async(loss_sum_.data(), sizeof(double), backend.compute_stream());
+}
+
+template <typename T>
+void CausalLM<T>::start_forward(const int32_t* inputs, const int32_t* targets, int B, int T_) {
+  ZT_CHECK(B >= 1 && B <= max_batch_ && T_ >= 1 && T_ <= max_seq_len_, "batch ", B, "x", T_,
+           " exceeds the allocated ", max_batch_, "x", max_seq_len_);
+  batch_ = B;
+  seq_ = T_;
+  const size_t n = size_t(B) * T_;
+  backend_.synchronize(*uploaded_);  // the previous batch's copies have read the staging
+  std::copy(inputs, inputs + n, inputs_staging_.data());
+  std::copy(targets, targets + n, targets_staging_.data());
+  Stream& compute = backend_.compute_stream();
+  backend_.copy_async(inputs_.data(), inputs_staging_.data(), n * sizeof(int32_t), compute);
+  backend_.copy_async(targets_.data(), targets_staging_.data(), n * sizeof(int32_t), compute);
+  backend_.record(*uploaded_, compute);
+  // The mean's denominator comes from the host's copy of the targets: no device read.
+  loss_count_ = 0;
+  for (size_t i = 0; i < n; ++i) loss_count_ += targets[i] >= 0 ? 1 : 0;
+}
+
+template <typename T>
+double CausalLM<T>::take_loss() {
+  Stream& compute = backend_.compute_stream();
+  backend_.copy_async(loss_host_.data(), loss_sum_.data(), sizeof(double), compute);
+  backend_.zero_async(loss_sum_.data(), sizeof(double), compute);
+  backend_.synchronize(compute);
+  return *loss_host_.data();
+}
+
+template <typename T>
+std::unique_ptr<CausalLM<T>> make_causal_lm(const ModelLayout& layout, Backend& backend, KernelOps<T>& ops,
+                                            int max_batch, int max_seq_len, bool activation_checkpointing) {
+  if (const auto* llama = dynamic_cast<const LlamaLayout*>(&layout)) {
+    return std::make_unique<LlamaModel<T>>(*llama, backend, ops, max_batch, max_seq_len, activation_checkpointing);
+  }
+  const auto* gpt2 = dynamic_cast<const Gpt2Layout*>(&layout);
+  ZT_CHECK(gpt2 != nullptr, "no model for the layout of ", layout.config().model_type);
+  return std::make_unique<Gpt2Model<T>>(*gpt2, backend, ops, max_batch, max_seq_len, activation_checkpointing);
+}
+
+template class CausalLM<float>;
+template class CausalLM<double>;
+template std::unique_ptr<CausalLM<float>> make_causal_lm(const ModelLayout&, Backend&, KernelOps<float>&, int, int,
+                                                         bool);
+template std::unique_ptr<CausalLM<double>> make_causal_lm(const ModelLayout&, Backend&, KernelOps<double>&, int, int,
+                                                          bool);
+
+}  // namespace zt

@@ -1,0 +1,73 @@
+// What the trainer, the engine's tests and the benchmarks see of a model, whatever its
+// architecture: forward with a loss, backward into the ParamSource's gradients, and the figures a
+// run reports. CausalLM also owns what every architecture shares: the batch's tokens on the
+// device (uploaded through pinned staging) and the loss accumulated on the device.
+// T is the compute type: float in training, double in the gradient checks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/device_array.h"
+#include "backend/kernel_ops.h"
+#include "model/model_layout.h"
+#include "model/param_source.h"
+
+namespace zt {
+
+template <typename T>
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  CausalLM(const CausalLM&) = delete;
+  CausalLM& operator=(const CausalLM&) = delete;
+
+  /// Runs the model on inputs[B,T] (host memory; uploaded through the backend) and adds
+  /// `loss_weight` x the mean cross-entropy over positions whose target is >= 0 to the loss
+  /// accumulated on the device. Keeps what backward needs.
+  virtual void forward(ParamSource<T>& params, const int32_t* inputs, const int32_t* targets, int B, int T_,
+                       double loss_weight = 1.0) = 0;
+  /// Backpropagates `dloss_scale` x d(mean loss) of the last forward into the parameter
+  /// gradients (accumulated through the ParamSource).
+  virtual void backward(ParamSource<T>& params, double dloss_scale) = 0;
+  /// Bytes of activation and scratch memory this model holds.
+  virtual size_t activation_bytes() const = 0;
+  /// Forward FLOPs per token (matmuls + attention), for the GFLOP/s figure: 6x this per
+  /// trained token counts forward and backward, plus 2x more with checkpointing's recompute.
+  virtual double flops_per_token_forward(int seq_len) const = 0;
+
+  /// The loss accumulated by the forwards since the last call, read from the device (the host
+  /// waits for the compute stream here, once per step), and restarts the accumulation.
+  double take_loss();
+  /// Positions with a target (>= 0) in the last forward: the mean loss's denominator.
+  int64_t last_prediction_count() const { return int64_t(loss_count_); }
+
+ protected:
+  CausalLM(Backend& backend, KernelOps<T>& ops, int max_batch, int max_seq_len);
+  /// Checks the shape against the allocation, uploads the tokens and counts the targets.
+  void start_forward(const int32_t* inputs, const int32_t* targets, int B, int T_);
+  /// The loss's weight per position for the last forward (the mean's 1 / count).
+  double per_position(double weight) const { return loss_count_ > 0 ? weight / loss_count_ : 0.0; }
+
+  Backend& backend_;
+  KernelOps<T>& ops_;
+  int max_batch_, max_seq_len_;
+  int batch_ = 0, seq_ = 0;  // the shape of the last forward
+  DeviceArray<int32_t> inputs_, targets_;  // the last batch, on the device
+  DeviceArray<double> loss_sum_;           // device: the forwards' weighted mean losses
+
+ private:
+  DeviceArray<int32_t> inputs_staging_, targets_staging_;  // pinned
+  std::unique_ptr<Event> uploaded_;                         // the staging is free again
+  DeviceArray<double> loss_host_;                           // pinned: where take_loss reads it
+  double loss_count_ = 0;
+};
+
+/// The model of `layout`'s architecture, with activations for batches of up to max_batch
+/// sequences of max_seq_len; with activation checkpointing each block keeps only its input and
+/// recomputes the rest in backward.
+template <typename T>
+std::unique_ptr<CausalLM<T>> make_causal_lm(const ModelLayout& layout, Backend& backend, KernelOps<T>& ops,
+                                            int max_batch, int max_seq_len, bool activation_checkpointing);
+
+}  // namespace zt

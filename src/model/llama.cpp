@@ -1,0 +1,246 @@
+#include "model/llama.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "model/model_memory.h"
+#include "model/rope.h"
+
+namespace zt {
+
+template <typename T>
+LlamaModel<T>::LlamaModel(const LlamaLayout& layout, Backend& backend, KernelOps<T>& ops, int max_batch,
+                          int max_seq_len, bool activation_checkpointing)
+    : CausalLM<T>(backend, ops, max_batch, max_seq_len), layout_(layout), checkpointing_(activation_checkpointing) {
+  const auto& cfg = layout.config();
+  ZT_USAGE_CHECK(max_seq_len <= cfg.n_positions, "block_size ", max_seq_len, " exceeds max_position_embeddings ",
+                 cfg.n_positions);
+  // A window at least as long as the sequence masks nothing: plain causal attention is exact.
+  ZT_USAGE_CHECK(cfg.sliding_window == 0 || max_seq_len <= cfg.sliding_window, "block_size ", max_seq_len,
+                 " exceeds the model's sliding_window ", cfg.sliding_window,
+                 ": windowed attention is not implemented");
+  q_dim_ = cfg.n_head * cfg.head_size();
+  kv_dim_ = cfg.n_kv_head * cfg.head_size();
+  // The arrays zero_estimate counts (model_memory.h), allocated one by one.
+  const LlamaActivationArrays a =
+      llama_activation_arrays(cfg, size_t(max_batch), size_t(max_seq_len), checkpointing_);
+  per_block_elems_ = a.per_block;
+  block_inputs_ = DeviceArray<T>(backend, a.block_inputs);
+  acts_ = DeviceArray<T>(backend, a.acts);
+  lnf_ = DeviceArray<T>(backend, a.lnf);
+  lnf_rstd_ = DeviceArray<T>(backend, a.lnf_rstd);
+  logits_ = DeviceArray<T>(backend, a.logits);
+  losses_ = DeviceArray<T>(backend, a.losses);
+  rope_cos_ = DeviceArray<T>(backend, a.rope_cos);
+  rope_sin_ = DeviceArray<T>(backend, a.rope_sin);
+  dres_ = DeviceArray<T>(backend, a.dres);
+  dln_ = DeviceArray<T>(backend, a.dln);
+  datty_ = DeviceArray<T>(backend, a.datty);
+  dq_ = DeviceArray<T>(backend, a.dq);
+  dk_ = DeviceArray<T>(backend, a.dk);
+  dv_ = DeviceArray<T>(backend, a.dv);
+  dh_ = DeviceArray<T>(backend, a.dh);
+  dgate_ = DeviceArray<T>(backend, a.dgate);
+  dup_ = DeviceArray<T>(backend, a.dup);
+
+  // The rotary tables, once: computed on the host, copied through pinned staging.
+  std::vector<double> cos, sin;
+  rope_tables(cfg, max_seq_len, cos, sin);
+  DeviceArray<T> staging(backend, 2 * cos.size(), Pool::kPinned);
+  for (size_t i = 0; i < cos.size(); ++i) {
+    staging.data()[i] = T(cos[i]);
+    staging.data()[cos.size() + i] = T(sin[i]);
+  }
+  Stream& compute = backend.compute_stream();
+  backend.copy_async(rope_cos_.data(), staging.data(), cos.size() * sizeof(T), compute);
+  backend.copy_async(rope_sin_.data(), staging.data() + cos.size(), sin.size() * sizeof(T), compute);
+  backend.synchronize(compute);  // before the staging is freed
+}
+
+template <typename T>
+size_t LlamaModel<T>::activation_bytes() const {
+  size_t total = 0;
+  for (const auto* a : {&block_inputs_, &acts_, &lnf_, &lnf_rstd_, &logits_, &losses_, &rope_cos_, &rope_sin_, &dres_,
+                        &dln_, &datty_, &dq_, &dk_, &dv_, &dh_, &dgate_, &dup_}) {
+    total += a->bytes();
+  }
+  return total;
+}
+
+template <typename T>
+double LlamaModel<T>::flops_per_token_forward(int seq_len) const {
+  const auto& cfg = layout_.config();
+  const double C = cfg.n_embd, L = cfg.n_layer, V = cfg.vocab_size, I = cfg.intermediate_size;
+  // Matmuls per block: q and o (C x q), k and v (C x kv), gate, up and down (C x I); the lm_head
+  // V x C; 2 FLOPs per MAC. Attention: QK^T and att @ V over on average T/2 keys.
+  const double per_block = 2.0 * C * q_dim_ + 2.0 * C * kv_dim_ + 3.0 * C * I;
+  return 2.0 * (L * per_block + V * C) + L * 2.0 * 2.0 * q_dim_ * (seq_len / 2.0);
+}
+
+template <typename T>
+typename LlamaModel<T>::BlockActs LlamaModel<T>::block_acts(int layer) {
+  const auto& cfg = layout_.config();
+  const size_t BT = size_t(batch_) * seq_, C = cfg.n_embd, I = cfg.intermediate_size;
+  T* p = acts_.data() + size_t(checkpointing_ ? 0 : layer) * per_block_elems_;
+  auto take = [&](size_t n) {
+    T* out = p;
+    p += n;
+    return out;
+  };
+  BlockActs a{};
+  a.xn1 = take(BT * C);
+  a.rstd1 = take(BT);
+  a.q = take(BT * q_dim_);
+  a.k = take(BT * kv_dim_);
+  a.v = take(BT * kv_dim_);
+  a.att = take(size_t(batch_) * cfg.n_head * seq_ * seq_);
+  a.atty = take(BT * q_dim_);
+  a.res2 = take(BT * C);
+  a.xn2 = take(BT * C);
+  a.rstd2 = take(BT);
+  a.gate = take(BT * I);
+  a.up = take(BT * I);
+  a.h = take(BT * I);
+  return a;
+}
+
+template <typename T>
+void LlamaModel<T>::project(T* out, const T* x, const T* w, size_t weight, size_t bias, int rows, int in,
+                            int out_dim) {
+  ops_.linear_forward(out, x, w + weight, bias == LlamaBlockOffsets::kNone ? nullptr : w + bias, rows, in, out_dim);
+}
+
+template <typename T>
+void LlamaModel<T>::project_backward(T* dx, T* g, const T* dout, const T* x, const T* w, size_t weight, size_t bias,
+                                     int rows, int in, int out_dim, bool accumulate_dx) {
+  ops_.linear_backward(dx, g + weight, bias == LlamaBlockOffsets::kNone ? nullptr : g + bias, dout, x, w + weight,
+                       rows, in, out_dim, accumulate_dx);
+}
+
+template <typename T>
+void LlamaModel<T>::block_forward(const T* w, const T* x, T* out, const BlockActs& a, int B, int T_) {
+  const auto& cfg = layout_.config();
+  const LlamaBlockOffsets& o = layout_.block();
+  const int BT = B * T_, C = cfg.n_embd, I = cfg.intermediate_size, hs = cfg.head_size();
+  ops_.rmsnorm_forward(a.xn1, a.rstd1, x, w + o.input_norm, BT, C, cfg.layer_norm_epsilon);
+  project(a.q, a.xn1, w, o.q, o.q_bias, BT, C, q_dim_);
+  project(a.k, a.xn1, w, o.k, o.k_bias, BT, C, kv_dim_);
+  project(a.v, a.xn1, w, o.v, o.v_bias, BT, C, kv_dim_);
+  ops_.rotary(a.q, rope_cos_.data(), rope_sin_.data(), B, T_, cfg.n_head, hs, false);
+  ops_.rotary(a.k, rope_cos_.data(), rope_sin_.data(), B, T_, cfg.n_kv_head, hs, false);
+  ops_.gqa_attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T_, T_, cfg.n_head, cfg.n_kv_head, hs);
+  project(a.res2, a.atty, w, o.o, o.o_bias, BT, q_dim_, C);
+  ops_.accumulate(a.res2, x, size_t(BT) * C);  // residual: res2 = x + o_proj(attention)
+  ops_.rmsnorm_forward(a.xn2, a.rstd2, a.res2, w + o.post_norm, BT, C, cfg.layer_norm_epsilon);
+  project(a.gate, a.xn2, w, o.gate, o.gate_bias, BT, C, I);
+  project(a.up, a.xn2, w, o.up, o.up_bias, BT, C, I);
+  ops_.swiglu_forward(a.h, a.gate, a.up, size_t(BT) * I);
+  project(out, a.h, w, o.down, o.down_bias, BT, I, C);
+  ops_.accumulate(out, a.res2, size_t(BT) * C);  // residual: out = res2 + mlp
+}
+
+// dres holds d(block output) on entry and d(block input) on return.
+template <typename T>
+void LlamaModel<T>::block_backward(const T* w, T* g, const T* x, const BlockActs& a, T* dres, int B, int T_) {
+  const auto& cfg = layout_.config();
+  const LlamaBlockOffsets& o = layout_.block();
+  const int BT = B * T_, C = cfg.n_embd, I = cfg.intermediate_size, hs = cfg.head_size();
+  project_backward(dh_.data(), g, dres, a.h, w, o.down, o.down_bias, BT, I, C, false);
+  ops_.swiglu_backward(dgate_.data(), dup_.data(), dh_.data(), a.gate, a.up, size_t(BT) * I);
+  project_backward(dln_.data(), g, dup_.data(), a.xn2, w, o.up, o.up_bias, BT, C, I, false);
+  project_backward(dln_.data(), g, dgate_.data(), a.xn2, w, o.gate, o.gate_bias, BT, C, I, true);
+  // The residual passes dres through; the norm adds its part (dx +=), giving d(res2).
+  ops_.rmsnorm_backward(dres, g + o.post_norm, dln_.data(), a.res2, w + o.post_norm, a.rstd2, BT, C);
+  project_backward(datty_.data(), g, dres, a.atty, w, o.o, o.o_bias, BT, q_dim_, C, false);
+  ops_.gqa_attention_backward(dq_.data(), dk_.data(), dv_.data(), datty_.data(), a.q, a.k, a.v, a.att, B, T_,
+                              cfg.n_head, cfg.n_kv_head, hs);
+  // Through the rotation: the inverse rotation of the gradients.
+  ops_.rotary(dq_.data(), rope_cos_.data(), rope_sin_.data(), B, T_, cfg.n_head, hs, true);
+  ops_.rotary(dk_.data(), rope_cos_.data(), rope_sin_.data(), B, T_, cfg.n_kv_head, hs, true);
+  project_backward(dln_.data(), g, dq_.data(), a.xn1, w, o.q, o.q_bias, BT, C, q_dim_, false);
+  project_backward(dln_.data(), g, dk_.data(), a.xn1, w, o.k, o.k_bias, BT, C, kv_dim_, true);
+  project_backward(dln_.data(), g, dv_.data(), a.xn1, w, o.v, o.v_bias, BT, C, kv_dim_, true);
+  ops_.rmsnorm_backward(dres, g + o.input_norm, dln_.data(), x, w + o.input_norm, a.rstd1, BT, C);
+}
+
+template <typename T>
+void LlamaModel<T>::forward(ParamSource<T>& params, const int32_t* inputs, const int32_t* targets, int B, int T_,
+                            double loss_weight) {
+  const auto& cfg = layout_.config();
+  this->start_forward(inputs, targets, B, T_);
+  const size_t BT = size_t(B) * T_, C = cfg.n_embd;
+
+  const T* emb = params.acquire_weights(layout_.embedding_unit());
+  ops_.embedding_forward(block_inputs_.data(), inputs_.data(), emb, nullptr, B, T_, cfg.n_embd);
+  params.release_weights(layout_.embedding_unit());
+
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const T* w = params.acquire_weights(layout_.block_unit(l));
+    block_forward(w, block_inputs_.data() + l * BT * C, block_inputs_.data() + (l + 1) * BT * C, block_acts(l), B,
+                  T_);
+    params.release_weights(layout_.block_unit(l));
+  }
+
+  const T* wf = params.acquire_weights(layout_.final_norm_unit());
+  ops_.rmsnorm_forward(lnf_.data(), lnf_rstd_.data(), block_inputs_.data() + cfg.n_layer * BT * C, wf, int(BT),
+                       cfg.n_embd, cfg.layer_norm_epsilon);
+  params.release_weights(layout_.final_norm_unit());
+
+  const T* head = params.acquire_weights(layout_.lm_head_unit());
+  ops_.linear_forward(logits_.data(), lnf_.data(), head, nullptr, int(BT), cfg.n_embd, cfg.vocab_size);
+  params.release_weights(layout_.lm_head_unit());
+  ops_.softmax_xent_forward(logits_.data(), losses_.data(), targets_.data(), int(BT), cfg.vocab_size, loss_sum_.data(),
+                            this->per_position(loss_weight));
+}
+
+template <typename T>
+void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
+  ZT_CHECK(batch_ > 0, "backward without forward");
+  const auto& cfg = layout_.config();
+  const int B = batch_, T_ = seq_, BT = B * T_, C = cfg.n_embd;
+  const size_t BTC = size_t(BT) * C;
+  const int emb_unit = layout_.embedding_unit(), head_unit = layout_.lm_head_unit();
+  const int final_unit = layout_.final_norm_unit();
+
+  // lm_head: its own unit finishes here; a tied one finishes at the embedding.
+  ops_.softmax_xent_backward(logits_.data(), targets_.data(), BT, cfg.vocab_size, this->per_position(dloss_scale));
+  T* g_head = params.grad_accumulator(head_unit);
+  const T* head = params.acquire_weights(head_unit);
+  ops_.linear_backward(dln_.data(), g_head, nullptr, logits_.data(), lnf_.data(), head, BT, C, cfg.vocab_size, false);
+  params.release_weights(head_unit);
+  if (head_unit != emb_unit) params.grads_done(head_unit);
+
+  const T* wf = params.acquire_weights(final_unit);
+  T* gf = params.grad_accumulator(final_unit);
+  backend_.zero_async(dres_.data(), BTC * sizeof(T), backend_.compute_stream());
+  ops_.rmsnorm_backward(dres_.data(), gf, dln_.data(), block_inputs_.data() + cfg.n_layer * BTC, wf, lnf_rstd_.data(),
+                        BT, C);
+  params.release_weights(final_unit);
+  params.grads_done(final_unit);
+
+  for (int l = cfg.n_layer - 1; l >= 0; --l) {
+    const int unit = layout_.block_unit(l);
+    const T* w = params.acquire_weights(unit);
+    T* g = params.grad_accumulator(unit);
+    const T* x = block_inputs_.data() + l * BTC;
+    BlockActs a = block_acts(l);
+    if (checkpointing_) {
+      // Recompute this block's activations from its saved input; the output goes to scratch
+      // (the next block's input is already saved).
+      block_forward(w, x, dln_.data(), a, B, T_);
+    }
+    block_backward(w, g, x, a, dres_.data(), B, T_);
+    params.release_weights(unit);
+    params.grads_done(unit);
+  }
+
+  T* g_emb = head_unit == emb_unit ? g_head : params.grad_accumulator(emb_unit);
+  ops_.embedding_backward(g_emb, nullptr, dres_.data(), inputs_.data(), B, T_, C);
+  params.grads_done(emb_unit);
+  params.backward_done();
+}
+
+template class LlamaModel<float>;
+template class LlamaModel<double>;
+
+}  // namespace zt
