@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/dtype.h"
@@ -28,6 +29,13 @@ inline unsigned grid_for(size_t work, int threads, int sm_count) {
 
 /// True when p is aligned to `bytes` (the vector paths need whole 8- or 16-byte accesses).
 inline bool is_aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+/// True when every pointer is 16-byte aligned: the fp32 elementwise ops' float4 paths.
+inline bool all_aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (!is_aligned(p, 16)) return false;
+  return true;
+}
 
 // ---- conversions ------------------------------------------------------------------------------
 // Written out with bit operations rather than cuda_bf16.h's intrinsics where NaN is involved: the
