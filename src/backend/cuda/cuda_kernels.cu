@@ -1,6 +1,7 @@
 // KernelOps<float> on the device: the CPU kernels' semantics (cpu_kernels.inc) op for op, on
 // ctx.compute, never synchronising the host. Matmuls go through cuBLASLt (cublaslt_gemm.h), fp32
-// with TF32 off; attention is in cuda_attention.cu.
+// with TF32 off; attention is in cuda_attention.cu, the Llama family's kernels (RMSNorm, rotary,
+// grouped-query attention, SwiGLU) in cuda_llama_ops.cu.
 //
 // Sums that cross rows (bias, layernorm parameter and embedding gradients) are computed per column
 // in a fixed order rather than with atomics (cuda_column_sums.cuh), so a run repeats bit for bit
@@ -15,6 +16,7 @@
 #include "backend/cuda/cuda_column_sums.cuh"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_kernel_utils.cuh"
+#include "backend/cuda/cuda_llama_ops.h"
 #include "core/error.h"
 
 namespace zt::cuda {
@@ -30,7 +32,10 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const size_t bt = i / C;
     const int c = int(i % C), t = int(bt % T);
-    out[i] = wte[size_t(tokens[bt]) * C + c] + wpe[size_t(t) * C + c];
+    const float w = wte[size_t(tokens[bt]) * C + c];
+    // Without positions the row is copied, not added to 0 (which would turn -0 into +0, as the CPU's
+    // copy does not).
+    out[i] = wpe ? w + wpe[size_t(t) * C + c] : w;
   }
 }
 
@@ -290,8 +295,10 @@ class CudaKernels final : public KernelOps<float> {
                           int C) override {
     const int rows = B * T_;
     if (rows == 0 || C == 0) return;
-    embedding_backward_wpe_kernel<<<grid(size_t(T_) * C), kThreads, 0, ctx_.compute>>>(dwpe, dout, B, T_, C);
-    ZT_CUDA_CHECK_LAUNCH("embedding_backward_wpe_kernel");
+    if (dwpe) {  // null: no learned positions
+      embedding_backward_wpe_kernel<<<grid(size_t(T_) * C), kThreads, 0, ctx_.compute>>>(dwpe, dout, B, T_, C);
+      ZT_CUDA_CHECK_LAUNCH("embedding_backward_wpe_kernel");
+    }
     auto* links = static_cast<int*>(ctx_.scratch(2 * sizeof(int) * size_t(rows)));
     int* head = links;
     int* next = links + rows;
@@ -322,20 +329,10 @@ class CudaKernels final : public KernelOps<float> {
 
   void matmul_forward(float* out, const float* x, const float* weight, const float* bias, int rows, int in_dim,
                       int out_dim) override {
-    GemmArgs args;
+    GemmArgs args;  // out[rows,out] = x[rows,in] @ weight[in,out] + bias
     args.m = rows, args.n = out_dim, args.k = in_dim;
     args.a = x, args.b = weight, args.d = out;
-    if (bias && !is_aligned(bias, 16)) {
-      // cuBLASLt's epilogue needs a 16-byte aligned bias: start from the bias instead, as the CPU does.
-      const size_t n = size_t(rows) * out_dim;
-      if (n == 0) return;
-      broadcast_rows_kernel<<<grid(n), kThreads, 0, ctx_.compute>>>(out, bias, rows, out_dim);
-      ZT_CUDA_CHECK_LAUNCH("broadcast_rows_kernel");
-      args.accumulate = true;
-    } else {
-      args.bias = bias;
-    }
-    gemm(ctx_, args);
+    gemm_plus_bias(args, bias);
   }
 
   void matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
@@ -405,33 +402,86 @@ class CudaKernels final : public KernelOps<float> {
     ZT_CUDA_CHECK_LAUNCH("softmax_xent_backward_kernel");
   }
 
-  void matmul_nt_forward(float* out, const float* x, const float* w, int rows, int K, int N) override {
-    GemmArgs args;  // out[rows,N] = x[rows,K] @ w[N,K]^T
+  void linear_forward(float* out, const float* x, const float* weight, const float* bias, int rows, int in_dim,
+                      int out_dim) override {
+    GemmArgs args;  // out[rows,out] = x[rows,in] @ weight[out,in]^T + bias
     args.trans_b = true;
-    args.m = rows, args.n = N, args.k = K;
-    args.a = x, args.b = w, args.d = out;
-    gemm(ctx_, args);
+    args.m = rows, args.n = out_dim, args.k = in_dim;
+    args.a = x, args.b = weight, args.d = out;
+    gemm_plus_bias(args, bias);
   }
 
-  void matmul_nt_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, int rows, int K,
-                          int N) override {
-    {  // dx[rows,K] = dout[rows,N] @ w[N,K]
+  void linear_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
+                       int rows, int in_dim, int out_dim, bool accumulate_dx) override {
+    if (dx) {  // dx[rows,in] (+)= dout[rows,out] @ weight[out,in]: beta = 1 adds the q/k/v projections' parts
       GemmArgs args;
-      args.m = rows, args.n = K, args.k = N;
-      args.a = dout, args.b = w, args.d = dx;
+      args.m = rows, args.n = in_dim, args.k = out_dim;
+      args.a = dout, args.b = weight, args.d = dx;
+      args.accumulate = accumulate_dx;
       gemm(ctx_, args);
     }
-    {  // dw[N,K] += dout[rows,N]^T @ x[rows,K]
+    {  // dweight[out,in] += dout[rows,out]^T @ x[rows,in]
       GemmArgs args;
       args.trans_a = true;
-      args.m = N, args.n = K, args.k = rows;
-      args.a = dout, args.b = x, args.d = dw;
+      args.m = out_dim, args.n = in_dim, args.k = rows;
+      args.a = dout, args.b = x, args.d = dweight;
       args.accumulate = true;
       gemm(ctx_, args);
     }
+    if (dbias) add_column_sums(ctx_, dbias, nullptr, rows, out_dim, MatrixTerms{dout, out_dim});
+  }
+
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, int rows, int C,
+                       double eps) override {
+    launch_rmsnorm_forward(ctx_, out, rstd, x, weight, rows, C, eps);
+  }
+
+  void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+                        const float* rstd, int rows, int C) override {
+    launch_rmsnorm_backward(ctx_, dx, dweight, dout, x, weight, rstd, rows, C);
+  }
+
+  void rotary(float* x, const float* cos, const float* sin, int B, int T_, int heads, int hs, bool inverse) override {
+    launch_rotary(ctx_, x, cos, sin, B, T_, heads, hs, inverse);
+  }
+
+  void gqa_attention_forward(float* out, float* att, const float* q, const float* k, const float* v, int B, int Tq,
+                             int Tk, int NH, int NKV, int hs) override {
+    launch_gqa_attention_forward(ctx_, out, att, q, k, v, B, Tq, Tk, NH, NKV, hs);
+  }
+
+  void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* att, int B, int T_, int NH, int NKV, int hs) override {
+    launch_gqa_attention_backward(ctx_, dq, dk, dv, dout, q, k, v, att, B, T_, NH, NKV, hs);
+  }
+
+  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
+    launch_swiglu_forward(ctx_, out, gate, up, n);
+  }
+
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       size_t n) override {
+    launch_swiglu_backward(ctx_, dgate, dup, dout, gate, up, n);
   }
 
  private:
+  /// gemm(args) plus bias[n] on every row of D (bias may be null). cuBLASLt's epilogue needs a
+  /// 16-byte aligned bias; any other is broadcast into D first and the GEMM accumulates onto it,
+  /// which is also the CPU's order (bias first, then the products).
+  void gemm_plus_bias(GemmArgs args, const float* bias) {
+    if (bias && !is_aligned(bias, 16)) {
+      const size_t n = size_t(args.m) * args.n;
+      if (n == 0) return;
+      broadcast_rows_kernel<<<grid(n), kThreads, 0, ctx_.compute>>>(static_cast<float*>(args.d), bias, args.m,
+                                                                    args.n);
+      ZT_CUDA_CHECK_LAUNCH("broadcast_rows_kernel");
+      args.accumulate = true;
+    } else {
+      args.bias = bias;
+    }
+    gemm(ctx_, args);
+  }
+
   unsigned grid(size_t n) const { return grid_for(n, kThreads, ctx_.sm_count); }
   /// Blocks for one warp per row.
   static unsigned row_blocks(int rows) { return div_up(size_t(rows), kThreads / kWarp); }
