@@ -28,14 +28,16 @@ class QueuedKernels final : public KernelOps<float> {
 
   void embedding_forward(T* o, const int32_t* tok, const T* wte, const T* wpe, int B, int T_, int C) override {
     const size_t BT = size_t(B) * T_;
-    q_.enqueue_compute("embedding_forward",
-                       {out(o, BT * C), in(tok, BT), {wte, kToEnd, false}, in(wpe, size_t(T_) * C)},
+    std::vector<Access> a{out(o, BT * C), in(tok, BT), {wte, kToEnd, false}};
+    maybe(a, wpe, size_t(T_) * C, false);  // null: no learned positions
+    q_.enqueue_compute("embedding_forward", std::move(a),
                        [=, this] { k_.embedding_forward(o, tok, wte, wpe, B, T_, C); });
   }
   void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int B, int T_, int C) override {
     const size_t BT = size_t(B) * T_;
-    q_.enqueue_compute("embedding_backward",
-                       {{dwte, kToEnd, true}, out(dwpe, size_t(T_) * C), in(dout, BT * C), in(tok, BT)},
+    std::vector<Access> a{{dwte, kToEnd, true}, in(dout, BT * C), in(tok, BT)};
+    maybe(a, dwpe, size_t(T_) * C, true);
+    q_.enqueue_compute("embedding_backward", std::move(a),
                        [=, this] { k_.embedding_backward(dwte, dwpe, dout, tok, B, T_, C); });
   }
   void layernorm_forward(T* o, T* mean, T* rstd, const T* x, const T* w, const T* b, int rows, int C,
@@ -107,15 +109,62 @@ class QueuedKernels final : public KernelOps<float> {
     q_.enqueue_compute("softmax_xent_backward", {out(probs, size_t(rows) * V), in(targets, size_t(rows))},
                        [=, this] { k_.softmax_xent_backward(probs, targets, rows, V, dloss); });
   }
-  void matmul_nt_forward(T* o, const T* x, const T* w, int rows, int K, int N) override {
-    q_.enqueue_compute("matmul_nt_forward", {out(o, size_t(rows) * N), in(x, size_t(rows) * K), in(w, size_t(N) * K)},
-                       [=, this] { k_.matmul_nt_forward(o, x, w, rows, K, N); });
+  void linear_forward(T* o, const T* x, const T* w, const T* b, int rows, int in_dim, int out_dim) override {
+    std::vector<Access> a{out(o, size_t(rows) * out_dim), in(x, size_t(rows) * in_dim),
+                          in(w, size_t(out_dim) * in_dim)};
+    maybe(a, b, size_t(out_dim), false);
+    q_.enqueue_compute("linear_forward", std::move(a),
+                       [=, this] { k_.linear_forward(o, x, w, b, rows, in_dim, out_dim); });
   }
-  void matmul_nt_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, int rows, int K, int N) override {
-    q_.enqueue_compute("matmul_nt_backward",
-                       {out(dx, size_t(rows) * K), out(dw, size_t(N) * K), in(dout, size_t(rows) * N),
-                        in(x, size_t(rows) * K), in(w, size_t(N) * K)},
-                       [=, this] { k_.matmul_nt_backward(dx, dw, dout, x, w, rows, K, N); });
+  void linear_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, int rows, int in_dim, int out_dim,
+                       bool accumulate_dx) override {
+    std::vector<Access> a{out(dw, size_t(out_dim) * in_dim), in(dout, size_t(rows) * out_dim),
+                          in(x, size_t(rows) * in_dim), in(w, size_t(out_dim) * in_dim)};
+    maybe(a, dx, size_t(rows) * in_dim, true);
+    maybe(a, db, size_t(out_dim), true);
+    q_.enqueue_compute("linear_backward", std::move(a), [=, this] {
+      k_.linear_backward(dx, dw, db, dout, x, w, rows, in_dim, out_dim, accumulate_dx);
+    });
+  }
+  void rmsnorm_forward(T* o, T* rstd, const T* x, const T* w, int rows, int C, double eps) override {
+    const size_t R = size_t(rows);
+    q_.enqueue_compute("rmsnorm_forward", {out(o, R * C), out(rstd, R), in(x, R * C), in(w, size_t(C))},
+                       [=, this] { k_.rmsnorm_forward(o, rstd, x, w, rows, C, eps); });
+  }
+  void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int rows, int C) override {
+    const size_t R = size_t(rows);
+    q_.enqueue_compute("rmsnorm_backward",
+                       {out(dx, R * C), out(dw, size_t(C)), in(dout, R * C), in(x, R * C), in(w, size_t(C)),
+                        in(rstd, R)},
+                       [=, this] { k_.rmsnorm_backward(dx, dw, dout, x, w, rstd, rows, C); });
+  }
+  void rotary(T* x, const T* cos, const T* sin, int B, int T_, int heads, int hs, bool inverse) override {
+    const size_t angles = size_t(T_) * (hs / 2);
+    q_.enqueue_compute("rotary", {out(x, size_t(B) * T_ * heads * hs), in(cos, angles), in(sin, angles)},
+                       [=, this] { k_.rotary(x, cos, sin, B, T_, heads, hs, inverse); });
+  }
+  void gqa_attention_forward(T* o, T* att, const T* q, const T* k, const T* v, int B, int Tq, int Tk, int NH, int NKV,
+                             int hs) override {
+    const size_t q_n = size_t(B) * Tq * NH * hs, kv_n = size_t(B) * Tk * NKV * hs;
+    q_.enqueue_compute("gqa_attention_forward",
+                       {out(o, q_n), out(att, size_t(B) * NH * Tq * Tk), in(q, q_n), in(k, kv_n), in(v, kv_n)},
+                       [=, this] { k_.gqa_attention_forward(o, att, q, k, v, B, Tq, Tk, NH, NKV, hs); });
+  }
+  void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* att,
+                              int B, int T_, int NH, int NKV, int hs) override {
+    const size_t q_n = size_t(B) * T_ * NH * hs, kv_n = size_t(B) * T_ * NKV * hs;
+    q_.enqueue_compute("gqa_attention_backward",
+                       {out(dq, q_n), out(dk, kv_n), out(dv, kv_n), in(dout, q_n), in(q, q_n), in(k, kv_n),
+                        in(v, kv_n), in(att, size_t(B) * NH * T_ * T_)},
+                       [=, this] { k_.gqa_attention_backward(dq, dk, dv, dout, q, k, v, att, B, T_, NH, NKV, hs); });
+  }
+  void swiglu_forward(T* o, const T* gate, const T* up, size_t n) override {
+    q_.enqueue_compute("swiglu_forward", {out(o, n), in(gate, n), in(up, n)},
+                       [=, this] { k_.swiglu_forward(o, gate, up, n); });
+  }
+  void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, size_t n) override {
+    q_.enqueue_compute("swiglu_backward", {out(dgate, n), out(dup, n), in(dout, n), in(gate, n), in(up, n)},
+                       [=, this] { k_.swiglu_backward(dgate, dup, dout, gate, up, n); });
   }
 
  private:
