@@ -14,6 +14,8 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -144,6 +146,19 @@ TEST_F(CudaOps, EmbeddingForwardAndBackward) {
   expect_close(dwpe, kElementwiseTol, "dwpe");
 }
 
+// The Llama family's embedding: no learned positions (wpe and dwpe null); the row is a copy.
+TEST_F(CudaOps, EmbeddingWithoutPositions) {
+  auto tokens = twin(random_tokens(kB * kT, 20, 8));
+  auto wte = twin(randn(kV * kC, 9)), out = twin(randn(kB * kT * kC, 90)), dout = twin(randn(kB * kT * kC, 91));
+  auto dwte = twin(randn(kV * kC, 92));
+  on_both([&](Backend& b) {
+    b.ops().embedding_forward(out.on(b), tokens.on(b), wte.on(b), nullptr, kB, kT, kC);
+    b.ops().embedding_backward(dwte.on(b), nullptr, dout.on(b), tokens.on(b), kB, kT, kC);
+  });
+  expect_equal_bits(out, "out");
+  expect_close(dwte, kElementwiseTol, "dwte");
+}
+
 TEST_F(CudaOps, LayernormForwardAndBackward) {
   const int rows = kB * kT;
   auto x = twin(randn(rows * kC, 10, 2.0f)), w = twin(randn(kC, 11)), bias = twin(randn(kC, 12));
@@ -203,17 +218,40 @@ TEST_F(CudaOps, MatmulBackward) {
   expect_close(dw_only, kGemmTol, "dweight without dx and dbias", true);
 }
 
-TEST_F(CudaOps, MatmulNt) {
-  const int rows = kB * kT, K = kC, N = kV;
-  auto x = twin(randn(rows * K, 40)), w = twin(randn(N * K, 41)), dout = twin(randn(rows * N, 42));
-  auto out = twin(randn(rows * N, 43)), dx = twin(randn(rows * K, 44)), dw = twin(randn(N * K, 45));
+// linear_forward ([out,in] weights) with and without a bias, and with a bias one element off
+// 16-byte alignment (broadcast instead of cuBLASLt's epilogue).
+TEST_F(CudaOps, LinearForward) {
+  const int rows = kB * kT, in = kC, out_dim = kV;
+  auto x = twin(randn(rows * in, 40)), w = twin(randn(out_dim * in, 41)), bias = twin(randn(out_dim + 1, 42));
+  auto with_bias = twin(randn(rows * out_dim, 43)), no_bias = twin(randn(rows * out_dim, 44));
+  auto odd_bias = twin(randn(rows * out_dim, 45));
   on_both([&](Backend& b) {
-    b.ops().matmul_nt_forward(out.on(b), x.on(b), w.on(b), rows, K, N);
-    b.ops().matmul_nt_backward(dx.on(b), dw.on(b), dout.on(b), x.on(b), w.on(b), rows, K, N);
+    b.ops().linear_forward(with_bias.on(b), x.on(b), w.on(b), bias.on(b), rows, in, out_dim);
+    b.ops().linear_forward(no_bias.on(b), x.on(b), w.on(b), nullptr, rows, in, out_dim);
+    b.ops().linear_forward(odd_bias.on(b), x.on(b), w.on(b), bias.on(b) + 1, rows, in, out_dim);
   });
-  expect_close(out, kGemmTol, "out", true);
+  expect_close(with_bias, kGemmTol, "with bias", true);
+  expect_close(no_bias, kGemmTol, "without bias", true);
+  expect_close(odd_bias, kGemmTol, "unaligned bias", true);
+}
+
+// dx overwritten and accumulated (the q, k and v projections share their input), dweight and
+// dbias accumulated, and the call without dx or dbias.
+TEST_F(CudaOps, LinearBackward) {
+  const int rows = kB * kT, in = kC, out_dim = kV;
+  auto x = twin(randn(rows * in, 46)), w = twin(randn(out_dim * in, 47)), dout = twin(randn(rows * out_dim, 48));
+  auto dx = twin(randn(rows * in, 49)), dx_acc = twin(randn(rows * in, 140));
+  auto dw = twin(randn(out_dim * in, 141)), db = twin(randn(out_dim, 142)), dw_only = twin(randn(out_dim * in, 143));
+  on_both([&](Backend& b) {
+    b.ops().linear_backward(dx.on(b), dw.on(b), db.on(b), dout.on(b), x.on(b), w.on(b), rows, in, out_dim, false);
+    b.ops().linear_backward(dx_acc.on(b), dw.on(b), nullptr, dout.on(b), x.on(b), w.on(b), rows, in, out_dim, true);
+    b.ops().linear_backward(nullptr, dw_only.on(b), nullptr, dout.on(b), x.on(b), w.on(b), rows, in, out_dim, false);
+  });
   expect_close(dx, kGemmTol, "dx", true);
-  expect_close(dw, kGemmTol, "dw", true);
+  expect_close(dx_acc, kGemmTol, "dx accumulated", true);
+  expect_close(dw, kGemmTol, "dweight (accumulated twice)", true);
+  expect_close(db, kReductionTol, "dbias");
+  expect_close(dw_only, kGemmTol, "dweight without dx and dbias", true);
 }
 
 // B, T, C, NH: the small shape (head size 12, under a warp) and GPT-2's head size 64 with a
@@ -259,6 +297,114 @@ TEST_F(CudaOps, Elementwise) {
     expect_close(dgelu, kElementwiseTol, "gelu_backward");
     expect_equal_bits(sum, "residual_forward");
     expect_equal_bits(acc, "accumulate");
+  }
+}
+
+// ---- the Llama family -------------------------------------------------------------------------
+
+TEST_F(CudaOps, RmsnormForwardAndBackward) {
+  const int rows = kB * kT;
+  auto x = twin(randn(rows * kC, 100, 2.0f)), w = twin(randn(kC, 101));
+  auto out = twin(randn(rows * kC, 102)), rstd = twin(randn(rows, 103)), dout = twin(randn(rows * kC, 104));
+  auto dx = twin(randn(rows * kC, 105)), dw = twin(randn(kC, 106));  // both +=
+  on_both([&](Backend& b) {
+    b.ops().rmsnorm_forward(out.on(b), rstd.on(b), x.on(b), w.on(b), rows, kC, 1e-6);
+    b.ops().rmsnorm_backward(dx.on(b), dw.on(b), dout.on(b), x.on(b), w.on(b), rstd.on(b), rows, kC);
+  });
+  expect_close(out, kReductionTol, "out");
+  expect_close(rstd, kReductionTol, "rstd");
+  expect_close(dx, kReductionTol, "dx");
+  expect_close(dw, kReductionTol, "dweight");
+}
+
+/// cos and sin [T, hs/2] of HF's default rope (theta 10000), in fp32.
+std::pair<std::vector<float>, std::vector<float>> rope_angles(int T, int hs) {
+  const int half = hs / 2;
+  std::vector<float> c(size_t(T) * half), s(size_t(T) * half);
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < half; ++i) {
+      const double angle = t * std::pow(10000.0, -2.0 * i / hs);
+      c[size_t(t) * half + i] = float(std::cos(angle));
+      s[size_t(t) * half + i] = float(std::sin(angle));
+    }
+  return {c, s};
+}
+
+// Forward, then inverse (which must bring x back), on x[B,T,heads,hs].
+TEST_F(CudaOps, Rotary) {
+  const int heads = 3, hs = 16;
+  const size_t n = size_t(kB) * kT * heads * hs;
+  const auto [c_host, s_host] = rope_angles(kT, hs);
+  const std::vector<float> x_host = randn(n, 110);
+  auto cosines = twin(c_host), sines = twin(s_host), x = twin(x_host);
+  on_both([&](Backend& b) { b.ops().rotary(x.on(b), cosines.on(b), sines.on(b), kB, kT, heads, hs, false); });
+  expect_close(x, kElementwiseTol, "rotated");
+  on_both([&](Backend& b) { b.ops().rotary(x.on(b), cosines.on(b), sines.on(b), kB, kT, heads, hs, true); });
+  expect_close(x, kElementwiseTol, "rotated back");
+  EXPECT_LE(max_rel_error(read(*gpu, x.g), x_host), kElementwiseTol) << "inverse(forward(x)) = x";
+}
+
+// B, Tq, Tk, NH, NKV, hs. Backward only where Tq = Tk (training).
+void check_gqa_attention(CudaOps& t, int B, int Tq, int Tk, int NH, int NKV, int hs) {
+  const size_t q_n = size_t(B) * Tq * NH * hs, kv_n = size_t(B) * Tk * NKV * hs, att_n = size_t(B) * NH * Tq * Tk;
+  auto q = t.twin(randn(q_n, 120)), k = t.twin(randn(kv_n, 121)), v = t.twin(randn(kv_n, 122));
+  auto out = t.twin(randn(q_n, 123)), att = t.twin(randn(att_n, 124));
+  t.on_both([&](Backend& b) {
+    b.ops().gqa_attention_forward(out.on(b), att.on(b), q.on(b), k.on(b), v.on(b), B, Tq, Tk, NH, NKV, hs);
+  });
+  const std::string shape = cat(" B", B, " Tq", Tq, " Tk", Tk, " NH", NH, " NKV", NKV, " hs", hs);
+  t.expect_close(out, kReductionTol, ("out" + shape).c_str());
+  t.expect_close(att, kReductionTol, ("att" + shape).c_str());
+  // Query i sits at position Tk - Tq + i: the keys after it are exact zeros, as the CPU writes them.
+  const auto a = t.read(*t.gpu, att.g);
+  for (size_t row = 0; row < size_t(B) * NH * Tq; ++row)
+    for (int t2 = Tk - Tq + int(row % Tq) + 1; t2 < Tk; ++t2)
+      ASSERT_EQ(a[row * Tk + t2], 0.0f) << "row " << row << " t2 " << t2 << shape;
+  if (Tq != Tk) return;
+
+  auto dout = t.twin(randn(q_n, 125));
+  auto dq = t.twin(randn(q_n, 126)), dk = t.twin(randn(kv_n, 127)), dv = t.twin(randn(kv_n, 128));  // overwritten
+  t.on_both([&](Backend& b) {
+    b.ops().gqa_attention_backward(dq.on(b), dk.on(b), dv.on(b), dout.on(b), q.on(b), k.on(b), v.on(b), att.on(b), B,
+                                   Tq, NH, NKV, hs);
+  });
+  t.expect_close(dq, kReductionTol, ("dq" + shape).c_str());
+  t.expect_close(dk, kReductionTol, ("dk" + shape).c_str());
+  t.expect_close(dv, kReductionTol, ("dv" + shape).c_str());
+  // No atomics: the same call again gives the same bits.
+  const auto dk_first = t.read(*t.gpu, dk.g), dv_first = t.read(*t.gpu, dv.g);
+  t.gpu->ops().gqa_attention_backward(dq.g.data(), dk.g.data(), dv.g.data(), dout.g.data(), q.g.data(), k.g.data(),
+                                      v.g.data(), att.g.data(), B, Tq, NH, NKV, hs);
+  EXPECT_EQ(std::memcmp(dk_first.data(), t.read(*t.gpu, dk.g).data(), kv_n * sizeof(float)), 0) << "dk" << shape;
+  EXPECT_EQ(std::memcmp(dv_first.data(), t.read(*t.gpu, dv.g).data(), kv_n * sizeof(float)), 0) << "dv" << shape;
+}
+
+TEST_F(CudaOps, GqaAttentionForwardAndBackward) {
+  check_gqa_attention(*this, kB, kT, kT, 4, 2, 12);   // two query heads per kv head, head size under a warp
+  check_gqa_attention(*this, 1, 101, 101, 8, 2, 64);  // Llama's head size, a longer odd sequence
+  check_gqa_attention(*this, kB, kT, kT, 4, 4, 16);   // NKV = NH: plain multi-head attention
+  check_gqa_attention(*this, 1, 45, 45, 6, 1, 24);    // multi-query: one kv head for all
+}
+
+TEST_F(CudaOps, GqaAttentionWithKvCache) {
+  check_gqa_attention(*this, kB, 5, 40, 4, 2, 16);  // a chunk of 5 new tokens after 35 cached ones
+  check_gqa_attention(*this, 3, 1, 33, 8, 2, 64);   // decoding one token
+}
+
+TEST_F(CudaOps, Swiglu) {
+  // n is odd, so the vector paths leave a scalar tail; the "+ 1" views take the scalar path.
+  const size_t n = 4099;
+  auto gate = twin(randn(n + 1, 130, 3.0f)), up = twin(randn(n + 1, 131)), dout = twin(randn(n + 1, 132));
+  auto out = twin(randn(n + 1, 133)), dgate = twin(randn(n + 1, 134)), dup = twin(randn(n + 1, 135));
+  for (size_t offset : {size_t(0), size_t(1)}) {
+    on_both([&](Backend& b) {
+      b.ops().swiglu_forward(out.on(b) + offset, gate.on(b) + offset, up.on(b) + offset, n);
+      b.ops().swiglu_backward(dgate.on(b) + offset, dup.on(b) + offset, dout.on(b) + offset, gate.on(b) + offset,
+                              up.on(b) + offset, n);
+    });
+    expect_close(out, kElementwiseTol, "swiglu_forward");
+    expect_close(dgate, kElementwiseTol, "swiglu_backward dgate");
+    expect_close(dup, kElementwiseTol, "swiglu_backward dup");
   }
 }
 
