@@ -6,6 +6,7 @@
 
 #include "config/json_reader.h"
 #include "config/json_section.h"
+#include "config/llama_config.h"
 #include "core/error.h"
 #include "model/model_layout.h"
 
@@ -108,7 +109,12 @@ ModelConfig read_model(JsonSection& top, const std::string& path, boost::json::o
   if (!v || v->is_null()) top.fail("model_config", "missing");
   if (!v->is_object()) top.fail("model_config", cat("expected an object, got ", describe_json(*v)));
   const boost::json::object& mc = v->get_object();
-  // Exactly the keys the writer writes: they and nothing else fix the layout.
+  model_out = mc;
+  if (mc.contains("model_type")) {
+    // The Llama family: HF's own config.json, whose reader checks every key.
+    return parse_model_config(boost::json::serialize(mc), cat(path, ": model_config"));
+  }
+  // GPT-2: exactly the keys the writer writes: they and nothing else fix the layout.
   const boost::json::object expected = model_json(ModelConfig{});
   for (const auto& [key, value] : expected) {
     if (!mc.contains(key)) top.fail(cat("model_config.", std::string_view(key)), "missing");
@@ -219,6 +225,7 @@ std::vector<ManifestFile> read_files(JsonSection& top, int world_size, int num_n
 std::string shard_name(int rank) { return cat("zero_rank_", rank, "_optim_states.h5"); }
 
 boost::json::object model_json(const ModelConfig& m) {
+  if (m.architecture() == Architecture::kLlama) return llama_family_json(m);
   return {{"n_layer", m.n_layer}, {"n_embd", m.n_embd}, {"n_head", m.n_head}, {"n_positions", m.n_positions},
           {"vocab_size", m.vocab_size}, {"layer_norm_epsilon", m.layer_norm_epsilon}};
 }

@@ -30,8 +30,13 @@ void read_rope_scaling(JsonSection& s, const boost::json::object& keys, ModelCon
   if (!v || v->is_null()) return;
   JsonSection r = s.child("rope_scaling");
   std::string type;
-  // "type" before transformers 4.45, "rope_type" since; either names it.
-  if (!r.read("rope_type", type)) r.read("type", type);
+  // "type" before transformers 4.45, "rope_type" since; either names it (and messages name the
+  // one the file has).
+  const char* type_key = "rope_type";
+  std::string legacy;
+  const bool has_legacy = r.read("type", legacy);
+  if (!r.read("rope_type", type) && has_legacy) type = legacy, type_key = "type";
+  if (has_legacy && legacy != type) r.fail("type", cat("\"", legacy, "\" differs from rope_type \"", type, "\""));
   if (type.empty()) r.fail("rope_type", "missing: rope_scaling needs a type");
   double factor = 1.0;
   const bool has_factor = r.read("factor", factor, 1.0, 1024.0);
@@ -50,7 +55,7 @@ void read_rope_scaling(JsonSection& s, const boost::json::object& keys, ModelCon
       r.fail("high_freq_factor", "must be larger than low_freq_factor");
     }
   } else {
-    r.fail("rope_type", cat("\"", type, "\" is not implemented (linear, dynamic and llama3 are)"));
+    r.fail(type_key, cat("\"", type, "\" is not implemented (linear, dynamic and llama3 are)"));
   }
   if (m.rope_scaling.type != RopeScaling::Type::kNone && !has_factor) r.fail("factor", "missing");
   m.rope_scaling.factor = factor;
@@ -171,7 +176,8 @@ boost::json::object llama_family_json(const ModelConfig& m) {
   if (m.model_type == "qwen2") o["use_sliding_window"] = false;
   const RopeScaling& r = m.rope_scaling;
   if (r.type == RopeScaling::Type::kLinear) {
-    o["rope_scaling"] = {{"type", "linear"}, {"rope_type", "linear"}, {"factor", r.factor}};
+    // "type": transformers before 4.43 refuses any other key here; later ones still read it.
+    o["rope_scaling"] = {{"type", "linear"}, {"factor", r.factor}};
   } else if (r.type == RopeScaling::Type::kLlama3) {
     o["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", r.factor},

@@ -251,7 +251,8 @@ void log_run_config(const Setup& setup, const TrainArgs& args, const ModelLayout
                     const ProcessPlace& place, int world_size) {
   const ModelConfig& m = setup.model;
   const DsConfig& ds = setup.ds;
-  log_info("model: GPT-2 ", m.n_layer, "L ", m.n_embd, "C ", m.n_head, "H, ", human_count(double(layout.num_params())),
+  log_info("model: ", m.model_type, " ", m.n_layer, "L ", m.n_embd, "C ", m.n_head, "H",
+           m.kv_heads() != m.n_head ? cat(" (", m.kv_heads(), " kv)") : std::string(), ", ", human_count(double(layout.num_params())),
            " parameters, vocab ", m.vocab_size, ", block ", setup.seq_len);
   log_info("backend: ", backend.describe(), "; ", world_size, " rank(s) on ", place.num_nodes, " node(s)");
   log_info("training: ", dtype_name(ds.param_dtype()), ", ZeRO stage ", ds.zero.stage, ", batch ", ds.train_batch_size,

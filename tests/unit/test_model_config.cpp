@@ -80,7 +80,7 @@ TEST(ModelConfig, MathChangingKeysAreRefusedByName) {
                         {"tie_word_embeddings", false},
                         {"scale_attn_weights", false},
                         {"n_inner", 100},
-                        {"model_type", "llama"},
+                        {"model_type", "bert"},
                         {"pruned_heads", boost::json::object{{"0", boost::json::array{1}}}},
                         {"quantization_config", boost::json::object{{"load_in_8bit", true}}}};
   for (const Case& c : cases) {

@@ -1,10 +1,12 @@
-// The whole GPT-2's gradient against central finite differences in double precision, and
-// activation checkpointing against the plain backward.
+// Each architecture's whole-model gradient against central finite differences in double
+// precision, activation checkpointing against the plain backward, and fp32 against fp64: GPT-2,
+// and the Llama family with grouped-query attention, every bias switch, tied and untied heads.
 #include <cstring>
 
 #include "core/error.h"
 #include "grad_check.h"
 #include "model/causal_lm.h"
+#include "model/llama_layout.h"
 
 namespace zt {
 namespace {
@@ -33,9 +35,35 @@ ModelConfig tiny_config() {
   return c;
 }
 
-TEST(ModelGradient, MatchesFiniteDifferences) {
+// A tiny Llama-family model: 4 query heads sharing 2 kv heads of size 4.
+ModelConfig tiny_llama(const std::string& type, bool tied) {
+  ModelConfig c = tiny_config();
+  c.model_type = type;
+  c.n_embd = 16;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.intermediate_size = 24;
+  c.layer_norm_epsilon = 1e-6;
+  c.rope_theta = 100.0;  // angles that turn visibly over 6 positions
+  c.tie_word_embeddings = tied;
+  c.qkv_bias = type == "qwen2";
+  c.attention_bias = c.mlp_bias = type == "llama";
+  return c;
+}
+
+class ArchGradient : public ::testing::TestWithParam<ModelConfig> {};
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ArchGradient,
+                         ::testing::Values(tiny_config(), tiny_llama("llama", false), tiny_llama("qwen2", true),
+                                           tiny_llama("mistral", false)),
+                         [](const auto& info) {
+                           return info.param.model_type + (info.param.tie_word_embeddings ? "_tied" : "_untied");
+                         });
+
+TEST_P(ArchGradient, MatchesFiniteDifferences) {
   auto backend = make_cpu_backend();
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_config());
+  const ModelConfig cfg = GetParam();
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(cfg);
   const ModelLayout& layout = *layout_ptr;
   FlatParams<double> params(layout);
   std::vector<float> init(layout.flat_size());
@@ -47,6 +75,7 @@ TEST(ModelGradient, MatchesFiniteDifferences) {
   const int B = 2, T = 5;
   std::vector<int32_t> inputs = {1, 3, 5, 7, 9, 2, 2, 4, 10, 0};
   std::vector<int32_t> targets = {3, 5, 7, 9, 1, 2, 4, 10, 0, -1};
+  ASSERT_EQ(cfg.vocab_size, 11);
   const auto model_ptr = make_causal_lm<double>(layout, *backend, *backend->ops_f64(), B, T, false);
   CausalLM<double>& model = *model_ptr;
   auto loss = [&] {
@@ -69,9 +98,9 @@ TEST(ModelGradient, MatchesFiniteDifferences) {
   }
 }
 
-TEST(ModelGradient, CheckpointingGivesTheSameGradients) {
+TEST_P(ArchGradient, CheckpointingGivesTheSameGradients) {
   auto backend = make_cpu_backend();
-  ModelConfig cfg = tiny_config();
+  ModelConfig cfg = GetParam();
   cfg.n_layer = 3;
   const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(cfg);
   const ModelLayout& layout = *layout_ptr;
@@ -101,9 +130,9 @@ TEST(ModelGradient, CheckpointingGivesTheSameGradients) {
   EXPECT_EQ(0, std::memcmp(plain.grads.data(), recomputed.grads.data(), plain.grads.size() * sizeof(float)));
 }
 
-TEST(ModelGradient, FloatModelAgreesWithDouble) {
+TEST_P(ArchGradient, FloatModelAgreesWithDouble) {
   auto backend = make_cpu_backend();
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_config());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(GetParam());
   const ModelLayout& layout = *layout_ptr;
   FlatParams<float> pf(layout);
   FlatParams<double> pd(layout);
@@ -143,6 +172,30 @@ TEST(Gpt2Layout, HfNamesShapesAndCount) {
   EXPECT_EQ(layout.params().size(), 2u + 12u * 12u + 2u);
   for (const auto& p : layout.params()) EXPECT_EQ(p.offset % kParamAlignment, 0u) << p.name;
   EXPECT_THROW(layout.find("lm_head.weight"), UsageError);
+}
+
+TEST(LlamaLayout, HfNamesShapesUnitsAndBiases) {
+  const ModelConfig untied = tiny_llama("llama", false);
+  const LlamaLayout llama(untied);
+  EXPECT_EQ(llama.find("model.layers.1.self_attn.k_proj.weight").shape, (std::vector<int64_t>{8, 16}));  // [NKV hs, C]
+  EXPECT_EQ(llama.find("model.layers.1.self_attn.o_proj.bias").shape, (std::vector<int64_t>{16}));
+  EXPECT_EQ(llama.find("model.layers.0.mlp.down_proj.weight").shape, (std::vector<int64_t>{16, 24}));
+  EXPECT_EQ(llama.find("model.layers.0.mlp.up_proj.bias").shape, (std::vector<int64_t>{24}));
+  const ParamInfo& head = llama.find("lm_head.weight");
+  EXPECT_EQ(head.unit, llama.num_units() - 1);  // its own unit, the last: its gradients finish first
+  EXPECT_EQ(llama.lm_head_unit(), head.unit);
+  EXPECT_EQ(llama.tied_unit(), -1);
+  EXPECT_EQ(int64_t(llama.num_params()), untied.num_params());
+  // Qwen2: biases on q, k and v only; tied: no lm_head tensor, the embedding is the tied unit.
+  const LlamaLayout qwen(tiny_llama("qwen2", true));
+  EXPECT_EQ(qwen.find("model.layers.0.self_attn.v_proj.bias").shape, (std::vector<int64_t>{8}));
+  EXPECT_THROW(qwen.find("model.layers.0.self_attn.o_proj.bias"), UsageError);
+  EXPECT_THROW(qwen.find("model.layers.0.mlp.gate_proj.bias"), UsageError);
+  EXPECT_THROW(qwen.find("lm_head.weight"), UsageError);
+  EXPECT_EQ(qwen.tied_unit(), 0);
+  EXPECT_EQ(qwen.lm_head_unit(), 0);
+  EXPECT_EQ(qwen.block().o_bias, LlamaBlockOffsets::kNone);
+  for (const auto& p : qwen.params()) EXPECT_EQ(p.offset % kParamAlignment, 0u) << p.name;
 }
 
 TEST(Gpt2Layout, InitialisationIsSliceable) {
