@@ -78,7 +78,7 @@ double LlamaModel<T>::flops_per_token_forward(int seq_len) const {
 }
 
 template <typename T>
-typename LlamaModel<T>::BlockActs LlamaModel<T>::block_acts(int layer) {
+LlamaBlockActs<T> LlamaModel<T>::block_acts(int layer) {
   const auto& cfg = layout_.config();
   const size_t BT = size_t(batch_) * seq_, C = cfg.n_embd, I = cfg.intermediate_size;
   T* p = acts_.data() + size_t(checkpointing_ ? 0 : layer) * per_block_elems_;
@@ -87,7 +87,7 @@ typename LlamaModel<T>::BlockActs LlamaModel<T>::block_acts(int layer) {
     p += n;
     return out;
   };
-  BlockActs a{};
+  LlamaBlockActs<T> a{};
   a.xn1 = take(BT * C);
   a.rstd1 = take(BT);
   a.q = take(BT * q_dim_);
@@ -101,13 +101,9 @@ typename LlamaModel<T>::BlockActs LlamaModel<T>::block_acts(int layer) {
   a.gate = take(BT * I);
   a.up = take(BT * I);
   a.h = take(BT * I);
+  a.k_all = a.k;
+  a.v_all = a.v;
   return a;
-}
-
-template <typename T>
-void LlamaModel<T>::project(T* out, const T* x, const T* w, size_t weight, size_t bias, int rows, int in,
-                            int out_dim) {
-  ops_.linear_forward(out, x, w + weight, bias == LlamaBlockOffsets::kNone ? nullptr : w + bias, rows, in, out_dim);
 }
 
 template <typename T>
@@ -117,31 +113,44 @@ void LlamaModel<T>::project_backward(T* dx, T* g, const T* dout, const T* x, con
                        rows, in, out_dim, accumulate_dx);
 }
 
+namespace {
+
 template <typename T>
-void LlamaModel<T>::block_forward(const T* w, const T* x, T* out, const BlockActs& a, int B, int T_) {
-  const auto& cfg = layout_.config();
-  const LlamaBlockOffsets& o = layout_.block();
+void project(KernelOps<T>& ops, T* out, const T* x, const T* w, size_t weight, size_t bias, int rows, int in,
+             int out_dim) {
+  ops.linear_forward(out, x, w + weight, bias == LlamaBlockOffsets::kNone ? nullptr : w + bias, rows, in, out_dim);
+}
+
+}  // namespace
+
+template <typename T>
+void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
+                         const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past, const T* cos,
+                         const T* sin) {
   const int BT = B * T_, C = cfg.n_embd, I = cfg.intermediate_size, hs = cfg.head_size();
-  ops_.rmsnorm_forward(a.xn1, a.rstd1, x, w + o.input_norm, BT, C, cfg.layer_norm_epsilon);
-  project(a.q, a.xn1, w, o.q, o.q_bias, BT, C, q_dim_);
-  project(a.k, a.xn1, w, o.k, o.k_bias, BT, C, kv_dim_);
-  project(a.v, a.xn1, w, o.v, o.v_bias, BT, C, kv_dim_);
-  ops_.rotary(a.q, rope_cos_.data(), rope_sin_.data(), B, T_, cfg.n_head, hs, false);
-  ops_.rotary(a.k, rope_cos_.data(), rope_sin_.data(), B, T_, cfg.n_kv_head, hs, false);
-  ops_.gqa_attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T_, T_, cfg.n_head, cfg.n_kv_head, hs);
-  project(a.res2, a.atty, w, o.o, o.o_bias, BT, q_dim_, C);
-  ops_.accumulate(a.res2, x, size_t(BT) * C);  // residual: res2 = x + o_proj(attention)
-  ops_.rmsnorm_forward(a.xn2, a.rstd2, a.res2, w + o.post_norm, BT, C, cfg.layer_norm_epsilon);
-  project(a.gate, a.xn2, w, o.gate, o.gate_bias, BT, C, I);
-  project(a.up, a.xn2, w, o.up, o.up_bias, BT, C, I);
-  ops_.swiglu_forward(a.h, a.gate, a.up, size_t(BT) * I);
-  project(out, a.h, w, o.down, o.down_bias, BT, I, C);
-  ops_.accumulate(out, a.res2, size_t(BT) * C);  // residual: out = res2 + mlp
+  const int q_dim = cfg.n_head * hs, kv_dim = cfg.n_kv_head * hs;
+  const size_t half = size_t(hs / 2);
+  ops.rmsnorm_forward(a.xn1, a.rstd1, x, w + o.input_norm, BT, C, cfg.layer_norm_epsilon);
+  project(ops, a.q, a.xn1, w, o.q, o.q_bias, BT, C, q_dim);
+  project(ops, a.k, a.xn1, w, o.k, o.k_bias, BT, C, kv_dim);
+  project(ops, a.v, a.xn1, w, o.v, o.v_bias, BT, C, kv_dim);
+  ops.rotary(a.q, cos + past * half, sin + past * half, B, T_, cfg.n_head, hs, false);
+  ops.rotary(a.k, cos + past * half, sin + past * half, B, T_, cfg.n_kv_head, hs, false);
+  ops.gqa_attention_forward(a.atty, a.att, a.q, a.k_all, a.v_all, B, T_, past + T_, cfg.n_head, cfg.n_kv_head, hs);
+  project(ops, a.res2, a.atty, w, o.o, o.o_bias, BT, q_dim, C);
+  ops.accumulate(a.res2, x, size_t(BT) * C);  // residual: res2 = x + o_proj(attention)
+  ops.rmsnorm_forward(a.xn2, a.rstd2, a.res2, w + o.post_norm, BT, C, cfg.layer_norm_epsilon);
+  project(ops, a.gate, a.xn2, w, o.gate, o.gate_bias, BT, C, I);
+  project(ops, a.up, a.xn2, w, o.up, o.up_bias, BT, C, I);
+  ops.swiglu_forward(a.h, a.gate, a.up, size_t(BT) * I);
+  project(ops, out, a.h, w, o.down, o.down_bias, BT, I, C);
+  ops.accumulate(out, a.res2, size_t(BT) * C);  // residual: out = res2 + mlp
 }
 
 // dres holds d(block output) on entry and d(block input) on return.
 template <typename T>
-void LlamaModel<T>::block_backward(const T* w, T* g, const T* x, const BlockActs& a, T* dres, int B, int T_) {
+void LlamaModel<T>::block_backward(const T* w, T* g, const T* x, const LlamaBlockActs<T>& a, T* dres, int B,
+                                   int T_) {
   const auto& cfg = layout_.config();
   const LlamaBlockOffsets& o = layout_.block();
   const int BT = B * T_, C = cfg.n_embd, I = cfg.intermediate_size, hs = cfg.head_size();
@@ -176,8 +185,9 @@ void LlamaModel<T>::forward(ParamSource<T>& params, const int32_t* inputs, const
 
   for (int l = 0; l < cfg.n_layer; ++l) {
     const T* w = params.acquire_weights(layout_.block_unit(l));
-    block_forward(w, block_inputs_.data() + l * BT * C, block_inputs_.data() + (l + 1) * BT * C, block_acts(l), B,
-                  T_);
+    llama_block_forward(ops_, cfg, layout_.block(), w, block_inputs_.data() + l * BT * C,
+                        block_inputs_.data() + (l + 1) * BT * C, block_acts(l), B, T_, 0, rope_cos_.data(),
+                        rope_sin_.data());
     params.release_weights(layout_.block_unit(l));
   }
 
@@ -223,11 +233,12 @@ void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
     const T* w = params.acquire_weights(unit);
     T* g = params.grad_accumulator(unit);
     const T* x = block_inputs_.data() + l * BTC;
-    BlockActs a = block_acts(l);
+    const LlamaBlockActs<T> a = block_acts(l);
     if (checkpointing_) {
       // Recompute this block's activations from its saved input; the output goes to scratch
       // (the next block's input is already saved).
-      block_forward(w, x, dln_.data(), a, B, T_);
+      llama_block_forward(ops_, cfg, layout_.block(), w, x, dln_.data(), a, B, T_, 0, rope_cos_.data(),
+                          rope_sin_.data());
     }
     block_backward(w, g, x, a, dres_.data(), B, T_);
     params.release_weights(unit);
@@ -240,6 +251,12 @@ void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
   params.backward_done();
 }
 
+template void llama_block_forward(KernelOps<float>&, const ModelConfig&, const LlamaBlockOffsets&, const float*,
+                                  const float*, float*, const LlamaBlockActs<float>&, int, int, int, const float*,
+                                  const float*);
+template void llama_block_forward(KernelOps<double>&, const ModelConfig&, const LlamaBlockOffsets&, const double*,
+                                  const double*, double*, const LlamaBlockActs<double>&, int, int, int, const double*,
+                                  const double*);
 template class LlamaModel<float>;
 template class LlamaModel<double>;
 

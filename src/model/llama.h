@@ -5,6 +5,7 @@
 #pragma once
 
 #include "model/causal_lm.h"
+#include "model/llama_block.h"
 #include "model/llama_layout.h"
 
 namespace zt {
@@ -22,14 +23,9 @@ class LlamaModel final : public CausalLM<T> {
   double flops_per_token_forward(int seq_len) const override;
 
  private:
-  struct BlockActs {  // what one block's backward needs
-    T *xn1, *rstd1, *q, *k, *v, *att, *atty, *res2, *xn2, *rstd2, *gate, *up, *h;
-  };
-  BlockActs block_acts(int layer);
-  void block_forward(const T* w, const T* x, T* out, const BlockActs& a, int B, int T_);
-  void block_backward(const T* w, T* g, const T* x, const BlockActs& a, T* dres, int B, int T_);
-  /// x[rows, in] -> out[rows, out] through the projection at block offsets (weight, bias).
-  void project(T* out, const T* x, const T* w, size_t weight, size_t bias, int rows, int in, int out_dim);
+  LlamaBlockActs<T> block_acts(int layer);
+  void block_backward(const T* w, T* g, const T* x, const LlamaBlockActs<T>& a, T* dres, int B, int T_);
+  /// The gradients of a projection at block offsets (weight, bias).
   void project_backward(T* dx, T* g, const T* dout, const T* x, const T* w, size_t weight, size_t bias, int rows,
                         int in, int out_dim, bool accumulate_dx);
 
