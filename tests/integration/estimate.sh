@@ -18,18 +18,19 @@ cat >"$WORK/nvme.json" <<JSON
    "offload_param": {"device": "nvme", "nvme_path": "$WORK/nvme", "max_in_cpu": 50000, "buffer_size": 1e6}}}
 JSON
 
-# check NAME RANKS CONFIG FLAGS...: train 3 steps, estimate the same run, compare.
+# check NAME RANKS CONFIG FLAGS...: train 3 steps, estimate the same run, compare ($MODEL: the
+# model's config.json, GPT-2's demo unless set).
 check() {
-  local name=$1 ranks=$2 config=$3
+  local name=$1 ranks=$2 config=$3 model=${MODEL:-$ZT_SOURCE_DIR/configs/models/gpt2-demo.json}
   shift 3
   local flags=(--per_device_train_batch_size 4 --per_device_eval_batch_size 2 --block_size 64 "$@")
-  if ! "${MPI[@]}" -np "$ranks" "$ZEROTRAIN" --deepspeed "$config" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" \
+  if ! "${MPI[@]}" -np "$ranks" "$ZEROTRAIN" --deepspeed "$config" --config_name "$model" \
       --train_data "$DATA/train_*.bin" --output_dir "$WORK/$name" --max_steps 3 --disable_tqdm "${flags[@]}" \
       >/dev/null 2>"$WORK/$name.log"; then
     fail "$name: training failed: $(tail -2 "$WORK/$name.log")"
     return
   fi
-  if ! "$ESTIMATE" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --deepspeed "$config" \
+  if ! "$ESTIMATE" --config_name "$model" --deepspeed "$config" \
       --num_gpus_per_node "$ranks" "${flags[@]}" --json >"$WORK/$name.estimate.json" 2>"$WORK/$name.elog"; then
     fail "$name: zero_estimate failed: $(cat "$WORK/$name.elog")"
     return
@@ -58,6 +59,10 @@ check stage1_fp32 2 "$ZT_SOURCE_DIR/configs/zero1.json"
 check stage2_bf16_offload 2 "$ZT_SOURCE_DIR/configs/zero2_offload_cpu.json" --bf16
 check stage3_bf16_ckpt 2 "$ZT_SOURCE_DIR/configs/zero3.json" --bf16 --gradient_checkpointing
 check stage3_nvme 2 "$WORK/nvme.json" --bf16
+# The Llama family (issue 16): grouped-query attention, SwiGLU, an untied lm_head.
+MODEL=$ZT_SOURCE_DIR/configs/models/llama-demo.json check llama_stage2_fp32 2 "$ZT_SOURCE_DIR/configs/zero2.json"
+MODEL=$ZT_SOURCE_DIR/configs/models/llama-demo.json check llama_stage3_bf16_ckpt 2 "$ZT_SOURCE_DIR/configs/zero3.json" \
+  --bf16 --gradient_checkpointing
 
 # DeepSpeed's own printed table for t5-small (60506624 params, largest layer 32128 x 512),
 # from DeepSpeed's estimate_zero3_model_states_mem_needs_all_live on that model.
