@@ -8,6 +8,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
 # PCRE2 runs the pre-tokenizer regexes of HF tokenizer.json files (\p{L}, lookahead; JIT).
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# ICU gives tokenizer.json's Unicode normalizers (NFC for Qwen2, NFKC, Lowercase, StripAccents).
+pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 find_package(Threads REQUIRED)
 # Protocol Buffers (libprotobuf and protoc) for the TensorBoard event files; Boost.CRC (header
 # only, in libboost1.81-dev) for their CRC-32C.

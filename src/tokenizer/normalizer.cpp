@@ -1,9 +1,12 @@
 #include "tokenizer/normalizer.h"
 
+#include "tokenizer/unicode_text.h"
+
 namespace zt {
 
 struct Normalizer::Step {
-  enum Kind { kPrepend, kReplace, kStrip } kind;
+  enum Kind { kPrepend, kReplace, kStrip, kForm, kLowercase, kStripAccents } kind;
+  NormalForm form = NormalForm::kNFC;  // kForm's
   std::string text;              // Prepend's prefix, Replace's content
   std::unique_ptr<Regex> regex;  // Replace's pattern
   bool left = false, right = false;
@@ -48,9 +51,18 @@ void Normalizer::add(const boost::json::value& spec, const JsonWhere& where) {
     step->kind = Step::kStrip;
     step->left = json_bool(o, "strip_left", where, false);
     step->right = json_bool(o, "strip_right", where, false);
+  } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+    step->kind = Step::kForm;
+    step->form = type == "NFC" ? NormalForm::kNFC : type == "NFD" ? NormalForm::kNFD
+               : type == "NFKC" ? NormalForm::kNFKC : NormalForm::kNFKD;
+  } else if (type == "Lowercase") {
+    step->kind = Step::kLowercase;
+  } else if (type == "StripAccents") {
+    step->kind = Step::kStripAccents;
   } else {
-    // NFC, NFKC, Lowercase and the BERT normalizer need Unicode tables we do not carry.
-    unsupported(where, "normalizer", type, "Sequence, Prepend, Replace, Strip");
+    // BertNormalizer, Precompiled (SentencePiece's charsmap), NMT: not implemented.
+    unsupported(where, "normalizer", type,
+                "Sequence, Prepend, Replace, Strip, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents");
   }
   steps_.push_back(std::move(step));
 }
@@ -73,6 +85,15 @@ std::string Normalizer::apply(std::string text) const {
           const auto m = trailing_space().matches(text);
           if (!m.empty()) text.erase(m[0].first);
         }
+        break;
+      case Step::kForm:
+        text = unicode_normalize(text, step->form);
+        break;
+      case Step::kLowercase:
+        text = unicode_lowercase(text);
+        break;
+      case Step::kStripAccents:
+        text = strip_combining_marks(text);
         break;
     }
   }

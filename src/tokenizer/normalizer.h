@@ -1,5 +1,6 @@
 // tokenizer.json's "normalizer": rewrites of the text before pre-tokenization (SentencePiece-style
-// tokenizers spell spaces as U+2581 here). Implemented: Sequence, Prepend, Replace, Strip.
+// tokenizers spell spaces as U+2581 here). Implemented: Sequence, Prepend, Replace, Strip, the
+// Unicode normal forms NFC, NFD, NFKC, NFKD, Lowercase and StripAccents (unicode_text.h, ICU).
 #pragma once
 
 #include <boost/json.hpp>

@@ -48,6 +48,7 @@ def corpus_lines():
         "Tabs\tand\u00a0no-break\u2003em space\u3000ideographic",
         "Zero\u200bwidth and combining: e\u0301 a\u0308 n\u0303",
         "rare: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𐍈 🜁 \U0001f9ec",
+        "Normal forms: ﬁnd ＦＵＬＬ-ｗｉｄｔｈ İstanbul ΣΊΣΥΦΟΣ ẞ ǅ Å Ω ℌ ① ﾊﾟ Å vs A\u030a, 한 vs \u1112\u1161\u11ab",
     ]
     lines = [t.encode("utf-8") for t in texts]
     lines += [
@@ -143,6 +144,28 @@ def mistral_style():
     return tok, "</s>"
 
 
+def qwen2_style():
+    """Qwen2's tokenizer.json: NFC, then Llama 3's kind of split regex and byte-level BPE."""
+    tok, eos = llama3_style()
+    tok.normalizer = normalizers.NFC()
+    return tok, eos
+
+
+def unicode_forms_style():
+    """Every Unicode normalizer in one chain: NFKD, StripAccents, Lowercase, then NFKC, NFD and
+    NFC (each changes the text the next one sees), before a byte-level BPE."""
+    tok, eos = gpt2_style()
+    tok.normalizer = normalizers.Sequence([normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase(),
+                                           normalizers.NFKC()])
+    return tok, eos
+
+
+def lowercase_nfd_style():
+    tok, eos = gpt2_style()
+    tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.NFD()])
+    return tok, eos
+
+
 def run(cmd, **kw):
     result = subprocess.run(cmd, capture_output=True, **kw)
     if result.returncode != 0:
@@ -190,7 +213,7 @@ def check_style(zero_tokenize, workdir, name, build):
                 theirs = tok.decode([int(x) for x in ids.split()], skip_special_tokens=skip)
                 if json.loads(line) != theirs:
                     sys.exit(f"FAIL {name} decode (skip {skip}) line {i + 1}:\n ours   {json.loads(line)!r}\n theirs {theirs!r}")
-        if not special and name in ("gpt2", "llama3"):
+        if not special and name in ("gpt2", "llama3"):  # no normalizer: nothing rewrites the text
             # Byte-level BPE is lossless: the text comes back whole (ill-formed bytes as U+FFFD),
             # except where an lstrip/rstrip added token took the whitespace beside it.
             decoded = run([zero_tokenize, "--tokenizer", folder, "--decode", ids_file]).split("\n")[:-1]
@@ -241,7 +264,8 @@ def check_prepare(zero_prepare, workdir, folder, tok, eos, want_version):
 def main():
     zero_tokenize, zero_prepare, workdir = sys.argv[1], sys.argv[2], sys.argv[3]
     for name, build in [("gpt2", gpt2_style), ("llama3", llama3_style), ("llama2", llama2_style),
-                        ("mistral", mistral_style)]:
+                        ("mistral", mistral_style), ("qwen2", qwen2_style), ("unicode_forms", unicode_forms_style),
+                        ("lowercase_nfd", lowercase_nfd_style)]:
         check_style(zero_tokenize, workdir, name, build)
     tok = Tokenizer.from_file(os.path.join(workdir, "llama3", "tokenizer.json"))
     check_prepare(zero_prepare, workdir, os.path.join(workdir, "llama3"), tok, "<|end_of_text|>", 1)

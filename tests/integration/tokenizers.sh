@@ -11,7 +11,7 @@ PYTHONPATH=$PYLIB timeout 600 /usr/bin/python3 "$ZT_SOURCE_DIR/tests/integration
   >"$WORK/parity.log" 2>&1
 rc=$?
 cat "$WORK/parity.log"
-[[ $rc -eq 0 ]] && pass "ids and decoded text equal HF tokenizers' (4 styles); zero_prepare_data --tokenizer" ||
+[[ $rc -eq 0 ]] && pass "ids and decoded text equal HF tokenizers' (7 styles); zero_prepare_data --tokenizer" ||
   fail "tokenizer parity (exit $rc)"
 
 # A tokenizer.json edited to hold a component we do not implement: one line naming the file, the
@@ -29,9 +29,10 @@ edit bert 't["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [{"type": 
 expect_usage_error "BertPreTokenizer refused" \
   'bert/tokenizer.json: pre_tokenizer.pretokenizers\[1\]: pre-tokenizer "BertPreTokenizer" is not supported' \
   "$TOKENIZE" --tokenizer "$WORK/bert" "$WORK/line.txt"
-edit nfc 't["normalizer"] = {"type": "NFC"}'
-expect_usage_error "NFC normalizer refused" 'nfc/tokenizer.json: normalizer: normalizer "NFC" is not supported' \
-  "$TOKENIZE" --tokenizer "$WORK/nfc" "$WORK/line.txt"
+edit precompiled 't["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Precompiled", "precompiled_charsmap": ""}]}'
+expect_usage_error "Precompiled normalizer refused" \
+  'precompiled/tokenizer.json: normalizer.normalizers\[1\]: normalizer "Precompiled" is not supported' \
+  "$TOKENIZE" --tokenizer "$WORK/precompiled" "$WORK/line.txt"
 edit badmerge 't["model"]["merges"][3] = "Ġ nosuchtoken"'
 expect_usage_error "merge of an unknown token refused" 'badmerge/tokenizer.json: model.merges\[3\]: .*not in the vocab' \
   "$TOKENIZE" --tokenizer "$WORK/badmerge" "$WORK/line.txt"

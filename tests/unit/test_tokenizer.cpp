@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/unicode_text.h"
 #include "tokenizer/utf8.h"
 
 namespace zt {
@@ -84,8 +85,8 @@ std::string edited(const std::string& from, const std::string& to) {
 TEST(HfTokenizer, RefusesWhatItDoesNotImplementByName) {
   std::string e = error_of(edited(R"("type": "BPE")", R"("type": "Unigram")"));
   EXPECT_NE(e.find("t.json: model: model \"Unigram\" is not supported"), std::string::npos) << e;
-  e = error_of(edited(R"("normalizer": null)", R"("normalizer": {"type": "NFKC"})"));
-  EXPECT_NE(e.find("t.json: normalizer: normalizer \"NFKC\" is not supported"), std::string::npos) << e;
+  e = error_of(edited(R"("normalizer": null)", R"("normalizer": {"type": "BertNormalizer"})"));
+  EXPECT_NE(e.find("t.json: normalizer: normalizer \"BertNormalizer\" is not supported"), std::string::npos) << e;
   e = error_of(edited(R"("post_processor": null)", R"("post_processor": {"type": "BertProcessing"})"));
   EXPECT_NE(e.find("t.json: post_processor: post-processor \"BertProcessing\" is not supported"), std::string::npos) << e;
   e = error_of(edited(R"("dropout": null)", R"("dropout": 0.1)"));
@@ -96,6 +97,23 @@ TEST(HfTokenizer, RefusesWhatItDoesNotImplementByName) {
   EXPECT_NE(e.find("the eos_token \"</s>\" is not a token"), std::string::npos) << e;
   e = error_of("{\"model\": ");
   EXPECT_NE(e.find("t.json: not valid JSON"), std::string::npos) << e;
+}
+
+// The Unicode normalizers' building blocks on cases from the Unicode Standard's own tables
+// (UnicodeData.txt decompositions, SpecialCasing.txt), not from this code.
+TEST(UnicodeText, NormalFormsCaseAndMarks) {
+  EXPECT_EQ(unicode_normalize("e\u0301", NormalForm::kNFC), "\u00e9");
+  EXPECT_EQ(unicode_normalize("\u00e9", NormalForm::kNFD), "e\u0301");
+  EXPECT_EQ(unicode_normalize("\ufb01\u2460\uff21", NormalForm::kNFKC), "fi1A");      // ﬁ ① Ａ
+  EXPECT_EQ(unicode_normalize("\u1112\u1161\u11ab", NormalForm::kNFC), "\ud55c");   // conjoining jamo -> 한
+  EXPECT_EQ(unicode_normalize("\u212b", NormalForm::kNFKD), "A\u030a");                // Ångström sign
+  EXPECT_EQ(unicode_normalize("plain ascii", NormalForm::kNFC), "plain ascii");
+  // Full mappings, each code point alone: İ has two code points; a word-final Σ stays σ.
+  EXPECT_EQ(unicode_lowercase("\u0130stanbul"), "i\u0307stanbul");
+  EXPECT_EQ(unicode_lowercase("\u03a3\u0391\u03a3"), "\u03c3\u03b1\u03c3");
+  EXPECT_EQ(unicode_lowercase("\u1e9e ABC \u01c5"), "\u00df abc \u01c6");            // ẞ, ǅ
+  // Marks of every kind go: Mn (U+0301), Mc (U+093F), Me (U+20DD).
+  EXPECT_EQ(strip_combining_marks("e\u0301 \u0939\u093f 1\u20dd"), "e \u0939 1");
 }
 
 }  // namespace
