@@ -1,4 +1,4 @@
-// End to end on a GPU: the same 30 steps of the tiny GPT-2 (tests/mpi/zero_test_harness) trained
+// End to end on a GPU: the same 30 steps of the tiny GPT-2 and Llama (tests/mpi/zero_test_harness) trained
 // on the CUDA backend and on the CPU backend in one process, at every ZeRO stage and with the
 // optimizer offloaded, must give the same losses: within 1e-5 in fp32 (TF32 is off, so only the
 // order of the reductions differs), within 1e-2 in bf16. Under mpirun -np 2 on one GPU both ranks
@@ -24,12 +24,13 @@ struct EngineCase {
   int stage;
   DType dtype;
   int64_t accumulation;
-  Device offload;  // the optimizer's place
+  Device offload;      // the optimizer's place
+  bool llama = false;  // tiny_llama() instead of the tiny GPT-2
 };
 
 std::string case_name(const testing::TestParamInfo<EngineCase>& info) {
   const EngineCase& c = info.param;
-  return cat("stage", c.stage, "_", dtype_name(c.dtype), "_accum", c.accumulation,
+  return cat(c.llama ? "llama_" : "", "stage", c.stage, "_", dtype_name(c.dtype), "_accum", c.accumulation,
              c.offload == Device::kCpu ? "_offload_cpu" : "");
 }
 
@@ -44,8 +45,9 @@ TEST_P(CudaEngine, LossesMatchTheCpuBackend) {
   auto cpu = make_cpu_backend();
   auto gpu = make_backend("cuda", node_local_rank(), "test");
   std::vector<float> master_cpu, master_gpu;
-  const std::vector<double> want = train_on(*cpu, world, cfg, nullptr, nullptr, &master_cpu);
-  const std::vector<double> got = train_on(*gpu, world, cfg, nullptr, nullptr, &master_gpu);
+  const ModelConfig model = c.llama ? tiny_llama() : tiny_model();
+  const std::vector<double> want = train_on(*cpu, world, cfg, nullptr, nullptr, &master_cpu, model);
+  const std::vector<double> got = train_on(*gpu, world, cfg, nullptr, nullptr, &master_gpu, model);
   const double tol = c.dtype == DType::kF32 ? 1e-5 : 1e-2;
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
@@ -72,7 +74,10 @@ INSTANTIATE_TEST_SUITE_P(All, CudaEngine,
                                          EngineCase{2, DType::kF32, 1, Device::kCpu},
                                          EngineCase{3, DType::kF32, 1, Device::kCpu},
                                          EngineCase{2, DType::kBF16, 2, Device::kNone},
-                                         EngineCase{3, DType::kBF16, 1, Device::kCpu}),
+                                         EngineCase{3, DType::kBF16, 1, Device::kCpu},
+                                         EngineCase{0, DType::kF32, 1, Device::kNone, true},
+                                         EngineCase{3, DType::kF32, 2, Device::kNone, true},
+                                         EngineCase{3, DType::kBF16, 1, Device::kCpu, true}),
                          case_name);
 
 }  // namespace

@@ -22,6 +22,17 @@ ModelConfig tiny_model() {
   return c;
 }
 
+ModelConfig tiny_llama() {
+  ModelConfig c = tiny_model();
+  c.model_type = "qwen2";
+  c.n_kv_head = 2;
+  c.intermediate_size = 48;
+  c.layer_norm_epsilon = 1e-6;
+  c.qkv_bias = true;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
 DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation) {
   DsConfig c;
   c.gradient_accumulation_steps = accumulation;
@@ -55,14 +66,14 @@ int32_t token(int64_t step, int64_t g, int t) {
 }
 
 std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live, ModelStateBytes* states,
-                          std::vector<float>* master) {
+                          std::vector<float>* master, const ModelConfig& model) {
   auto backend = test_backend();
-  return train_on(*backend, comm, cfg, peak_live, states, master);
+  return train_on(*backend, comm, cfg, peak_live, states, master, model);
 }
 
 std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& cfg, size_t* peak_live,
-                             ModelStateBytes* states, std::vector<float>* master) {
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(tiny_model());
+                             ModelStateBytes* states, std::vector<float>* master, const ModelConfig& config) {
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(config);
   const ModelLayout& layout = *layout_ptr;
   auto engine_comm = make_data_comm(backend, comm);
   ZeroEngine engine(layout, backend, *engine_comm, comm, cfg);

@@ -14,8 +14,10 @@ namespace zt {
 
 inline constexpr int kSeq = 16, kGlobalBatch = 16, kSteps = 30;
 
-/// 3 layers, 32 wide, vocab 97.
+/// GPT-2: 3 layers, 32 wide, vocab 97.
 ModelConfig tiny_model();
+/// Llama: 3 layers, 32 wide, 4 heads on 2 kv heads, q/k/v biases (as Qwen2), an untied lm_head.
+ModelConfig tiny_llama();
 /// A config for `stage` whose buckets are small enough that reductions and gathers run in pieces.
 DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation);
 /// The backend the tests run on: ZT_TEST_ACCELERATOR (cpu, emulated, cuda), cpu when unset.
@@ -26,9 +28,11 @@ int32_t token(int64_t step, int64_t g, int t);
 /// the mean loss of every step. Optionally reports stage 3's peak live parameters, the model-state
 /// bytes, and the final fp32 master weights.
 std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
-                          ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr);
+                          ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr,
+                          const ModelConfig& model = tiny_model());
 /// The same on a given backend (the GPU tests train on the CUDA and the CPU backend in one process).
 std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
-                             ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr);
+                             ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr,
+                             const ModelConfig& model = tiny_model());
 
 }  // namespace zt
