@@ -95,27 +95,8 @@ class LlamaDecoder final : public Decoder {
   }
 
   LlamaBlockActs<float> acts(int n) {
-    const size_t rows = size_t(n), C = size_t(cfg_.n_embd), I = size_t(cfg_.intermediate_size);
-    const size_t q = size_t(cfg_.n_head) * size_t(cfg_.head_size());
     float* p = acts_.data();
-    auto take = [&](size_t count) {
-      float* out = p;
-      p += count;
-      return out;
-    };
-    LlamaBlockActs<float> a{};
-    a.xn1 = take(rows * C);
-    a.rstd1 = take(rows);
-    a.q = take(rows * q);
-    a.atty = take(rows * q);
-    a.res2 = take(rows * C);
-    a.xn2 = take(rows * C);
-    a.rstd2 = take(rows);
-    a.gate = take(rows * I);
-    a.up = take(rows * I);
-    a.h = take(rows * I);
-    a.att = take(size_t(cfg_.n_head) * rows * size_t(position_ + n));
-    return a;
+    return carve_llama_block_acts(p, cfg_, size_t(n), size_t(cfg_.n_head) * size_t(n) * size_t(position_ + n), false);
   }
 
   const LlamaLayout& layout_;

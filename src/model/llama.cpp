@@ -80,30 +80,9 @@ double LlamaModel<T>::flops_per_token_forward(int seq_len) const {
 template <typename T>
 LlamaBlockActs<T> LlamaModel<T>::block_acts(int layer) {
   const auto& cfg = layout_.config();
-  const size_t BT = size_t(batch_) * seq_, C = cfg.n_embd, I = cfg.intermediate_size;
   T* p = acts_.data() + size_t(checkpointing_ ? 0 : layer) * per_block_elems_;
-  auto take = [&](size_t n) {
-    T* out = p;
-    p += n;
-    return out;
-  };
-  LlamaBlockActs<T> a{};
-  a.xn1 = take(BT * C);
-  a.rstd1 = take(BT);
-  a.q = take(BT * q_dim_);
-  a.k = take(BT * kv_dim_);
-  a.v = take(BT * kv_dim_);
-  a.att = take(size_t(batch_) * cfg.n_head * seq_ * seq_);
-  a.atty = take(BT * q_dim_);
-  a.res2 = take(BT * C);
-  a.xn2 = take(BT * C);
-  a.rstd2 = take(BT);
-  a.gate = take(BT * I);
-  a.up = take(BT * I);
-  a.h = take(BT * I);
-  a.k_all = a.k;
-  a.v_all = a.v;
-  return a;
+  // Slices are laid out for the current (B, T), inside a slot sized for the maximum.
+  return carve_llama_block_acts(p, cfg, size_t(batch_) * seq_, size_t(batch_) * cfg.n_head * seq_ * seq_, true);
 }
 
 template <typename T>

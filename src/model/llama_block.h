@@ -16,6 +16,38 @@ struct LlamaBlockActs {
   const T *k_all, *v_all;
 };
 
+/// Carves one block's arrays for `rows` tokens out of p (advanced past them), the attention
+/// probabilities taking att_elems; k and v only when `with_kv` (generation keeps them in its cache).
+template <typename T>
+LlamaBlockActs<T> carve_llama_block_acts(T*& p, const ModelConfig& cfg, size_t rows, size_t att_elems, bool with_kv) {
+  const size_t C = size_t(cfg.n_embd), I = size_t(cfg.intermediate_size);
+  const size_t q = size_t(cfg.n_head) * size_t(cfg.head_size()), kv = size_t(cfg.n_kv_head) * size_t(cfg.head_size());
+  auto take = [&](size_t n) {
+    T* out = p;
+    p += n;
+    return out;
+  };
+  LlamaBlockActs<T> a{};
+  a.xn1 = take(rows * C);
+  a.rstd1 = take(rows);
+  a.q = take(rows * q);
+  if (with_kv) {
+    a.k = take(rows * kv);
+    a.v = take(rows * kv);
+  }
+  a.att = take(att_elems);
+  a.atty = take(rows * q);
+  a.res2 = take(rows * C);
+  a.xn2 = take(rows * C);
+  a.rstd2 = take(rows);
+  a.gate = take(rows * I);
+  a.up = take(rows * I);
+  a.h = take(rows * I);
+  a.k_all = a.k;
+  a.v_all = a.v;
+  return a;
+}
+
 /// out[B,T,C] = block(x) for positions [past, past + T); cos and sin are the tables from
 /// position 0 (rope.h). Training passes past = 0 and k_all = k.
 template <typename T>

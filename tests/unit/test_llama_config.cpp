@@ -9,6 +9,7 @@
 
 #include "config/model_config.h"
 #include "core/error.h"
+#include "model_config_test_util.h"
 #include "model/llama_layout.h"
 #include "model/rope.h"
 
@@ -36,24 +37,8 @@ const char* kMistral7B = R"({"architectures": ["MistralForCausalLM"], "model_typ
   "sliding_window": 4096, "tie_word_embeddings": false, "hidden_act": "silu", "bos_token_id": 1,
   "eos_token_id": 2, "torch_dtype": "bfloat16"})";
 
-std::string with_key(const std::string& text, const std::string& key, const boost::json::value& value) {
-  boost::json::value json = boost::json::parse(text);
-  if (value.is_null() && key.front() == '-') {
-    json.as_object().erase(key.substr(1));
-  } else {
-    json.as_object()[key] = value;
-  }
-  return boost::json::serialize(json);
-}
-
-std::string error_of(const std::string& text) {
-  try {
-    parse_model_config(text, "config.json");
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
+using testing::with_key;
 
 TEST(LlamaConfig, PublishedShapesGiveThePublishedParameterCounts) {
   // The counts HF's model.num_parameters() reports for these models.

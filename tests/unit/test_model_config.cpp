@@ -9,28 +9,15 @@
 #include "config/json_reader.h"
 #include "config/model_config.h"
 #include "core/error.h"
+#include "model_config_test_util.h"
 
 namespace zt {
 namespace {
 
 std::string fixture(const std::string& name) { return read_text_file(std::string(ZT_SOURCE_DIR) + "/tests/data/" + name); }
 
-// The fixture with one key set to a JSON value.
-std::string with_key(const std::string& text, const std::string& key, const boost::json::value& value) {
-  boost::json::value json = boost::json::parse(text);
-  json.as_object()[key] = value;
-  return boost::json::serialize(json);
-}
-
-// The UsageError message of parsing `text`, or "" when it parses.
-std::string error_of(const std::string& text) {
-  try {
-    parse_model_config(text, "config.json");
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
+using testing::with_key;
 
 TEST(ModelConfig, Transformers5ConfigLoads) {
   // GPT2Config() defaults as a GPT2LMHeadModel's save_pretrained writes them: the 124M shape,
