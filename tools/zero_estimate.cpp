@@ -169,7 +169,7 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("deepspeed", po::value(&a.ds_path), "ds_config.json to estimate (\"auto\" resolves from the flags)")
     ("per_device_train_batch_size", po::value(&a.micro), "micro-batch per rank (default 8)")
     ("per_device_eval_batch_size", po::value(&a.eval_batch), "eval batch per rank (default 8)")
-    ("block_size", po::value(&a.block), "sequence length (default n_positions)")
+    ("block_size", po::value(&a.block), "sequence length (default: the model's positions, at most 1024)")
     ("gradient_checkpointing", po::bool_switch(&a.checkpointing), "recompute each block in backward")
     ("bf16", po::bool_switch(&a.bf16), "bf16 parameters and gradients")
     ("fp16", po::bool_switch(&a.fp16), "fp16 parameters and gradients")
@@ -238,7 +238,7 @@ RunShape make_run_shape(const Args& a, const ModelConfig& model) {
   run.ranks_per_node = a.gpus_per_node;
   run.micro_batch = int(a.micro);
   run.eval_batch = int(a.eval_batch);
-  run.seq_len = int(a.block > 0 ? a.block : model.n_positions);
+  run.seq_len = int(a.block > 0 ? a.block : default_block_size(model));
   run.gradient_checkpointing = a.checkpointing;
   run.cuda = a.cuda();
   ZT_USAGE_CHECK(run.seq_len <= model.n_positions, "--block_size ", run.seq_len, " exceeds n_positions ",

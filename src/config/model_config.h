@@ -52,6 +52,10 @@ struct ModelConfig {
   int64_t block_params() const;
 };
 
+/// The sequence length without --block_size: the model's positions, at most 1024 (HF run_clm's
+/// rule; Llama 3's 131,072 positions would not fit a batch's activations anywhere).
+inline int default_block_size(const ModelConfig& config) { return config.n_positions < 1024 ? config.n_positions : 1024; }
+
 /// Reads an HF config.json. Unknown keys, unsupported variants and bad values are UsageErrors
 /// naming the key.
 ModelConfig load_model_config(const std::string& path);

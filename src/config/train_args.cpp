@@ -82,7 +82,7 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     ("logging_steps", po::value(&a.logging_steps), "write a metrics.jsonl step line every N steps (default 1)")
     ("seed", po::value(&a.seed), "seed for initialisation and data order (default 42)")
     ("resume_from_checkpoint", po::value(&a.resume_from_checkpoint), "checkpoint directory, or auto")
-    ("block_size", po::value(&a.block_size), "sequence length (default n_positions)")
+    ("block_size", po::value(&a.block_size), "sequence length (default: the model's positions, at most 1024)")
     ("do_eval", flag(do_eval), "evaluate (at --eval_steps and at the end)")
     ("eval_steps", po::value(&a.eval_steps), "evaluate every N steps")
     ("eval_on_start", flag(eval_on_start), "evaluate once before training starts")

@@ -79,7 +79,7 @@ Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
     s.pretrained.emplace(args.model_name_or_path);
     check_pretrained(*s.pretrained, *make_model_layout(s.model), args.model_name_or_path);
   }
-  s.seq_len = args.block_size > 0 ? int(args.block_size) : s.model.n_positions;
+  s.seq_len = args.block_size > 0 ? int(args.block_size) : default_block_size(s.model);
   ZT_USAGE_CHECK(s.seq_len <= s.model.n_positions, "--block_size ", s.seq_len, " exceeds n_positions ",
                  s.model.n_positions, " of ", args.config_name);
   s.ds = load_ds_config(args.deepspeed, args.auto_values(world_size, s.model.n_embd));
