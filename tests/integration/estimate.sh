@@ -63,6 +63,7 @@ check stage3_nvme 2 "$WORK/nvme.json" --bf16
 MODEL=$ZT_SOURCE_DIR/configs/models/llama-demo.json check llama_stage2_fp32 2 "$ZT_SOURCE_DIR/configs/zero2.json"
 MODEL=$ZT_SOURCE_DIR/configs/models/llama-demo.json check llama_stage3_bf16_ckpt 2 "$ZT_SOURCE_DIR/configs/zero3.json" \
   --bf16 --gradient_checkpointing
+MODEL=$ZT_SOURCE_DIR/configs/models/llama-demo.json check llama_stage3_nvme 2 "$WORK/nvme.json" --bf16
 
 # DeepSpeed's own printed table for t5-small (60506624 params, largest layer 32128 x 512),
 # from DeepSpeed's estimate_zero3_model_states_mem_needs_all_live on that model.
