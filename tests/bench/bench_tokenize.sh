@@ -56,7 +56,7 @@ def field(text, key): return re.search(r"\b" + key + r"=(\S+)", text).group(1)
 print()
 print(f"{'style':8s}{'threads':>8s}{'tokens':>11s}{'HF encode_batch':>17s}{'ours encode':>13s}{'ours e2e':>11s}"
       f"{'encode ratio':>14s}{'e2e ratio':>11s}   (tokens/s; ratio = ours / HF)")
-ok = True
+ids_ok = speed_ok = True
 for r in sys.argv[1:]:
     tokens, check = int(field(r, "tokens")), int(field(r, "check_tokens"))
     hf = tokens / float(field(r, "hf_seconds"))
@@ -64,9 +64,10 @@ for r in sys.argv[1:]:
                 tokens / (float(field(r, "ours_end")) - float(field(r, "ours_start"))))
     print(f"{field(r, 'style'):8s}{field(r, 'threads'):>8s}{tokens:11d}{hf / 1e6:16.2f}M{enc / 1e6:12.2f}M"
           f"{e2e / 1e6:10.2f}M{enc / hf:14.2f}{e2e / hf:11.2f}")
-    ok = ok and check == tokens and e2e / hf >= 1.0
-print("ids: the shards equal HF's ids + EOS, token for token" if ok else "")
-print("target: end-to-end ratio >= 1.00 at every thread count")
-print("OK" if ok else "FAILED")
-sys.exit(0 if ok else 1)
+    ids_ok = ids_ok and check == tokens
+    speed_ok = speed_ok and e2e / hf >= 1.0
+print(f"ids: every shard equals HF's ids + EOS, token for token: {'yes' if ids_ok else 'NO'}")
+print(f"target: end-to-end ratio >= 1.00 at every thread count: {'met' if speed_ok else 'MISSED'}")
+print("OK" if ids_ok and speed_ok else "FAILED")
+sys.exit(0 if ids_ok and speed_ok else 1)
 PY

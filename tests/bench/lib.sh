@@ -1,10 +1,11 @@
+# shellcheck shell=bash
 # Shared by the side-by-side benchmark scripts: what machine the numbers come from, and the
 # PyPI peers of tests/requirements.txt (installed as the integration tests install them).
 
 # print_machine: the CPU model, the cores and threads in use, and the ISA extensions our kernels
 # and the peers' dispatch on (a ratio measured on one ISA need not hold on another).
 print_machine() {
-  local model flags has
+  local model flags
   model=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
   flags=$(grep -m1 '^flags' /proc/cpuinfo)
   has() { [[ " $flags " == *" $1 "* ]] && echo yes || echo no; }
@@ -16,8 +17,9 @@ print_machine() {
 # install_pylib, reused); echoes the folder.
 install_bench_pylib() {
   (
-    ZT_BIN_DIR=$(realpath "$1") ZT_SOURCE_DIR=$PWD
-    # shellcheck source=../integration/lib.sh
+    export ZT_BIN_DIR ZT_SOURCE_DIR=$PWD
+    ZT_BIN_DIR=$(realpath "$1")
+    # shellcheck source=tests/integration/lib.sh
     source tests/integration/lib.sh >/dev/null
     install_pylib >&2
     echo "$PYLIB"
