@@ -8,6 +8,8 @@
 // split. With --tokenizer, each document is encoded as HF's encode does (a BOS where the
 // tokenizer's post-processor adds one) and followed by the EOS token, on every core; the shards
 // hold uint32 ids when the vocabulary passes 65,536. Without it, tokens are bytes (vocab 256).
+#include <omp.h>
+
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <exception>
@@ -76,6 +78,11 @@ std::vector<uint32_t> encode_documents(const zt::Tokenizer& tokenizer, const std
     line.update(int64_t(done_bytes), zt::cat(zt::human_count(double(tokens.size())), " tokens, ",
                                                zt::human_count(double(tokens.size()) / seconds), " tokens/s"));
   }
+  // The encoding alone (reading and writing excluded): what tests/bench/bench_tokenize.sh compares.
+  const double seconds = std::max(clock.seconds(), 1e-9);
+  zt::log_info("encoded ", documents.size(), " documents (", total_bytes, " bytes) into ", tokens.size(),
+               " tokens in ", seconds, " s on ", omp_get_max_threads(), " threads: ",
+               zt::human_count(double(tokens.size()) / seconds), " tokens/s");
   return tokens;
 }
 

@@ -1,5 +1,7 @@
 #include "tokenizer/bpe.h"
 
+#include <array>
+#include <atomic>
 #include <cstdio>
 
 #include "config/json_section.h"
@@ -11,9 +13,31 @@ namespace {
 
 uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | b; }
 
+using WordCache = std::unordered_map<std::string, std::vector<uint32_t>, StringHash, std::equal_to<>>;
+
+// This thread's cache of the words of the model numbered `serial`. A process rarely holds more
+// than one tokenizer: a few slots per thread, the oldest reused (and emptied) for a new model.
+WordCache& thread_cache(uint64_t serial) {
+  struct Slot {
+    uint64_t serial = 0;
+    WordCache words;
+  };
+  thread_local std::array<Slot, 4> slots;
+  thread_local size_t next = 0;
+  for (Slot& slot : slots) {
+    if (slot.serial == serial) return slot.words;
+  }
+  Slot& slot = slots[next++ % slots.size()];
+  slot.serial = serial;
+  WordCache().swap(slot.words);  // frees the previous model's words
+  return slot.words;
+}
+
+std::atomic<uint64_t> next_serial{1};
+
 }  // namespace
 
-BpeModel::BpeModel(const boost::json::object& o, const JsonWhere& where) {
+BpeModel::BpeModel(const boost::json::object& o, const JsonWhere& where) : serial_(next_serial++) {
   for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
     const boost::json::value* v = o.if_contains(key);
     const bool off = !v || v->is_null() || (v->is_string() && v->get_string().empty());
@@ -82,7 +106,7 @@ BpeModel::BpeModel(const boost::json::object& o, const JsonWhere& where) {
 }
 
 std::optional<uint32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(std::string(token));
+  auto it = vocab_.find(token);
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
 }
@@ -99,20 +123,16 @@ void BpeModel::tokenize(std::string_view word, std::vector<uint32_t>& ids) const
       return;
     }
   }
-  {
-    std::shared_lock lock(cache_mutex_);
-    auto it = cache_.find(std::string(word));
-    if (it != cache_.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
+  WordCache& cache = thread_cache(serial_);
+  if (auto it = cache.find(word); it != cache.end()) {
+    ids.insert(ids.end(), it->second.begin(), it->second.end());
+    return;
   }
   std::vector<uint32_t> word_ids;
   merge(word, word_ids);
   ids.insert(ids.end(), word_ids.begin(), word_ids.end());
-  std::unique_lock lock(cache_mutex_);
-  if (cache_.size() >= kCacheLimit) cache_.clear();
-  cache_.emplace(std::string(word), std::move(word_ids));
+  if (cache.size() >= kCacheLimit) cache.clear();
+  cache.emplace(std::string(word), std::move(word_ids));
 }
 
 void BpeModel::merge(std::string_view word, std::vector<uint32_t>& symbols) const {

@@ -6,9 +6,8 @@
 
 #include <boost/json.hpp>
 #include <cstdint>
-#include <mutex>
+#include <functional>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -17,6 +16,13 @@
 #include "tokenizer/json_fields.h"
 
 namespace zt {
+
+/// Hashes std::string and std::string_view alike, so that maps keyed by std::string are searched
+/// with a string_view (C++20 heterogeneous lookup) without building a std::string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
 
 class BpeModel {
  public:
@@ -36,7 +42,7 @@ class BpeModel {
  private:
   void merge(std::string_view word, std::vector<uint32_t>& ids) const;
 
-  std::unordered_map<std::string, uint32_t> vocab_;
+  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> vocab_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
   // (left id, right id) -> (rank, merged id)
@@ -46,10 +52,11 @@ class BpeModel {
   uint32_t byte_tokens_[256] = {};  // <0xXX>'s id, when byte_fallback
   bool all_byte_tokens_ = false;
 
-  // Words repeat (Zipf): their ids are cached, as HF's BPE does, up to a bound.
-  static constexpr size_t kCacheLimit = 1 << 18;
-  mutable std::shared_mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<uint32_t>> cache_;
+  // Words repeat (Zipf): their ids are cached, as HF's BPE does, up to a bound. Each thread keeps
+  // its own cache of this model's words (bpe.cpp's thread_cache, found by serial_): with one
+  // cache shared behind a shared_mutex, two threads encoded slower than one.
+  static constexpr size_t kCacheLimit = 1 << 16;  // words per thread
+  uint64_t serial_;
 };
 
 }  // namespace zt

@@ -12,9 +12,9 @@ steps=${ZT_BENCH_STEPS:-5}
 build=${BUILD:-build/release}
 ./jobs/install_deps.sh --with-bench
 cmake --preset release >/dev/null
-cmake --build --preset release -j "$threads" --target bench_gpt2_step >/dev/null
+cmake --build --preset release -j "$threads" --target bench_train_step >/dev/null
 
-ours=$(OMP_NUM_THREADS=$threads "$build/tests/bench/bench_gpt2_step" --steps "$steps" | tee >(cat >&2) | grep '^RESULT')
+ours=$(OMP_NUM_THREADS=$threads "$build/tests/bench/bench_train_step" --steps "$steps" | tee >(cat >&2) | grep '^RESULT')
 torch_same=$(/usr/bin/python3 tests/bench/torch_gpt2_step.py --threads "$threads" --steps "$steps" | tee >(cat >&2) | grep '^RESULT')
 torch_one=$torch_same
 if [[ $threads -ne 1 ]]; then
