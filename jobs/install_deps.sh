@@ -12,7 +12,7 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libboost-program-options1.81-dev
   libprotobuf-dev protobuf-compiler
   libopenblas-openmp-dev libopenblas0-openmp
-  liburing-dev libpcre2-dev libicu-dev
+  liburing-dev libpcre2-dev libicu-dev libdnnl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # Test side: the suite checks that HF transformers (from PyPI, tests/requirements.txt) loads
   # our export, on Debian's PyTorch; the product itself needs neither.

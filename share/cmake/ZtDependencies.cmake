@@ -10,6 +10,9 @@ pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # ICU gives tokenizer.json's Unicode normalizers (NFC for Qwen2, NFKC, Lowercase, StripAccents).
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
+# oneDNN (libdnnl-dev, the OpenMP build) runs the bf16 GEMMs of bf16 training on CPUs with bf16
+# instructions (AVX512-BF16, AMX); everything else keeps OpenBLAS.
+find_package(dnnl REQUIRED CONFIG)
 find_package(Threads REQUIRED)
 # Protocol Buffers (libprotobuf and protoc) for the TensorBoard event files; Boost.CRC (header
 # only, in libboost1.81-dev) for their CRC-32C.

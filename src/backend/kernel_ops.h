@@ -67,6 +67,15 @@ class KernelOps {
   virtual void softmax_xent_backward(T* probs_to_dlogits, const int32_t* targets, int rows, int V,
                                      double dloss) = 0;
 
+  /// The dtype GEMM inputs (matmul_*, linear_*) are rounded to: kF32 (the default) or kBF16
+  /// (DeepSpeed's bf16 mode runs its matmuls in bf16: inputs rounded to bf16, products summed
+  /// and written in fp32). Returns the dtype the table will use: one without fast bf16 GEMMs
+  /// (no bf16 instructions, or fp64) keeps fp32, since there bf16 would only add conversions.
+  virtual DType set_matmul_dtype(DType dtype) {
+    (void)dtype;
+    return DType::kF32;
+  }
+
   /// out[rows,out_dim] = x[rows,in_dim] @ weight[out_dim,in_dim]^T + bias: HF's nn.Linear (bias may
   /// be null). The tied GPT-2 lm_head is one too: weight = wte[V,C].
   virtual void linear_forward(T* out, const T* x, const T* weight, const T* bias, int rows, int in_dim,

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "config/json_reader.h"
 #include "core/atomic_file.h"
@@ -92,16 +94,33 @@ std::string read_latest_tag(const std::string& path) {
 
 }  // namespace
 
-uint32_t file_crc32(const std::string& path) {
+struct CheckpointReader::Verifier {
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  std::exception_ptr error;
+  ~Verifier() {  // a reader dropped before the verdict: stop reading and go
+    stop = true;
+    if (thread.joinable()) thread.join();
+  }
+};
+
+uint32_t file_crc32(const std::string& path, const std::atomic<bool>* stop) {
   RegularFile file(path);
-  std::vector<char> buffer(size_t(4) << 20);
+  // The file is read in place (mapped, a window at a time) rather than copied into a buffer by
+  // read(): the copy cost as much as the CRC itself. A window is unmapped before the next one, so
+  // the mapped pages never count for more than one window in this process's memory. A file
+  // truncated while being checked ends in SIGBUS, as for any mapped reader; the size was
+  // checked against the manifest just before.
+  constexpr uint64_t kWindow = uint64_t(32) << 20;
   uLong crc = crc32(0L, Z_NULL, 0);
-  for (;;) {
-    const ssize_t got = ::read(file.fd(), buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) continue;
-    ZT_USAGE_CHECK(got >= 0, path, ": read error: ", std::strerror(errno));
-    if (got == 0) break;
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), uInt(got));
+  for (uint64_t at = 0; at < file.size(); at += kWindow) {
+    if (stop && stop->load(std::memory_order_relaxed)) break;
+    const size_t len = size_t(std::min(kWindow, file.size() - at));
+    void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, file.fd(), off_t(at));
+    ZT_USAGE_CHECK(map != MAP_FAILED, path, ": cannot map for reading: ", std::strerror(errno));
+    (void)::madvise(map, len, MADV_WILLNEED);  // read the window ahead as one request
+    crc = crc32_z(crc, static_cast<const Bytef*>(map), len);
+    ::munmap(map, len);
   }
   return uint32_t(crc);
 }
@@ -398,7 +417,7 @@ std::string agree_on_latest(const std::string& output_dir, HostComm& comm) {
 
 CheckpointReader::CheckpointReader(const std::string& where, const std::string& output_dir,
                                    const ModelConfig* expect, bool node_local, int verify_index,
-                                   int verify_count) {
+                                   int verify_count, bool verify_in_background) {
   // Resolve: "auto" is OUTPUT/latest; a directory with `latest` follows it.
   std::string dir = where == "auto" ? output_dir : where;
   if (!present(fs::path(dir) / "manifest.json") && present(fs::path(dir) / "latest")) {
@@ -435,6 +454,7 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
   // Every file: present, a regular file, the size and checksum the writer recorded. With
   // node-local storage a file may live on another node; what this rank needs is checked by
   // require_local().
+  std::vector<std::pair<std::string, uint32_t>> to_verify;
   for (size_t i = 0; i < m.files.size(); ++i) {
     const ManifestFile& f = m.files[i];
     const std::string path = (fs::path(dir) / f.name).string();
@@ -442,9 +462,48 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
     ZT_USAGE_CHECK(present(path), path, ": missing (listed in ", manifest_path, ")");
     const uint64_t bytes = RegularFile(path).size();
     ZT_USAGE_CHECK(bytes == f.bytes, path, ": ", bytes, " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
-    if (int(i % size_t(verify_count)) != verify_index) continue;
-    ZT_USAGE_CHECK(file_crc32(path) == f.crc32, path, ": checksum mismatch with the manifest (corrupt)");
+    if (int(i % size_t(verify_count)) == verify_index) to_verify.emplace_back(path, f.crc32);
   }
+  verifier_ = std::make_unique<Verifier>();
+  crc_covers_all_ = verify_in_background && verify_count == 1 && !node_local;
+  auto verify = [v = verifier_.get(), to_verify] {
+    for (const auto& [path, crc] : to_verify) {
+      const uint32_t got = file_crc32(path, &v->stop);
+      if (v->stop) return;
+      ZT_USAGE_CHECK(got == crc, path, ": checksum mismatch with the manifest (corrupt)");
+    }
+  };
+  if (!verify_in_background) {
+    verify();
+  } else {
+    verifier_->thread = std::thread([v = verifier_.get(), verify] {
+      try {
+        verify();
+      } catch (...) {
+        v->error = std::current_exception();
+      }
+    });
+  }
+  try {
+    check_shards(manifest_path, node_local);
+  } catch (...) {
+    wait_verified();  // a corrupt file is the cause to report, not what HDF5 made of it
+    throw;
+  }
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+CheckpointReader::CheckpointReader(CheckpointReader&&) noexcept = default;
+CheckpointReader& CheckpointReader::operator=(CheckpointReader&&) noexcept = default;
+
+void CheckpointReader::wait_verified() {
+  if (!verifier_) return;
+  if (verifier_->thread.joinable()) verifier_->thread.join();
+  if (verifier_->error) std::rethrow_exception(verifier_->error);
+}
+
+void CheckpointReader::check_shards(const std::string& manifest_path, bool node_local) {
   // The shards' own attributes must agree with the manifest.
   for (int r = 0; r < world_size_; ++r) {
     local_.push_back(present(fs::path(dir_) / shard_name(r)));
@@ -468,7 +527,13 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
 
 const H5File& CheckpointReader::shard(int rank) {
   auto it = open_.find(rank);
-  if (it == open_.end()) it = open_.emplace(rank, H5File::open((fs::path(dir_) / shard_name(rank)).string())).first;
+  if (it == open_.end()) {
+    it = open_.emplace(rank, H5File::open((fs::path(dir_) / shard_name(rank)).string())).first;
+    // Every byte of this file goes through this process's own CRC-32 pass, and the caller waits
+    // for it before using what it read (the background mode): HDF5's Fletcher32 of each chunk
+    // would check the same bytes a second time.
+    if (crc_covers_all_) it->second.skip_chunk_checksums();
+  }
   return it->second;
 }
 

@@ -16,6 +16,7 @@
 // and any stage.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -75,8 +76,21 @@ class CheckpointReader {
   /// The CRC-32 pass, which reads every byte, is shared among the processes that see the same
   /// files: this one checks the listed files i with i % verify_count == verify_index (sizes and
   /// everything else are checked by all). Callers agree on the verdict afterwards.
+  /// With `verify_in_background` the CRC-32 pass runs on a thread of its own while the caller
+  /// reads: the caller must call wait_verified() before it publishes anything it derived, and on
+  /// its error paths, so that a corrupt file is reported as such rather than as whatever reading
+  /// it ran into. When that pass covers every file (verify_count 1, not node-local), reads skip
+  /// HDF5's Fletcher32 of each chunk, which would check the same bytes again.
   CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig* expect,
-                   bool node_local = false, int verify_index = 0, int verify_count = 1);
+                   bool node_local = false, int verify_index = 0, int verify_count = 1,
+                   bool verify_in_background = false);
+  ~CheckpointReader();
+  CheckpointReader(CheckpointReader&&) noexcept;
+  CheckpointReader& operator=(CheckpointReader&&) noexcept;
+
+  /// Waits for the CRC-32 pass; throws UsageError naming the first file that failed it. Returns
+  /// at once when the pass ran in the constructor.
+  void wait_verified();
 
   const ModelConfig& model_config() const { return model_; }
 
@@ -94,6 +108,7 @@ class CheckpointReader {
 
  private:
   const H5File& shard(int rank);
+  void check_shards(const std::string& manifest_path, bool node_local);
   std::string dir_;
   ModelConfig model_;
   int world_size_ = 0, stage_ = 0;
@@ -103,9 +118,13 @@ class CheckpointReader {
   TrainingPosition position_;
   EngineState engine_state_;
   std::map<int, H5File> open_;
+  struct Verifier;  // the background CRC-32 pass
+  std::unique_ptr<Verifier> verifier_;
+  bool crc_covers_all_ = false;  // this process CRCs every file itself, in the background
 };
 
-/// CRC-32 (zlib's) of a whole file, a regular one (core/regular_file.h).
-uint32_t file_crc32(const std::string& path);
+/// CRC-32 (zlib's) of a whole file, a regular one (core/regular_file.h). `stop`, when given and
+/// set, ends the pass early (the result is then meaningless).
+uint32_t file_crc32(const std::string& path, const std::atomic<bool>* stop = nullptr);
 
 }  // namespace zt

@@ -28,10 +28,26 @@ const char* torch_dtype_name(DType dtype) {
   }
 }
 
-}  // namespace
+// Runs an export that writes into `output`, creating it when needed. The reader may still be
+// checking its files' CRC-32 in the background: the export waits for that verdict before it
+// publishes, and on failure a corrupt checkpoint is what is reported (not what reading it ran
+// into). A directory the export created is removed again when it failed (it is empty then: every
+// file was still a temporary, and those are gone), so that a failure leaves nothing behind.
+template <class Write>
+ExportedModel guard_export(CheckpointReader& reader, const std::string& output, Write&& write) {
+  std::error_code ec;
+  const bool existed = fs::exists(output, ec) || ec;
+  try {
+    return write();
+  } catch (...) {
+    if (!existed) fs::remove(output, ec);  // only an empty directory goes
+    reader.wait_verified();
+    throw;
+  }
+}
 
-ExportedModel export_hf_model(CheckpointReader& reader, const std::string& output, DType dtype, uint64_t shard_limit,
-                              bool overwrite, bool durable) {
+ExportedModel write_safetensors(CheckpointReader& reader, const std::string& output, DType dtype,
+                                uint64_t shard_limit, bool overwrite, bool durable) {
   const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(reader.model_config());
   const ModelLayout& layout = *layout_ptr;
   for (const char* name : {"model.safetensors", "model.safetensors.index.json", "config.json"}) {
@@ -99,6 +115,7 @@ ExportedModel export_hf_model(CheckpointReader& reader, const std::string& outpu
   AtomicFile config((fs::path(output) / "config.json").string());
   config.write(model_config_to_json(reader.model_config(), torch_dtype_name(dtype)));
   config.close(durable);
+  reader.wait_verified();
   for (auto& writer : writers) writer->publish(durable);
   if (index) index->publish(durable);
   config.publish(durable);
@@ -116,8 +133,8 @@ ExportedModel export_hf_model(CheckpointReader& reader, const std::string& outpu
   return ExportedModel{layout.params().size(), total, n};
 }
 
-ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& output, DType dtype, bool overwrite,
-                                   bool durable) {
+ExportedModel write_hdf5(CheckpointReader& reader, const std::string& output, DType dtype, bool overwrite,
+                         bool durable) {
   const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(reader.model_config());
   const ModelLayout& layout = *layout_ptr;
   for (const char* name : {"model.h5", "config.json"}) {
@@ -154,6 +171,7 @@ ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& 
     }
     f.close();
     if (durable) sync_to_disk(path + ".tmp");
+    reader.wait_verified();
     ZT_CHECK_ERRNO(::rename((path + ".tmp").c_str(), path.c_str()), path, ".tmp -> ", path);
     if (durable) sync_to_disk(output);
   } catch (...) {
@@ -163,6 +181,19 @@ ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& 
   }
   config.publish(durable);
   return ExportedModel{layout.params().size(), total, 1};
+}
+
+}  // namespace
+
+ExportedModel export_hf_model(CheckpointReader& reader, const std::string& output, DType dtype, uint64_t shard_limit,
+                              bool overwrite, bool durable) {
+  return guard_export(reader, output,
+                      [&] { return write_safetensors(reader, output, dtype, shard_limit, overwrite, durable); });
+}
+
+ExportedModel export_hf_model_hdf5(CheckpointReader& reader, const std::string& output, DType dtype, bool overwrite,
+                                   bool durable) {
+  return guard_export(reader, output, [&] { return write_hdf5(reader, output, dtype, overwrite, durable); });
 }
 
 }  // namespace zt

@@ -79,6 +79,7 @@ H5File H5File::open(const std::string& path) {
 }
 
 void H5File::close() {
+  datasets_.clear();
   if (file_.get() >= 0) ZT_H5_CHECK(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), path_, ": flush");
   file_.reset();
 }
@@ -147,6 +148,23 @@ size_t H5File::length(const std::string& name) const {
   return size_t(dims[0]);
 }
 
+const H5Id& H5File::open_dataset(const std::string& name) const {
+  auto it = datasets_.find(name);
+  if (it != datasets_.end()) return it->second;
+  // Every chunk carries a Fletcher32 checksum, so HDF5 reads a chunk whole, checks it and copies
+  // the selected part out. With its default 1 MB chunk cache a 16 MB chunk is not kept, and a
+  // run of small tensors inside one chunk (biases, layer norms) read and checked that chunk once
+  // per tensor: 16 MB for a 4 KB bias. Two chunks' worth of cache (one, plus the one a hyperslab
+  // straddles into) makes a front-to-back reader read and check each chunk once.
+  H5Id access(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
+  ZT_H5_CHECK(access.get(), path_, ": dataset access properties");
+  ZT_H5_CHECK(H5Pset_chunk_cache(access.get(), 521, 2 * kChunkElements * sizeof(float) + (size_t(1) << 20), 1.0),
+              path_, ": chunk cache for ", name);
+  H5Id set(H5Dopen2(file_.get(), name.c_str(), access.get()), H5Dclose);
+  ZT_H5_CHECK(set.get(), path_, ": open dataset ", name);
+  return datasets_.emplace(name, std::move(set)).first->second;
+}
+
 void H5File::read_raw(const std::string& name, size_t offset, size_t count, void* out, hid_t type) const {
   if (count == 0) return;
   const size_t total = length(name);
@@ -154,17 +172,24 @@ void H5File::read_raw(const std::string& name, size_t offset, size_t count, void
     throw UsageError(cat(path_, ": dataset '", name, "' has ", total, " elements, need [", offset, ", ",
                          offset + count, ")"));
   }
-  H5Id set(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
-  ZT_H5_CHECK(set.get(), path_, ": open dataset ", name);
+  const H5Id& set = open_dataset(name);
   H5Id file_space(H5Dget_space(set.get()), H5Sclose);
   const hsize_t start[1] = {hsize_t(offset)}, n[1] = {hsize_t(count)};
   ZT_H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, n, nullptr), path_, ": select ",
               name);
   H5Id mem_space(H5Screate_simple(1, n, nullptr), H5Sclose);
-  if (H5Dread(set.get(), type, mem_space.get(), file_space.get(), H5P_DEFAULT, out) < 0) {
+  const hid_t transfer = transfer_.get() >= 0 ? transfer_.get() : H5P_DEFAULT;
+  if (H5Dread(set.get(), type, mem_space.get(), file_space.get(), transfer, out) < 0) {
     // Most often a Fletcher32 mismatch: the file is corrupt. Bad input, not a bug.
     throw UsageError(cat(path_, ": cannot read dataset '", name, "' (corrupt or truncated): ", h5_error_stack()));
   }
+}
+
+void H5File::skip_chunk_checksums() {
+  H5Id transfer(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  ZT_H5_CHECK(transfer.get(), path_, ": dataset transfer properties");
+  ZT_H5_CHECK(H5Pset_edc_check(transfer.get(), H5Z_DISABLE_EDC), path_, ": skip Fletcher32");
+  transfer_ = std::move(transfer);
 }
 
 void H5File::read(const std::string& name, size_t offset, size_t count, float* out) const {

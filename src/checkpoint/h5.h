@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 namespace zt {
@@ -59,6 +60,9 @@ class H5File {
   /// read and checksummed.
   void read(const std::string& name, size_t offset, size_t count, float* out) const;
   void read(const std::string& name, size_t offset, size_t count, uint16_t* out) const;
+  /// From now on reads skip the Fletcher32 check of each chunk: for a reader that checks every
+  /// byte of the file another way (a whole-file CRC-32) before it uses what it read.
+  void skip_chunk_checksums();
   /// The element count of a dataset (throws UsageError if missing).
   size_t length(const std::string& name) const;
   bool has(const std::string& name) const;
@@ -77,8 +81,13 @@ class H5File {
   H5Id create_dataset(const std::string& name, size_t count, hid_t type);
   void read_scalar_attribute(const std::string& name, hid_t type, void* out) const;
   void read_raw(const std::string& name, size_t offset, size_t count, void* out, hid_t type) const;
+  const H5Id& open_dataset(const std::string& name) const;
   H5Id file_;
   std::string path_;
+  // Datasets opened for reading, kept open so that their chunk cache survives from one hyperslab
+  // to the next (declared after file_: closed before it).
+  mutable std::map<std::string, H5Id> datasets_;
+  H5Id transfer_;  // dataset transfer properties of reads; none: HDF5's defaults
 };
 
 /// HDF5's current error stack as one line (for messages).

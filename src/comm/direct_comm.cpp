@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "comm/shm_comm.h"
 #include "comm/staged_comm.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -35,6 +36,8 @@ class DirectWork final : public DataWork {
 class DirectComm final : public DataComm {
  public:
   explicit DirectComm(HostComm& host) : host_(host) {}
+  /// Over a communicator of its own (ShmComm), whose collectives it alone issues.
+  explicit DirectComm(std::unique_ptr<HostComm> owned) : owned_(std::move(owned)), host_(*owned_) {}
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
   std::string name() const override { return host_.name(); }
@@ -64,6 +67,7 @@ class DirectComm final : public DataComm {
     ++stats_.calls;
     return std::make_shared<DirectWork>(std::move(work));
   }
+  std::unique_ptr<HostComm> owned_;
   HostComm& host_;
 };
 
@@ -114,10 +118,26 @@ std::string gpu_shared_by_ranks(Backend& backend, HostComm& control, const std::
 
 }  // namespace
 
+namespace {
+
+// The host communicator that moves the data: ShmComm when every rank is on this node and asks
+// for it (ZT_SHM_COLLECTIVES=1), else `fallback` (control itself, or a duplicate of it).
+template <typename Fallback>
+std::unique_ptr<HostComm> data_host_comm(HostComm& control, Fallback fallback) {
+  std::unique_ptr<HostComm> shm = make_shm_comm(control);
+  // Said only when it is not the default: MPI's runs print what they always printed.
+  if (shm && control.rank() == 0) log_info("host collectives: shared memory (one node; ZT_SHM_COLLECTIVES=1)");
+  return shm ? std::move(shm) : fallback();
+}
+
+}  // namespace
+
 // Direct on a synchronous backend; on the CUDA backend NCCL, unless two ranks share a GPU or
-// ZT_DATA_COMM=staged; staged on any other backend. ZT_DATA_COMM=nccl insists on NCCL.
+// ZT_DATA_COMM=staged; staged on any other backend. ZT_DATA_COMM=nccl insists on NCCL. The
+// host transport of direct and staged is ShmComm when every rank shares this node.
 std::unique_ptr<DataComm> make_data_comm(Backend& backend, HostComm& control) {
   const std::string choice = data_comm_choice();
+  const auto duplicate = [&] { return control.duplicate(); };
 #if ZT_HAVE_CUDA
   if (backend.name() == "cuda") {
     const std::string shared = gpu_shared_by_ranks(backend, control, choice);
@@ -127,7 +147,7 @@ std::unique_ptr<DataComm> make_data_comm(Backend& backend, HostComm& control) {
         log_info("data communicator: mpi, staged through pinned memory (",
                  choice == "staged" ? std::string("ZT_DATA_COMM=staged") : shared, ")");
       }
-      return make_staged_comm(backend, control.duplicate());
+      return make_staged_comm(backend, data_host_comm(control, duplicate));
     }
     return std::make_unique<NcclComm>(backend, control);
   }
@@ -135,8 +155,11 @@ std::unique_ptr<DataComm> make_data_comm(Backend& backend, HostComm& control) {
 #else
   ZT_USAGE_CHECK(choice != "nccl", "ZT_DATA_COMM=nccl: this zerotrain was built without CUDA and NCCL");
 #endif
-  if (backend.synchronous()) return std::make_unique<DirectComm>(control);
-  return make_staged_comm(backend, control.duplicate());
+  if (backend.synchronous()) {
+    std::unique_ptr<HostComm> shm = data_host_comm(control, [] { return std::unique_ptr<HostComm>(); });
+    return shm ? std::make_unique<DirectComm>(std::move(shm)) : std::make_unique<DirectComm>(control);
+  }
+  return make_staged_comm(backend, data_host_comm(control, duplicate));
 }
 
 }  // namespace zt

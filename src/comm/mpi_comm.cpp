@@ -1,7 +1,5 @@
 #include "comm/mpi_comm.h"
 
-#include <sys/prctl.h>
-
 #include <chrono>
 #include <climits>
 #include <exception>
@@ -9,35 +7,6 @@
 #include "comm/mpi_runtime.h"
 
 namespace zt {
-
-class MpiComm::MpiWork final : public Work {
- public:
-  explicit MpiWork(MpiComm* comm) : comm_(comm) {}
-  void wait() override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!done_) {
-      comm_->add_waiter(+1);  // the progress thread stops pausing between tests
-      done_cv_.wait(lock, [&] { return done_; });
-      comm_->add_waiter(-1);
-    }
-    if (error_) std::rethrow_exception(error_);
-  }
-  void finish(std::exception_ptr error) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-      error_ = error;
-    }
-    done_cv_.notify_all();
-  }
-
- private:
-  MpiComm* comm_;
-  std::mutex mutex_;
-  std::condition_variable done_cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
-};
 
 namespace {
 
@@ -82,29 +51,12 @@ MpiComm::MpiComm(MPI_Comm parent) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   ZT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   ZT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  half_op(DType::kBF16);  // create the operators before the progress thread exists
-  thread_ = std::thread([this] {
-    prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: the default 50 us slack would stretch every pause
-    progress_loop();
-  });
+  half_op(DType::kBF16);  // create the operators before any collective runs on the queue's thread
 }
 
 MpiComm::~MpiComm() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
+  queue_.stop();
   if (MpiRuntime::initialized()) MPI_Comm_free(&comm_);
-}
-
-void MpiComm::add_waiter(int delta) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    waiters_ += delta;
-  }
-  if (delta > 0) wake_.notify_all();
 }
 
 void MpiComm::drive(MPI_Request& request) {
@@ -112,49 +64,23 @@ void MpiComm::drive(MPI_Request& request) {
     int complete = 0;
     ZT_MPI_CHECK(MPI_Test(&request, &complete, MPI_STATUS_IGNORE));
     if (complete) return;
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (waiters_ == 0) {
-      wake_.wait_for(lock, kIdlePoll, [&] { return waiters_ > 0; });
+    if (queue_.waiters() == 0) {
+      queue_.pause_unless_waited(kIdlePoll);
     } else {
       // Even while a thread waits, the pause stays: a thread that tests without pause holds its
       // core against the peer rank's compute or a busy neighbour, and under load steps took 3.9x
       // their quiet time this way, 1.9x with the pause, on 2 cores (bench_under_load.sh).
-      lock.unlock();
       std::this_thread::sleep_for(kWaitedPoll);
     }
   }
 }
 
-void MpiComm::progress_loop() {
-  for (;;) {
-    std::pair<Start, std::shared_ptr<MpiWork>> task;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    std::exception_ptr error;
-    try {
-      MPI_Request request = task.first();
-      drive(request);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    task.second->finish(error);
-  }
-}
-
 std::shared_ptr<Work> MpiComm::enqueue(Start start) {
-  auto work = std::make_shared<MpiWork>(this);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.emplace_back(std::move(start), work);
-    ++stats_.calls;
-  }
-  wake_.notify_all();
-  return work;
+  ++stats_.calls;
+  return queue_.enqueue([this, start = std::move(start)] {
+    MPI_Request request = start();
+    drive(request);
+  });
 }
 
 std::shared_ptr<Work> MpiComm::all_reduce(void* buffer, size_t count, DType dtype) {

@@ -15,13 +15,10 @@
 
 #include <mpi.h>
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
 
 #include "comm/communicator.h"
+#include "comm/work_queue.h"
 
 namespace zt {
 
@@ -50,24 +47,20 @@ class MpiComm final : public HostComm {
   std::shared_ptr<Work> barrier() override;
   std::unique_ptr<HostComm> duplicate() override { return std::make_unique<MpiComm>(comm_); }
   void all_reduce_doubles(std::vector<double>& values, bool max) override;
+  /// The MPI communicator (a duplicate of the parent), for a communicator over the same ranks
+  /// (make_shm_comm). Only while none of this one's collectives is in flight.
+  MPI_Comm mpi_comm() const { return comm_; }
 
  private:
-  class MpiWork;
   /// Starts one non-blocking collective and returns its request.
   using Start = std::function<MPI_Request()>;
   std::shared_ptr<Work> enqueue(Start start);
-  void progress_loop();
+  /// On the queue's thread: tests `request` until it completes, pausing between tests.
   void drive(MPI_Request& request);
-  void add_waiter(int delta);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<std::pair<Start, std::shared_ptr<MpiWork>>> queue_;
-  int waiters_ = 0;  // threads blocked in MpiWork::wait(): test without pause while > 0
-  bool stopping_ = false;
-  std::thread thread_;
+  WorkQueue queue_;  // the progress thread
 };
 
 }  // namespace zt

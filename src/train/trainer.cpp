@@ -248,14 +248,15 @@ void log_offload(const DsConfig& ds) {
 
 // The run's first log lines: the model, where it runs, how it trains, what is offloaded.
 void log_run_config(const Setup& setup, const TrainArgs& args, const ModelLayout& layout, const Backend& backend,
-                    const ProcessPlace& place, int world_size) {
+                    const ZeroEngine& engine, const ProcessPlace& place, int world_size) {
   const ModelConfig& m = setup.model;
   const DsConfig& ds = setup.ds;
   log_info("model: ", m.model_type, " ", m.n_layer, "L ", m.n_embd, "C ", m.n_head, "H",
            m.kv_heads() != m.n_head ? cat(" (", m.kv_heads(), " kv)") : std::string(), ", ", human_count(double(layout.num_params())),
            " parameters, vocab ", m.vocab_size, ", block ", setup.seq_len);
   log_info("backend: ", backend.describe(), "; ", world_size, " rank(s) on ", place.num_nodes, " node(s)");
-  log_info("training: ", dtype_name(ds.param_dtype()), ", ZeRO stage ", ds.zero.stage, ", batch ", ds.train_batch_size,
+  log_info("training: ", dtype_name(ds.param_dtype()), " (matmuls in ", dtype_name(engine.matmul_dtype()),
+           "), ZeRO stage ", ds.zero.stage, ", batch ", ds.train_batch_size,
            " = ", ds.train_micro_batch_size_per_gpu, " x ", ds.gradient_accumulation_steps, " x ", world_size,
            args.gradient_checkpointing ? ", gradient checkpointing" : "");
   log_offload(ds);
@@ -666,7 +667,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, HostComm& comm
   // ---- 2. the starting state, and what the run says about itself ----
   MetricsWriter metrics(first ? args.output_dir + "/metrics.jsonl" : std::string(), setup.resume.has_value());
   TrainerState state = load_starting_state(*parts.engine, setup, layout, args);
-  log_run_config(setup, args, layout, *backend, place, comm.size());
+  log_run_config(setup, args, layout, *backend, *parts.engine, place, comm.size());
   write_start_event(metrics, *parts.engine, *parts.model, comm, setup, layout, place, args);
 
   // ---- 3. training, evaluating on the way ----

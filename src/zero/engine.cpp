@@ -24,6 +24,10 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
   reducer_.on_reduced([this](size_t lo, size_t hi) {
     if (gradients_final()) optimizer_.gradient_final(lo, hi);
   });
+  // DeepSpeed's bf16 mode is a bf16 model: its matmuls take bf16 inputs. The backend's kernels do
+  // so where that is faster (bf16 instructions) and stay fp32 elsewhere; fp32 and fp16 runs keep
+  // fp32 GEMMs (fp16 training computes in fp32 here, as before).
+  matmul_dtype_ = backend.ops().set_matmul_dtype(plan_.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32);
 }
 
 StateSource init_source(const ParamLayout& layout, uint64_t seed) {

@@ -80,6 +80,9 @@ class ZeroEngine final : public ParamSource<float> {
   double loss_scale() const { return scaler_.scale(); }
   int stage() const { return plan_.stage; }
   DType param_dtype() const { return plan_.dtype; }
+  /// The dtype the model's GEMM inputs are rounded to (KernelOps::set_matmul_dtype): bf16 in a
+  /// bf16 run on a CPU with bf16 instructions, else fp32.
+  DType matmul_dtype() const { return matmul_dtype_; }
   const PartitionMap& partition() const { return plan_.partition; }
   /// The full fp32 master weights (flat layout, unpadded), gathered from every rank. Collective.
   std::vector<float> gather_master_weights();
@@ -127,6 +130,7 @@ class ZeroEngine final : public ParamSource<float> {
   HostComm& control_;
   const DsConfig config_;
   const ZeroPlan plan_;
+  DType matmul_dtype_ = DType::kF32;
 
   MixedPrecisionBuffers buffers_;
   std::unique_ptr<PartitionedParameterCoordinator> coordinator_;  // stage 3

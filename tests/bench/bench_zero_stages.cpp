@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
       engine.init_params(1);
       for (int s = 0; s <= steps; ++s) {  // step 0 warms up (and records stage 3's trace)
         comm.barrier()->wait();
-        comm.reset_stats();
+        engine_comm->reset_stats();  // the data communicator's own (shm or mpi)
         Stopwatch clock;
         model.forward(engine, in.data(), tg.data(), batch, block);
         model.backward(engine, engine.backward_scale());
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
         if (s == 0) continue;
         times[i].push_back(clock.ms());
         step_times[i].push_back(step_ms);
-        per_step[i] = comm.stats();
+        per_step[i] = engine_comm->stats();
       }
     }
   }

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""The PyTorch side of bench_step.sh: the same GPT-2 shape and step (forward, backward, AdamW)
-in fp32 on the CPU, timed the same way (median of N steps after one warm-up step).
+"""The PyTorch side of bench_step.sh and bench_bf16_step.sh: the same GPT-2 shape and step
+(forward, backward, AdamW) on the CPU, in fp32 or (--bf16 1) under bf16 autocast, timed the same
+way (median of N steps after one warm-up step).
 
 Usage: torch_gpt2_step.py --threads N [--layers 12 --embd 768 --heads 12 --vocab 50257
-                                      --positions 1024 --block 64 --batch 4 --steps 5]
+                                      --positions 1024 --block 64 --batch 4 --steps 5 --bf16 0]
 Prints 'RESULT torch_step_ms=...'.
 """
 import argparse
@@ -55,7 +56,7 @@ class GPT2(nn.Module):
 def main():
     p = argparse.ArgumentParser()
     for name, default in (("threads", 1), ("layers", 12), ("embd", 768), ("heads", 12), ("vocab", 50257),
-                          ("positions", 1024), ("block", 64), ("batch", 4), ("steps", 5)):
+                          ("positions", 1024), ("block", 64), ("batch", 4), ("steps", 5), ("bf16", 0)):
         p.add_argument("--" + name, type=int, default=default)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -67,7 +68,9 @@ def main():
     times = []
     for step in range(a.steps + 1):
         t0 = time.perf_counter()
-        loss = model(idx, tgt)
+        # bf16 autocast: PyTorch's mixed precision on the CPU (matmuls in bf16, fp32 weights).
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.bf16)):
+            loss = model(idx, tgt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -76,7 +79,7 @@ def main():
         print(f"torch threads={a.threads} step {step}: {ms:.1f} ms{'  (warm-up)' if step == 0 else ''}", flush=True)
         if step > 0:
             times.append(ms)
-    print(f"RESULT torch_step_ms={statistics.median(times):.2f} threads={a.threads}")
+    print(f"RESULT torch_step_ms={statistics.median(times):.2f} threads={a.threads} torch={torch.__version__}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@
 #include "backend/device_array.h"
 #include "core/error.h"
 #include "core/dtype.h"
+#include "../unit/random_test_util.h"
 
 namespace zt {
 namespace {
@@ -38,14 +39,6 @@ constexpr double kElementwiseTol = 1e-6;
 constexpr double kGemmTol = 1e-5;
 constexpr double kReductionTol = 1e-5;
 constexpr double kHalfGemmTol = 1e-2;
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
   double err = 0, ref = 0;

@@ -8,14 +8,12 @@
 #include <random>
 #include <vector>
 
+#include "random_test_util.h"
+
 namespace zt::testing {
 
 inline std::vector<double> random_vector(size_t n, uint32_t seed, double scale = 1.0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> dist(0.0, scale);
-  std::vector<double> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
+  return randn<double>(n, seed, scale);
 }
 
 /// d loss / d x[i] by central differences, for every i (or a sample of `max_checks` indices).

@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/device_array.h"
 #include "backend/emulated/emulated_backend.h"
+#include "random_test_util.h"
 
 namespace zt {
 namespace {
@@ -65,14 +66,6 @@ TEST(EmulatedDevice, OnlyTheBackendTouchesDeviceMemory) {
 // of SIGSEGV when the kernel touches it.
 
 constexpr double kSameKernelTol = 1e-6;
-
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 /// The same array on both backends, filled from one host vector.
 template <typename T>

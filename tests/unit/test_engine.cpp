@@ -180,9 +180,18 @@ TEST(Engine, MixedPrecisionTracksFp32) {
   TrainRun bf16 = train(DType::kBF16, 20);
   TrainRun fp16 = train(DType::kF16, 20);
   EXPECT_LT(fp32.losses.back(), fp32.losses.front() - 0.5);  // it learns
+  EXPECT_LT(bf16.losses.back(), bf16.losses.front() - 0.5);
+  const bool bf16_matmuls = make_cpu_backend()->ops().set_matmul_dtype(DType::kBF16) == DType::kBF16;
   for (size_t i = 0; i < fp32.losses.size(); ++i) {
-    // 16-bit weights round at every step; the trajectories drift apart by about 1%.
-    EXPECT_NEAR(bf16.losses[i], fp32.losses[i], 0.025 * fp32.losses[i]) << "bf16 step " << i;
+    if (bf16_matmuls) {
+      // bf16 GEMMs (a CPU with bf16 instructions) round every activation and gradient they read
+      // as well: the first loss agrees to bf16's precision, and at this learning rate (1e-2 on a
+      // 2-layer model) the trajectories then drift by up to ~15%, still learning as fast.
+      EXPECT_NEAR(bf16.losses[i], fp32.losses[i], (i == 0 ? 0.01 : 0.2) * fp32.losses[i]) << "bf16 step " << i;
+    } else {
+      // 16-bit weights round at every step; the trajectories drift apart by about 1%.
+      EXPECT_NEAR(bf16.losses[i], fp32.losses[i], 0.025 * fp32.losses[i]) << "bf16 step " << i;
+    }
     if (!fp16.outcomes[i].skipped) {
       EXPECT_NEAR(fp16.losses[i], fp32.losses[i], 0.01 * fp32.losses[i]) << "fp16 step " << i;
     }

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/bf16_gemm.h"
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
 #include "backend/kernel_ops.h"

@@ -26,6 +26,9 @@ class QueuedKernels final : public KernelOps<float> {
  public:
   QueuedKernels(ComputeQueue& q, KernelOps<float>& k) : q_(q), k_(k) {}
 
+  // A setting, not work: it applies to the kernels enqueued after it (set before a run starts).
+  DType set_matmul_dtype(DType dtype) override { return k_.set_matmul_dtype(dtype); }
+
   void embedding_forward(T* o, const int32_t* tok, const T* wte, const T* wpe, int B, int T_, int C) override {
     const size_t BT = size_t(B) * T_;
     std::vector<Access> a{out(o, BT * C), in(tok, BT), {wte, kToEnd, false}};

@@ -1,0 +1,350 @@
+#include "comm/shm_comm.h"
+
+#include <immintrin.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+
+#include "comm/mpi_comm.h"
+#include "comm/mpi_runtime.h"
+
+namespace zt {
+
+namespace {
+
+// A segment: the barrier flag on a cache line of its own, then the two staging buffers.
+constexpr size_t kFlagBytes = 64;
+constexpr size_t kAlign = 64;
+
+uint64_t* flag_of(unsigned char* segment) { return reinterpret_cast<uint64_t*>(segment); }
+
+// The sum in rank order of `inputs[0..P)` into `out`, n elements: blocks of kBlock in fp32 so
+// the loops vectorise; 16-bit sums round back after every addition (MpiComm's operator).
+constexpr size_t kBlock = 1024;
+
+void sum_f32(float* out, const std::vector<const void*>& inputs, size_t n) {
+  const size_t p = inputs.size();
+  for (size_t a = 0; a < n; a += kBlock) {
+    const size_t m = std::min(kBlock, n - a);
+    float acc[kBlock];
+    const float* x0 = static_cast<const float*>(inputs[0]) + a;
+    for (size_t i = 0; i < m; ++i) acc[i] = x0[i];
+    for (size_t q = 1; q < p; ++q) {
+      const float* x = static_cast<const float*>(inputs[q]) + a;
+      for (size_t i = 0; i < m; ++i) acc[i] += x[i];
+    }
+    std::memcpy(out + a, acc, m * sizeof(float));
+  }
+}
+
+template <typename Half>
+void sum_half(Half* out, const std::vector<const void*>& inputs, size_t n) {
+  const size_t p = inputs.size();
+  for (size_t a = 0; a < n; a += kBlock) {
+    const size_t m = std::min(kBlock, n - a);
+    float acc[kBlock], x[kBlock];
+    Half rounded[kBlock];
+    convert(static_cast<const Half*>(inputs[0]) + a, acc, m);
+    for (size_t q = 1; q < p; ++q) {
+      convert(static_cast<const Half*>(inputs[q]) + a, x, m);
+      for (size_t i = 0; i < m; ++i) acc[i] += x[i];
+      convert(acc, rounded, m);
+      if (q + 1 < p) convert(rounded, acc, m);
+    }
+    if (p == 1) convert(acc, rounded, m);
+    std::memcpy(out + a, rounded, m * sizeof(Half));
+  }
+}
+
+void sum(void* out, const std::vector<const void*>& inputs, size_t n, DType dtype) {
+  if (n == 0) return;
+  switch (dtype) {
+    case DType::kF32: return sum_f32(static_cast<float*>(out), inputs, n);
+    case DType::kBF16: return sum_half(static_cast<bf16*>(out), inputs, n);
+    case DType::kF16: return sum_half(static_cast<fp16*>(out), inputs, n);
+  }
+}
+
+// Rank r's offset in a concatenation in rank order.
+std::vector<size_t> displacements(const std::vector<size_t>& counts) {
+  std::vector<size_t> d(counts.size());
+  size_t offset = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    d[r] = offset;
+    offset += counts[r];
+  }
+  return d;
+}
+
+// Elements of a block of `count` left from `offset` in a step of `piece`.
+size_t step_elems(size_t count, size_t offset, size_t piece) {
+  return offset < count ? std::min(piece, count - offset) : 0;
+}
+
+}  // namespace
+
+bool ShmComm::one_node(MPI_Comm comm, bool wanted) {
+  int rank = 0, size = 0, local = 0;
+  ZT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  ZT_MPI_CHECK(MPI_Comm_size(comm, &size));
+  MPI_Comm node;
+  ZT_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  ZT_MPI_CHECK(MPI_Comm_size(node, &local));
+  ZT_MPI_CHECK(MPI_Comm_free(&node));
+  int everywhere = local == size && wanted ? 1 : 0;  // the same answer on every rank
+  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, comm));
+  return everywhere == 1;
+}
+
+ShmComm::ShmComm(MPI_Comm parent, size_t chunk_bytes) : chunk_bytes_(chunk_bytes / kAlign * kAlign) {
+  ZT_CHECK(chunk_bytes_ >= 4096, "ShmComm: staging of ", chunk_bytes, " bytes is too small");
+  ZT_MPI_CHECK(MPI_Comm_dup(parent, &comm_));
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  ZT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  ZT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  // Each rank's segment in its own pages (near its own NUMA node once first touched).
+  MPI_Info info;
+  ZT_MPI_CHECK(MPI_Info_create(&info));
+  ZT_MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
+  void* mine = nullptr;
+  const MPI_Aint bytes = MPI_Aint(kFlagBytes + 2 * chunk_bytes_);
+  const int rc = MPI_Win_allocate_shared(bytes, 1, info, comm_, &mine, &win_);
+  MPI_Info_free(&info);
+  ZT_MPI_CHECK(rc);
+  segments_.resize(size_t(size_));
+  for (int r = 0; r < size_; ++r) {
+    MPI_Aint size = 0;
+    int disp = 0;
+    void* base = nullptr;
+    ZT_MPI_CHECK(MPI_Win_shared_query(win_, r, &size, &disp, &base));
+    ZT_CHECK(reinterpret_cast<uintptr_t>(base) % 8 == 0, "ShmComm: segment of rank ", r, " is not aligned");
+    segments_[size_t(r)] = static_cast<unsigned char*>(base);
+  }
+  __atomic_store_n(flag_of(segments_[size_t(rank_)]), uint64_t(0), __ATOMIC_RELEASE);
+  ZT_MPI_CHECK(MPI_Barrier(comm_));  // every flag is 0 before anyone waits on it
+}
+
+ShmComm::~ShmComm() {
+  // Destroyed while an exception unwinds (a rank failed mid-step, and MPI_Abort follows at the
+  // top): the peers may never reach this rank's next barrier nor MPI_Win_free, so the worker gives
+  // up waiting and the window is left to the abort. Otherwise this would hang the failing rank.
+  const bool abandon = std::uncaught_exceptions() > 0;
+  if (abandon) abandoned_.store(true, std::memory_order_relaxed);
+  queue_.stop();
+  if (MpiRuntime::initialized() && !abandon) {
+    MPI_Win_free(&win_);  // collective: no rank unmaps a segment another still reads
+    MPI_Comm_free(&comm_);
+  }
+}
+
+size_t ShmComm::max_collective_elements() const { return kMpiMaxCollectiveElements; }
+
+std::shared_ptr<Work> ShmComm::enqueue(std::function<void()> run) {
+  ++stats_.calls;
+  return queue_.enqueue([this, run = std::move(run)] {
+    if (abandoned_.load(std::memory_order_relaxed)) throw Error("ShmComm: abandoned (this rank failed)");
+    run();
+  });
+}
+
+unsigned char* ShmComm::staging(int rank, int buffer) const {
+  return segments_[size_t(rank)] + kFlagBytes + size_t(buffer) * chunk_bytes_;
+}
+
+// Arrive (release: this rank's writes to the window before it), then wait until every rank has
+// arrived (acquire: their writes are visible after it). Counters only grow, so nothing resets.
+// The wait spins for a few microseconds (the peers are usually in the same step). Then, while
+// a thread waits for the result, it yields (handing the core to a peer that has not arrived: with
+// 4 ranks on 2 cores, sleeping at once cost 5-10 ms a barrier) and later sleeps 5 us between
+// checks; while nobody waits, it sleeps 50 us, taking almost nothing from the computation.
+void ShmComm::sync() {
+  const uint64_t epoch = ++epoch_;
+  __atomic_store_n(flag_of(segments_[size_t(rank_)]), epoch, __ATOMIC_RELEASE);
+  for (int q = 0; q < size_; ++q) {
+    const uint64_t* flag = flag_of(segments_[size_t(q)]);
+    for (int spins = 0; __atomic_load_n(flag, __ATOMIC_ACQUIRE) < epoch; ++spins) {
+      if (spins < 200) {
+        _mm_pause();
+      } else if (abandoned_.load(std::memory_order_relaxed)) {
+        throw Error("ShmComm: abandoned while waiting for the other ranks (this rank failed)");
+      } else if (queue_.waiters() == 0) {
+        // Nobody waits for this collective yet (it overlaps the backward pass): check rarely,
+        // so as to take almost no CPU from the computation, as MpiComm's progress thread does.
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      } else if (spins < 2000) {
+        sched_yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(5));
+      }
+    }
+  }
+}
+
+// One step of a reduce-scatter through the window: this rank stages its part of every other
+// rank's slice (its own part stays put), and after the barrier sums its own slice's part, read
+// from every rank in rank order, into `out`.
+void ShmComm::reduce_step(const unsigned char* send, const std::vector<size_t>& counts,
+                          const std::vector<size_t>& displ, size_t offset, size_t piece, DType dtype, int b,
+                          unsigned char* out) {
+  const size_t e = dtype_size(dtype), p = size_t(size_), me = size_t(rank_);
+  for (size_t q = 0; q < p; ++q) {
+    const size_t n = step_elems(counts[q], offset, piece);
+    if (q != me && n > 0) std::memcpy(staging(rank_, b) + q * piece * e, send + (displ[q] + offset) * e, n * e);
+  }
+  sync();
+  std::vector<const void*> inputs(p);
+  for (size_t q = 0; q < p; ++q) {
+    inputs[q] = q == me ? send + (displ[me] + offset) * e : staging(int(q), b) + me * piece * e;
+  }
+  sum(out, inputs, step_elems(counts[me], offset, piece), dtype);
+}
+
+void ShmComm::run_reduce_scatter(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
+                                 DType dtype) {
+  const size_t e = dtype_size(dtype);
+  const std::vector<size_t> displ = displacements(counts);
+  const size_t largest = *std::max_element(counts.begin(), counts.end());
+  for (size_t offset = 0; offset < largest; offset += reduce_piece(e)) {
+    const int b = buffer_;
+    buffer_ ^= 1;
+    reduce_step(send, counts, displ, offset, reduce_piece(e), dtype, b, recv + offset * e);
+  }
+}
+
+void ShmComm::run_all_gather(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
+                             DType dtype) {
+  const size_t e = dtype_size(dtype), p = size_t(size_), me = size_t(rank_);
+  const std::vector<size_t> displ = displacements(counts);
+  const size_t largest = *std::max_element(counts.begin(), counts.end());
+  const size_t piece = chunk_bytes_ / e;
+  const bool in_place = send == recv + displ[me] * e;
+  for (size_t offset = 0; offset < largest; offset += piece) {
+    const int b = buffer_;
+    buffer_ ^= 1;
+    const size_t mine = step_elems(counts[me], offset, piece);
+    if (mine > 0) std::memcpy(staging(rank_, b), send + offset * e, mine * e);
+    sync();
+    for (size_t q = 0; q < p; ++q) {
+      const size_t n = step_elems(counts[q], offset, piece);
+      if (n == 0 || (q == me && in_place)) continue;
+      const unsigned char* from = q == me ? send + offset * e : staging(int(q), b);
+      std::memcpy(recv + (displ[q] + offset) * e, from, n * e);
+    }
+  }
+}
+
+// Slices of count/P elements (the first count%P one more), summed as a reduce-scatter whose
+// results also go back to the window; after a second barrier each rank copies the others'.
+void ShmComm::run_all_reduce(unsigned char* buffer, size_t count, DType dtype) {
+  const size_t e = dtype_size(dtype), p = size_t(size_), me = size_t(rank_), piece = reduce_piece(e);
+  std::vector<size_t> counts(p, count / p);
+  for (size_t r = 0; r < count % p; ++r) ++counts[r];
+  const std::vector<size_t> displ = displacements(counts);
+  for (size_t offset = 0; offset < counts[0]; offset += piece) {
+    const int b = buffer_;
+    buffer_ ^= 1;
+    // Into the window's place for this rank's own slice (which nobody else reads in this step),
+    // then from there into the buffer.
+    unsigned char* result = staging(rank_, b) + me * piece * e;
+    reduce_step(buffer, counts, displ, offset, piece, dtype, b, result);
+    const size_t n = step_elems(counts[me], offset, piece);
+    if (n > 0) std::memcpy(buffer + (displ[me] + offset) * e, result, n * e);
+    sync();
+    for (size_t q = 0; q < p; ++q) {
+      const size_t m = step_elems(counts[q], offset, piece);
+      if (q != me && m > 0) std::memcpy(buffer + (displ[q] + offset) * e, staging(int(q), b) + q * piece * e, m * e);
+    }
+  }
+}
+
+void ShmComm::run_broadcast(unsigned char* buffer, size_t bytes, int root) {
+  for (size_t offset = 0; offset < bytes; offset += chunk_bytes_) {
+    const int b = buffer_;
+    buffer_ ^= 1;
+    const size_t n = std::min(chunk_bytes_, bytes - offset);
+    if (rank_ == root) std::memcpy(staging(rank_, b), buffer + offset, n);
+    sync();
+    if (rank_ != root) std::memcpy(buffer + offset, staging(root, b), n);
+  }
+}
+
+// Every rank sums (or takes the max of) every rank's values itself, in rank order.
+void ShmComm::run_all_reduce_doubles(double* values, size_t count, bool max) {
+  const size_t piece = chunk_bytes_ / sizeof(double);
+  for (size_t offset = 0; offset < count; offset += piece) {
+    const int b = buffer_;
+    buffer_ ^= 1;
+    const size_t n = std::min(piece, count - offset);
+    std::memcpy(staging(rank_, b), values + offset, n * sizeof(double));
+    sync();
+    for (size_t i = 0; i < n; ++i) {
+      double acc = 0;
+      for (int q = 0; q < size_; ++q) {
+        double x;
+        std::memcpy(&x, staging(q, b) + i * sizeof(double), sizeof x);
+        acc = q == 0 ? x : max ? std::max(acc, x) : acc + x;
+      }
+      values[offset + i] = acc;
+    }
+  }
+}
+
+std::shared_ptr<Work> ShmComm::all_reduce(void* buffer, size_t count, DType dtype) {
+  stats_.all_reduce += count * dtype_size(dtype);
+  auto* bytes = static_cast<unsigned char*>(buffer);
+  return enqueue([=, this] { run_all_reduce(bytes, count, dtype); });
+}
+
+std::shared_ptr<Work> ShmComm::reduce_scatter(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                              DType dtype) {
+  ZT_CHECK(int(recv_counts.size()) == size_, "reduce_scatter needs one count per rank");
+  stats_.reduce_scatter += std::accumulate(recv_counts.begin(), recv_counts.end(), size_t(0)) * dtype_size(dtype);
+  auto* s = static_cast<const unsigned char*>(send);
+  auto* r = static_cast<unsigned char*>(recv);
+  return enqueue([=, this, counts = recv_counts] { run_reduce_scatter(s, r, counts, dtype); });
+}
+
+std::shared_ptr<Work> ShmComm::all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
+                                          DType dtype) {
+  ZT_CHECK(int(counts.size()) == size_, "all_gather needs one count per rank");
+  stats_.all_gather += std::accumulate(counts.begin(), counts.end(), size_t(0)) * dtype_size(dtype);
+  auto* s = static_cast<const unsigned char*>(send);
+  auto* r = static_cast<unsigned char*>(recv);
+  return enqueue([=, this, counts = counts] { run_all_gather(s, r, counts, dtype); });
+}
+
+std::shared_ptr<Work> ShmComm::broadcast(void* buffer, size_t count, DType dtype, int root) {
+  ZT_CHECK(root >= 0 && root < size_, "broadcast from rank ", root, " of ", size_);
+  stats_.broadcast += count * dtype_size(dtype);
+  auto* bytes = static_cast<unsigned char*>(buffer);
+  const size_t n = count * dtype_size(dtype);
+  return enqueue([=, this] { run_broadcast(bytes, n, root); });
+}
+
+std::shared_ptr<Work> ShmComm::barrier() {
+  return enqueue([this] { sync(); });
+}
+
+void ShmComm::all_reduce_doubles(std::vector<double>& values, bool max) {
+  double* data = values.data();
+  const size_t n = values.size();
+  enqueue([=, this] { run_all_reduce_doubles(data, n, max); })->wait();
+}
+
+std::unique_ptr<HostComm> make_shm_comm(HostComm& control) {
+  auto* mpi = dynamic_cast<MpiComm*>(&control);
+  if (mpi == nullptr || control.size() == 1) return nullptr;  // the same on every rank
+  // Opt-in until a quiet benchmark shows the engine's steps gain (issue 17): under load its
+  // ZeRO-2/3 overhead measured worse than MPI's.
+  const char* env = std::getenv("ZT_SHM_COLLECTIVES");
+  const bool wanted = env != nullptr && std::string(env) == "1";
+  if (!ShmComm::one_node(mpi->mpi_comm(), wanted)) return nullptr;
+  return std::make_unique<ShmComm>(mpi->mpi_comm());
+}
+
+}  // namespace zt

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# bf16 against fp32 and against PyTorch's bf16 autocast (issue 17), side by side in one run: GPT-2
+# 124M (12 layers, 768 wide, vocab 50257), micro-batch 4, block 256, one rank. Ours: the same
+# step in fp32 and in bf16 (DeepSpeed's bf16: bf16 parameters, matmuls in bf16 through oneDNN on a
+# CPU with bf16 instructions, fp32 GEMMs elsewhere). PyTorch: fp32 model, bf16 autocast, AdamW.
+# Each side runs at the thread count and at 1 thread, interleaved; each side's faster is its own.
+# Targets: with avx512_bf16, our bf16 step <= 0.7x PyTorch's bf16 and <= 0.7x our fp32 step;
+# without (AVX2), our bf16 <= 1.0x our fp32 and <= 0.7x PyTorch's bf16.
+#
+# PyTorch: a torch 2.x when ZT_BENCH_TORCH2 names a python that has it (default
+# build/bench-venv/bin/python; the recipe is in bench_llama_step.sh's header), else Debian's 1.13.
+# Settings: ZT_BENCH_THREADS (default: nproc), ZT_BENCH_STEPS (default 4), ZT_BENCH_BLOCK (256),
+# ZT_BENCH_BATCH (4), BUILD (default build/release).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source tests/bench/lib.sh
+threads=${ZT_BENCH_THREADS:-$(nproc)}
+steps=${ZT_BENCH_STEPS:-4}
+block=${ZT_BENCH_BLOCK:-256}
+batch=${ZT_BENCH_BATCH:-4}
+build=${BUILD:-build/release}
+torch=${ZT_BENCH_TORCH2:-}
+[[ -z $torch && -x build/bench-venv/bin/python ]] && torch=build/bench-venv/bin/python
+[[ -z $torch ]] && torch=/usr/bin/python3
+./jobs/install_deps.sh --with-bench
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$threads" --target bench_train_step >/dev/null
+print_machine
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64  # a PyPI torch's CUDA libraries load
+
+ours() {  # ours DTYPE THREADS -> step ms
+  OMP_NUM_THREADS=$2 "$build/tests/bench/bench_train_step" --block "$block" --batch "$batch" --steps "$steps" \
+    --dtype "$1" | tee >(cat >&2) | sed -n 's/^RESULT step_ms=\([0-9.]*\).*/\1/p'
+}
+theirs() {  # theirs THREADS -> step ms
+  "$torch" tests/bench/torch_gpt2_step.py --threads "$1" --block "$block" --batch "$batch" --steps "$steps" --bf16 1 |
+    tee >(cat >&2) | sed -n 's/^RESULT torch_step_ms=\([0-9.]*\).*/\1/p'
+}
+counts=("$threads")
+[[ $threads -ne 1 ]] && counts+=(1)
+declare -A t
+for n in "${counts[@]}"; do
+  t[fp32_$n]=$(ours fp32 "$n")
+  t[bf16_$n]=$(ours bf16 "$n")
+  t[torch_$n]=$(theirs "$n")
+done
+torch_version=$("$torch" -c 'import torch; print(torch.__version__)')
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+bf16_cpu=0
+[[ " $flags " == *" avx512_bf16 "* ]] && bf16_cpu=1
+/usr/bin/python3 - "$bf16_cpu" "$torch_version" "${counts[@]/#/}" <<PY
+import sys
+bf16_cpu, version, counts = sys.argv[1] == "1", sys.argv[2], sys.argv[3:]
+t = {"fp32": [${t[fp32_$threads]}, ${t[fp32_1]:-${t[fp32_$threads]}}],
+     "bf16": [${t[bf16_$threads]}, ${t[bf16_1]:-${t[bf16_$threads]}}],
+     "torch": [${t[torch_$threads]}, ${t[torch_1]:-${t[torch_$threads]}}]}
+print()
+print(f"{'step ms':34s}{'$threads threads':>12s}{'1 thread':>12s}")
+for name, label in (("fp32", "zerotrain fp32"), ("bf16", "zerotrain bf16"), ("torch", f"pytorch {version} bf16 autocast")):
+    print(f"{label:34s}{t[name][0]:12.1f}{t[name][1]:12.1f}")
+best = {k: min(v) for k, v in t.items()}
+vs_fp32, vs_torch = best["bf16"] / best["fp32"], best["bf16"] / best["torch"]
+limit_fp32 = 0.7 if bf16_cpu else 1.0
+print(f"bf16 / our fp32: {vs_fp32:.2f} (target <= {limit_fp32}); bf16 / pytorch bf16: {vs_torch:.2f} (target <= 0.7)"
+      f"; CPU {'with' if bf16_cpu else 'without'} avx512_bf16")
+ok = vs_fp32 <= limit_fp32 and vs_torch <= 0.7
+print("OK" if ok else "FAILED")
+sys.exit(0 if ok else 1)
+PY
