@@ -417,7 +417,7 @@ std::string agree_on_latest(const std::string& output_dir, HostComm& comm) {
 
 CheckpointReader::CheckpointReader(const std::string& where, const std::string& output_dir,
                                    const ModelConfig* expect, bool node_local, int verify_index,
-                                   int verify_count, bool verify_in_background) {
+                                   int verify_count, Verify verify_mode) {
   // Resolve: "auto" is OUTPUT/latest; a directory with `latest` follows it.
   std::string dir = where == "auto" ? output_dir : where;
   if (!present(fs::path(dir) / "manifest.json") && present(fs::path(dir) / "latest")) {
@@ -462,10 +462,13 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
     ZT_USAGE_CHECK(present(path), path, ": missing (listed in ", manifest_path, ")");
     const uint64_t bytes = RegularFile(path).size();
     ZT_USAGE_CHECK(bytes == f.bytes, path, ": ", bytes, " bytes, the manifest says ", f.bytes, " (truncated or replaced)");
-    if (int(i % size_t(verify_count)) == verify_index) to_verify.emplace_back(path, f.crc32);
+    if (verify_mode != Verify::kChunksRead && int(i % size_t(verify_count)) == verify_index) {
+      to_verify.emplace_back(path, f.crc32);
+    }
   }
   verifier_ = std::make_unique<Verifier>();
-  crc_covers_all_ = verify_in_background && verify_count == 1 && !node_local;
+  const bool in_background = verify_mode == Verify::kWholeFilesInBackground;
+  crc_covers_all_ = in_background && verify_count == 1 && !node_local;
   auto verify = [v = verifier_.get(), to_verify] {
     for (const auto& [path, crc] : to_verify) {
       const uint32_t got = file_crc32(path, &v->stop);
@@ -473,7 +476,7 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
       ZT_USAGE_CHECK(got == crc, path, ": checksum mismatch with the manifest (corrupt)");
     }
   };
-  if (!verify_in_background) {
+  if (!in_background) {
     verify();
   } else {
     verifier_->thread = std::thread([v = verifier_.get(), verify] {

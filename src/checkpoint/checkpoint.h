@@ -76,14 +76,21 @@ class CheckpointReader {
   /// The CRC-32 pass, which reads every byte, is shared among the processes that see the same
   /// files: this one checks the listed files i with i % verify_count == verify_index (sizes and
   /// everything else are checked by all). Callers agree on the verdict afterwards.
-  /// With `verify_in_background` the CRC-32 pass runs on a thread of its own while the caller
-  /// reads: the caller must call wait_verified() before it publishes anything it derived, and on
-  /// its error paths, so that a corrupt file is reported as such rather than as whatever reading
-  /// it ran into. When that pass covers every file (verify_count 1, not node-local), reads skip
-  /// HDF5's Fletcher32 of each chunk, which would check the same bytes again.
+  /// `verify` says how the files' bytes are checked:
+  ///  - kWholeFiles: the CRC-32 pass runs in the constructor (resume: every byte is loaded).
+  ///  - kWholeFilesInBackground: it runs on a thread of its own while the caller reads: the caller
+  ///    must call wait_verified() before it publishes anything it derived, and on its error paths,
+  ///    so that a corrupt file is reported as such rather than as whatever reading it ran into.
+  ///    When that pass covers every file (verify_count 1, not node-local), reads skip HDF5's
+  ///    Fletcher32 of each chunk, which would check the same bytes again.
+  ///  - kChunksRead: no CRC-32 pass; what the caller reads is checked chunk by chunk (HDF5's
+  ///    Fletcher32; a mismatch is a UsageError naming the file and the dataset), and what it does
+  ///    not read is not read at all. For exports, which need the master weights and not the
+  ///    optimizer moments: a third of each shard.
+  enum class Verify { kWholeFiles, kWholeFilesInBackground, kChunksRead };
   CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig* expect,
                    bool node_local = false, int verify_index = 0, int verify_count = 1,
-                   bool verify_in_background = false);
+                   Verify verify = Verify::kWholeFiles);
   ~CheckpointReader();
   CheckpointReader(CheckpointReader&&) noexcept;
   CheckpointReader& operator=(CheckpointReader&&) noexcept;

@@ -181,7 +181,11 @@ void H5File::read_raw(const std::string& name, size_t offset, size_t count, void
   const hid_t transfer = transfer_.get() >= 0 ? transfer_.get() : H5P_DEFAULT;
   if (H5Dread(set.get(), type, mem_space.get(), file_space.get(), transfer, out) < 0) {
     // Most often a Fletcher32 mismatch: the file is corrupt. Bad input, not a bug.
-    throw UsageError(cat(path_, ": cannot read dataset '", name, "' (corrupt or truncated): ", h5_error_stack()));
+    const std::string why = h5_error_stack();
+    if (why.find("fletcher32") != std::string::npos || why.find("Fletcher32") != std::string::npos) {
+      throw UsageError(cat(path_, ": checksum mismatch in dataset '", name, "' (corrupt): ", why));
+    }
+    throw UsageError(cat(path_, ": cannot read dataset '", name, "' (corrupt or truncated): ", why));
   }
 }
 

@@ -176,7 +176,9 @@ PY
 expect_usage_error "zero_to_fp32 refuses to overwrite" "already exists; pass --overwrite" "$TO_FP32" "$WORK/exp" "$WORK/hf"
 cp -r "$WORK/exp" "$WORK/exp_bad"
 printf '\x55' | dd of="$WORK/exp_bad/global_step6/zero_rank_0_optim_states.h5" bs=1 seek=3000 conv=notrunc status=none
-expect_usage_error "zero_to_fp32 on a corrupt shard" "zero_rank_0_optim_states.h5: checksum mismatch" \
-  "$TO_FP32" "$WORK/exp_bad" "$WORK/hf_bad"
+# By default zero_to_fp32 checks the chunks it reads (test_checkpoint_export corrupts the master
+# weights and the moments on purpose); --verify_whole_files checks every byte of every file.
+expect_usage_error "zero_to_fp32 --verify_whole_files on a corrupt shard" "zero_rank_0_optim_states.h5: checksum mismatch" \
+  "$TO_FP32" "$WORK/exp_bad" "$WORK/hf_bad" --verify_whole_files
 [[ -e "$WORK/hf_bad" ]] && fail "zero_to_fp32 wrote output for a corrupt checkpoint" || pass "nothing written for a corrupt checkpoint"
 finish

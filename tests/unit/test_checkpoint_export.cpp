@@ -2,6 +2,7 @@
 // weights (or their bf16 rounding), under HF names and shapes; read back here by a parser
 // written independently of the product's reader.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <boost/json.hpp>
 #include <cmath>
@@ -42,6 +43,29 @@ ParsedFile parse_safetensors(const std::string& path) {
   f.header = boost::json::parse(text).as_object();
   f.data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return f;
+}
+
+// Where dataset `name`'s first chunk lies in the HDF5 file `path` (HDF5's own chunk index).
+uint64_t first_chunk_at(const std::string& path, const std::string& name) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t set = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  const hsize_t origin[1] = {0};
+  hsize_t bytes = 0;
+  unsigned filter_mask = 0;
+  haddr_t address = HADDR_UNDEF;
+  const herr_t rc = H5Dget_chunk_info_by_coord(set, origin, &filter_mask, &address, &bytes);
+  H5Dclose(set);
+  H5Fclose(file);
+  EXPECT_TRUE(rc >= 0 && address != HADDR_UNDEF && bytes > 8) << path << ": no chunk info for " << name;
+  return uint64_t(address);
+}
+
+void flip_byte(const std::string& path, uint64_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(at));
+  const char c = char(f.get() ^ 0x55);
+  f.seekp(std::streamoff(at));
+  f.put(c);
 }
 
 class Export : public ::testing::Test {
@@ -251,6 +275,53 @@ TEST_F(Export, Stage3Gathers16BitWeightsOnSave) {
     }
     fs::remove_all(dir / "global_step3");
   }
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// zero_to_fp32's default check (Verify::kChunksRead): a corrupt chunk of the master weights is a
+// checksum mismatch naming the file and the dataset, and nothing is published; a corrupt chunk of
+// an optimizer moment, which an export does not need, is never read, so the export is still exact;
+// the whole-file CRC-32 (--verify_whole_files) refuses that checkpoint too.
+TEST_F(Export, ChecksTheChunksItReadsAndReadsNoMoments) {
+  const std::vector<float> master = train_and_save(2);
+  const std::string shard = (fs::path(CheckpointReader(dir.string(), dir.string(), nullptr).dir()) / shard_name(0)).string();
+  const fs::path clean = dir / "clean", moments = dir / "moments", whole = dir / "whole", bad = dir / "bad";
+  using Verify = CheckpointReader::Verify;
+  {
+    CheckpointReader reader(dir.string(), dir.string(), nullptr, false, 0, 1, Verify::kChunksRead);
+    export_hf_model(reader, clean.string(), DType::kF32, uint64_t(1) << 40, false);
+  }
+  flip_byte(shard, first_chunk_at(shard, "exp_avg_sq") + 8);
+  {
+    CheckpointReader reader(dir.string(), dir.string(), nullptr, false, 0, 1, Verify::kChunksRead);
+    export_hf_model(reader, moments.string(), DType::kF32, uint64_t(1) << 40, false);
+    const ParsedFile a = parse_safetensors((clean / "model.safetensors").string());
+    const ParsedFile b = parse_safetensors((moments / "model.safetensors").string());
+    EXPECT_TRUE(a.data == b.data) << "an unread moment changed the export";
+  }
+  try {
+    CheckpointReader reader(dir.string(), dir.string(), nullptr, false, 0, 1, Verify::kWholeFilesInBackground);
+    export_hf_model(reader, whole.string(), DType::kF32, uint64_t(1) << 40, false);
+    ADD_FAILURE() << "the whole-file CRC-32 passed a corrupt moment";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(shard + ": checksum mismatch"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(whole));
+  flip_byte(shard, first_chunk_at(shard, "fp32_master") + 8);
+  try {
+    CheckpointReader reader(dir.string(), dir.string(), nullptr, false, 0, 1, Verify::kChunksRead);
+    export_hf_model(reader, bad.string(), DType::kF32, uint64_t(1) << 40, false);
+    ADD_FAILURE() << "a corrupt master chunk was exported";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(shard + ": checksum mismatch in dataset 'fp32_master'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(bad));
 }
 
 }  // namespace
