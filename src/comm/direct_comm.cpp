@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "comm/shm_comm.h"
+#include "comm/hier_comm.h"
 #include "comm/staged_comm.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -120,13 +120,18 @@ std::string gpu_shared_by_ranks(Backend& backend, HostComm& control, const std::
 
 namespace {
 
-// The host communicator that moves the data: ShmComm when every rank is on this node and asks
-// for it (ZT_SHM_COLLECTIVES=1), else `fallback` (control itself, or a duplicate of it).
+// The host communicator that moves the data when the ranks ask for it (ZT_SHM_COLLECTIVES=1):
+// ShmComm when every rank is on this node, HierComm across regular nodes; else `fallback`
+// (control itself, or a duplicate of it).
 template <typename Fallback>
 std::unique_ptr<HostComm> data_host_comm(HostComm& control, Fallback fallback) {
   std::unique_ptr<HostComm> shm = make_shm_comm(control);
   // Said only when it is not the default: MPI's runs print what they always printed.
-  if (shm && control.rank() == 0) log_info("host collectives: shared memory (one node; ZT_SHM_COLLECTIVES=1)");
+  if (shm && control.rank() == 0) {
+    log_info("host collectives: ", shm->name() == "shm" ? "shared memory (one node, ZT_SHM_COLLECTIVES=1)"
+                                                         : "shared memory in each node, MPI between nodes "
+                                                           "(ZT_SHM_COLLECTIVES=1)");
+  }
   return shm ? std::move(shm) : fallback();
 }
 

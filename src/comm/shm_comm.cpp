@@ -336,15 +336,4 @@ void ShmComm::all_reduce_doubles(std::vector<double>& values, bool max) {
   enqueue([=, this] { run_all_reduce_doubles(data, n, max); })->wait();
 }
 
-std::unique_ptr<HostComm> make_shm_comm(HostComm& control) {
-  auto* mpi = dynamic_cast<MpiComm*>(&control);
-  if (mpi == nullptr || control.size() == 1) return nullptr;  // the same on every rank
-  // Opt-in until a quiet benchmark shows the engine's steps gain (issue 17): under load its
-  // ZeRO-2/3 overhead measured worse than MPI's.
-  const char* env = std::getenv("ZT_SHM_COLLECTIVES");
-  const bool wanted = env != nullptr && std::string(env) == "1";
-  if (!ShmComm::one_node(mpi->mpi_comm(), wanted)) return nullptr;
-  return std::make_unique<ShmComm>(mpi->mpi_comm());
-}
-
 }  // namespace zt

@@ -97,10 +97,4 @@ class ShmComm final : public HostComm {
   WorkQueue queue_;  // the worker thread: the barrier polls faster while it has waiters
 };
 
-/// A ShmComm over the ranks of `control` when it is an MpiComm of more than one rank, they all
-/// share this node, and every rank's environment says ZT_SHM_COLLECTIVES=1; null otherwise (the
-/// caller stays with MPI). Collective over control's ranks, with none of its collectives in
-/// flight.
-std::unique_ptr<HostComm> make_shm_comm(HostComm& control);
-
 }  // namespace zt

@@ -1,7 +1,9 @@
-// ShmComm (comm/shm_comm.h) against a reference computed here in rank order, and against MpiComm:
+// ShmComm (comm/shm_comm.h) and HierComm (comm/hier_comm.h, over simulated nodes) against a
+// reference computed here in their order of summation, and against MpiComm:
 // every collective, every dtype, uneven and zero counts, and messages of many steps (a small
 // staging buffer makes a few thousand elements cross dozens of chunks).
 #include "comm/shm_comm.h"
+#include "comm/hier_comm.h"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -9,10 +11,12 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "comm/mpi_comm.h"
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace zt {
 namespace {
@@ -71,14 +75,20 @@ float reference_sum(DType dtype, size_t i, int ranks) {
   return acc.get(0);
 }
 
-// Reference sums of n elements, computed once per (dtype, n): cheaper than reference_sum.
-Buffer reference(DType dtype, size_t n, int ranks) {
+// Reference sums of n elements, computed once per (dtype, n): with `nodes` nodes of consecutive
+// ranks, each node's sum in rank order, then the nodes' sums in node order (HierComm's order; with
+// one node ShmComm's), rounded to the dtype after every addition.
+Buffer reference(DType dtype, size_t n, int ranks, int nodes = 1) {
   std::vector<Buffer> in;
   for (int r = 0; r < ranks; ++r) in.push_back(input(dtype, r, n));
-  Buffer out(dtype, n);
+  const int per_node = ranks / nodes;
+  Buffer out(dtype, n), node(dtype, 1);
   for (size_t i = 0; i < n; ++i) {
-    out.set(i, in[0].get(i));
-    for (int r = 1; r < ranks; ++r) out.set(i, out.get(i) + in[size_t(r)].get(i));
+    for (int k = 0; k < nodes; ++k) {
+      node.set(0, in[size_t(k * per_node)].get(i));
+      for (int r = k * per_node + 1; r < (k + 1) * per_node; ++r) node.set(0, node.get(0) + in[size_t(r)].get(i));
+      out.set(i, k == 0 ? node.get(0) : out.get(i) + node.get(0));
+    }
   }
   return out;
 }
@@ -113,14 +123,32 @@ void for_each_case(int me, int p, Check check) {
   }
 }
 
-class ShmCommTest : public ::testing::TestWithParam<size_t> {};  // staging bytes
+// A communicator under test: ShmComm (nodes 0), or HierComm over `nodes` nodes of consecutive
+// ranks (simulated on this machine: each "node" is a ShmComm, the nodes talk over MPI), with
+// `staging` bytes of shared-memory staging per rank and buffer.
+struct CommCase {
+  size_t staging;
+  int nodes;
+};
+// HierComm's nodes at this world size: `nodes` where they divide it, else one.
+int nodes_at(const CommCase& c, int p) { return c.nodes > 0 && p % c.nodes == 0 ? c.nodes : 1; }
+std::unique_ptr<HostComm> make_comm(const CommCase& c) {
+  if (c.nodes == 0) return std::make_unique<ShmComm>(MPI_COMM_WORLD, c.staging);
+  return std::make_unique<HierComm>(MPI_COMM_WORLD, world_size() / nodes_at(c, world_size()), c.staging);
+}
+
+class ShmCommTest : public ::testing::TestWithParam<CommCase> {
+ protected:
+  std::unique_ptr<HostComm> comm_ptr = make_comm(GetParam());
+  HostComm& comm = *comm_ptr;
+  const int nodes = nodes_at(GetParam(), world_size());
+};
 
 TEST_P(ShmCommTest, ReduceScatterMatchesRankOrderSum) {
-  ShmComm comm(MPI_COMM_WORLD, GetParam());
   const int me = comm.rank(), p = comm.size();
   for_each_case(me, p, [&](DType dtype, const std::vector<size_t>& counts, size_t total, size_t at) {
     Buffer send = input(dtype, me, total), recv(dtype, counts[size_t(me)]);
-    const Buffer want = reference(dtype, total, p);
+    const Buffer want = reference(dtype, total, p, nodes);
     comm.reduce_scatter(send.data(), recv.data(), counts, dtype)->wait();
     for (size_t i = 0; i < recv.size(); ++i) {
       ASSERT_EQ(recv.bits(i), want.bits(at + i)) << dtype_name(dtype) << " element " << at + i;
@@ -129,7 +157,6 @@ TEST_P(ShmCommTest, ReduceScatterMatchesRankOrderSum) {
 }
 
 TEST_P(ShmCommTest, AllGatherConcatenatesInRankOrder) {
-  ShmComm comm(MPI_COMM_WORLD, GetParam());
   const int me = comm.rank(), p = comm.size();
   for_each_case(me, p, [&](DType dtype, const std::vector<size_t>& counts, size_t total, size_t at) {
     for (bool in_place : {false, true}) {
@@ -151,11 +178,10 @@ TEST_P(ShmCommTest, AllGatherConcatenatesInRankOrder) {
 }
 
 TEST_P(ShmCommTest, AllReduceMatchesRankOrderSum) {
-  ShmComm comm(MPI_COMM_WORLD, GetParam());
   for (DType dtype : kDtypes) {
     for (size_t n : {size_t(0), size_t(1), size_t(3), size_t(1000), size_t(12345)}) {
       Buffer buf = input(dtype, comm.rank(), n);
-      const Buffer want = reference(dtype, n, comm.size());
+      const Buffer want = reference(dtype, n, comm.size(), nodes);
       comm.all_reduce(buf.data(), n, dtype)->wait();
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(buf.bits(i), want.bits(i)) << dtype_name(dtype) << " n " << n << " i " << i;
     }
@@ -163,7 +189,6 @@ TEST_P(ShmCommTest, AllReduceMatchesRankOrderSum) {
 }
 
 TEST_P(ShmCommTest, BroadcastBarrierAndDoubles) {
-  ShmComm comm(MPI_COMM_WORLD, GetParam());
   const int p = comm.size();
   for (int root = 0; root < p; ++root) {
     Buffer buf = input(DType::kBF16, comm.rank(), 9000);
@@ -190,7 +215,6 @@ TEST_P(ShmCommTest, BroadcastBarrierAndDoubles) {
 
 // Several collectives in flight at once, waited for in reverse: each completes in issue order.
 TEST_P(ShmCommTest, AsyncCollectivesInFlight) {
-  ShmComm comm(MPI_COMM_WORLD, GetParam());
   const int p = comm.size();
   const size_t n = 5000;
   std::vector<Buffer> bufs;
@@ -198,14 +222,14 @@ TEST_P(ShmCommTest, AsyncCollectivesInFlight) {
   std::vector<std::shared_ptr<Work>> works;
   for (auto& b : bufs) works.push_back(comm.all_reduce(b.data(), n, DType::kF32));
   for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
-  const Buffer want = reference(DType::kF32, n, p);
+  const Buffer want = reference(DType::kF32, n, p, nodes);
   for (auto& b : bufs) ASSERT_EQ(b.bytes, want.bytes);
 }
 
 // Against MpiComm: the same bits at 2 ranks for every dtype (a sum of two is the same in either
 // order); beyond, MPI's own order may round differently in the last place.
 TEST_P(ShmCommTest, AgreesWithMpiComm) {
-  ShmComm shm(MPI_COMM_WORLD, GetParam());
+  HostComm& shm = comm;
   MpiComm mpi(MPI_COMM_WORLD);
   const int p = shm.size();
   for (DType dtype : kDtypes) {
@@ -239,7 +263,15 @@ TEST_P(ShmCommTest, AgreesWithMpiComm) {
 }
 
 // 4 KiB of staging: a few thousand elements take dozens of steps; 2 MiB: the default.
-INSTANTIATE_TEST_SUITE_P(Staging, ShmCommTest, ::testing::Values(size_t(4096), kShmChunkBytes));
+// HierComm over two simulated nodes (where the world size is even): 1 rank each at 2 ranks, 2 each
+// at 4.
+INSTANTIATE_TEST_SUITE_P(Staging, ShmCommTest,
+                         ::testing::Values(CommCase{4096, 0}, CommCase{kShmChunkBytes, 0}, CommCase{4096, 2},
+                                           CommCase{kShmChunkBytes, 2}),
+                         [](const ::testing::TestParamInfo<CommCase>& info) {
+                           return std::string(info.param.nodes ? "hier" : "shm") + "_" +
+                                  std::to_string(info.param.staging);
+                         });
 
 // A message of several default chunks, fp32 and bf16.
 TEST(ShmCommLarge, ManyChunks) {
@@ -259,6 +291,39 @@ TEST(ShmCommLarge, ManyChunks) {
   }
   EXPECT_EQ(world_size(), p);
   EXPECT_EQ(world_rank(), comm.rank());
+}
+
+}  // namespace
+}  // namespace zt
+
+namespace zt {
+namespace {
+
+// make_shm_comm with ZT_SHM_COLLECTIVES=1: one node is a ShmComm; ZT_SHM_NODE_SIZE simulates
+// nodes (a HierComm); a size that does not divide the ranks, or that differs between them, is
+// refused on every rank alike (none is left waiting in a collective).
+TEST(ShmCommFactory, OneNodeSimulatedNodesAndBadSizes) {
+  MpiComm world(MPI_COMM_WORLD);
+  const int p = world.size();
+  setenv("ZT_SHM_COLLECTIVES", "1", 1);
+  setenv("ZT_SHM_NODE_SIZE", "x", 1);
+  if (p == 1) {
+    EXPECT_EQ(make_shm_comm(world), nullptr);  // one rank: nothing to share, nothing read
+  } else {
+    unsetenv("ZT_SHM_NODE_SIZE");
+    EXPECT_EQ(make_shm_comm(world)->name(), "shm");
+    setenv("ZT_SHM_NODE_SIZE", std::to_string(p / 2).c_str(), 1);
+    EXPECT_EQ(make_shm_comm(world)->name(), "shm+mpi");
+    setenv("ZT_SHM_NODE_SIZE", std::to_string(p + 1).c_str(), 1);
+    EXPECT_THROW(make_shm_comm(world), UsageError);
+    setenv("ZT_SHM_NODE_SIZE", world.rank() == 0 ? "1" : std::to_string(p).c_str(), 1);
+    EXPECT_THROW(make_shm_comm(world), UsageError);
+    setenv("ZT_SHM_NODE_SIZE", world.rank() == 0 ? "x" : "1", 1);
+    EXPECT_THROW(make_shm_comm(world), UsageError);
+  }
+  unsetenv("ZT_SHM_NODE_SIZE");
+  unsetenv("ZT_SHM_COLLECTIVES");
+  EXPECT_EQ(make_shm_comm(world), nullptr);
 }
 
 }  // namespace

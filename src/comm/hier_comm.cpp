@@ -1,0 +1,221 @@
+#include "comm/hier_comm.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <numeric>
+
+#include "comm/mpi_runtime.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace zt {
+
+namespace {
+
+// A communicator of `parent`'s ranks that share `color`, ordered by rank; the caller frees it.
+MPI_Comm split(MPI_Comm parent, int color, int rank) {
+  MPI_Comm out = MPI_COMM_NULL;
+  ZT_MPI_CHECK(MPI_Comm_split(parent, color, rank, &out));
+  return out;
+}
+
+size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t(0)); }
+
+}  // namespace
+
+int HierComm::regular_node_size(MPI_Comm comm) {
+  int rank = 0, local_size = 0;
+  ZT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_Comm node;
+  ZT_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  ZT_MPI_CHECK(MPI_Comm_size(node, &local_size));
+  int span[2] = {rank, -rank};  // the node's lowest rank and (negated) highest
+  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, span, 2, MPI_INT, MPI_MIN, node));
+  ZT_MPI_CHECK(MPI_Comm_free(&node));
+  // Regular: this node's ranks are consecutive and start at a multiple of its size, and every
+  // node has the same size.
+  int sizes[2] = {local_size, -local_size};
+  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, comm));
+  int ok = -span[1] - span[0] == local_size - 1 && span[0] % local_size == 0 && sizes[0] == -sizes[1] ? 1 : 0;
+  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm));
+  return ok == 1 ? local_size : 0;
+}
+
+HierComm::HierComm(MPI_Comm parent, int ranks_per_node, size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {
+  ZT_MPI_CHECK(MPI_Comm_dup(parent, &parent_));
+  ZT_MPI_CHECK(MPI_Comm_rank(parent_, &rank_));
+  ZT_MPI_CHECK(MPI_Comm_size(parent_, &size_));
+  ZT_CHECK(ranks_per_node >= 1 && size_ % ranks_per_node == 0, "HierComm: ", ranks_per_node,
+           " ranks per node do not divide ", size_, " ranks");
+  per_node_ = ranks_per_node;
+  nodes_ = size_ / per_node_;
+  local_ = rank_ % per_node_;
+  world_ = std::make_unique<MpiComm>(parent_);
+  MPI_Comm node = split(parent_, rank_ / per_node_, rank_);
+  MPI_Comm across = split(parent_, local_, rank_);
+  node_ = std::make_unique<ShmComm>(node, chunk_bytes_);  // each duplicates what it is given
+  across_ = std::make_unique<MpiComm>(across);
+  MPI_Comm_free(&node);
+  MPI_Comm_free(&across);
+}
+
+HierComm::~HierComm() {
+  queue_.stop();
+  // The sub-communicators free their own duplicates (collectively, in the same order everywhere).
+  across_.reset();
+  node_.reset();
+  world_.reset();
+  if (MpiRuntime::initialized()) MPI_Comm_free(&parent_);
+}
+
+std::unique_ptr<HostComm> HierComm::duplicate() { return std::make_unique<HierComm>(parent_, per_node_, chunk_bytes_); }
+
+std::vector<size_t> HierComm::across_counts(const std::vector<size_t>& counts, int local) const {
+  std::vector<size_t> out(static_cast<size_t>(nodes_));
+  for (int n = 0; n < nodes_; ++n) out[size_t(n)] = counts[size_t(n * per_node_ + local)];
+  return out;
+}
+
+void HierComm::run_reduce_scatter(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
+                                  DType dtype) {
+  const size_t e = dtype_size(dtype);
+  // Regroup: the blocks of local index 0 (ranks 0, L, 2L, ...), then of local index 1, ...
+  std::vector<size_t> displ(counts.size()), group(static_cast<size_t>(per_node_));
+  for (size_t r = 1; r < counts.size(); ++r) displ[r] = displ[r - 1] + counts[r - 1];
+  grouped_.resize(sum(counts) * e);
+  unsigned char* at = grouped_.data();
+  for (int l = 0; l < per_node_; ++l) {
+    for (int n = 0; n < nodes_; ++n) {
+      const size_t r = size_t(n * per_node_ + l);
+      std::memcpy(at, send + displ[r] * e, counts[r] * e);
+      at += counts[r] * e;
+      group[size_t(l)] += counts[r];
+    }
+  }
+  partial_.resize(group[size_t(local_)] * e);
+  node_->reduce_scatter(grouped_.data(), partial_.data(), group, dtype)->wait();
+  across_->reduce_scatter(partial_.data(), recv, across_counts(counts, local_), dtype)->wait();
+}
+
+void HierComm::run_all_gather(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
+                              DType dtype) {
+  const size_t e = dtype_size(dtype);
+  std::vector<size_t> group(static_cast<size_t>(per_node_));
+  for (int l = 0; l < per_node_; ++l) group[size_t(l)] = sum(across_counts(counts, l));
+  // This local index's blocks from every node, then every local index's from this node.
+  partial_.resize(group[size_t(local_)] * e);
+  across_->all_gather(send, partial_.data(), across_counts(counts, local_), dtype)->wait();
+  grouped_.resize(sum(counts) * e);
+  node_->all_gather(partial_.data(), grouped_.data(), group, dtype)->wait();
+  // Back into rank order.
+  std::vector<size_t> displ(counts.size());
+  for (size_t r = 1; r < counts.size(); ++r) displ[r] = displ[r - 1] + counts[r - 1];
+  const unsigned char* from = grouped_.data();
+  for (int l = 0; l < per_node_; ++l) {
+    for (int n = 0; n < nodes_; ++n) {
+      const size_t r = size_t(n * per_node_ + l);
+      std::memcpy(recv + displ[r] * e, from, counts[r] * e);
+      from += counts[r] * e;
+    }
+  }
+}
+
+void HierComm::run_all_reduce(unsigned char* buffer, size_t count, DType dtype) {
+  const size_t e = dtype_size(dtype), l = size_t(per_node_);
+  std::vector<size_t> slices(l, count / l);
+  for (size_t i = 0; i < count % l; ++i) ++slices[i];
+  partial_.resize(slices[size_t(local_)] * e);
+  node_->reduce_scatter(buffer, partial_.data(), slices, dtype)->wait();
+  across_->all_reduce(partial_.data(), slices[size_t(local_)], dtype)->wait();
+  node_->all_gather(partial_.data(), buffer, slices, dtype)->wait();
+}
+
+std::shared_ptr<Work> HierComm::all_reduce(void* buffer, size_t count, DType dtype) {
+  stats_.all_reduce += count * dtype_size(dtype);
+  ++stats_.calls;
+  auto* bytes = static_cast<unsigned char*>(buffer);
+  return queue_.enqueue([=, this] { run_all_reduce(bytes, count, dtype); });
+}
+
+std::shared_ptr<Work> HierComm::reduce_scatter(const void* send, void* recv, const std::vector<size_t>& recv_counts,
+                                               DType dtype) {
+  ZT_CHECK(int(recv_counts.size()) == size_, "reduce_scatter needs one count per rank");
+  stats_.reduce_scatter += sum(recv_counts) * dtype_size(dtype);
+  ++stats_.calls;
+  auto* s = static_cast<const unsigned char*>(send);
+  auto* r = static_cast<unsigned char*>(recv);
+  return queue_.enqueue([=, this, counts = recv_counts] { run_reduce_scatter(s, r, counts, dtype); });
+}
+
+std::shared_ptr<Work> HierComm::all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
+                                           DType dtype) {
+  ZT_CHECK(int(counts.size()) == size_, "all_gather needs one count per rank");
+  stats_.all_gather += sum(counts) * dtype_size(dtype);
+  ++stats_.calls;
+  auto* s = static_cast<const unsigned char*>(send);
+  auto* r = static_cast<unsigned char*>(recv);
+  return queue_.enqueue([=, this, counts = counts] { run_all_gather(s, r, counts, dtype); });
+}
+
+std::shared_ptr<Work> HierComm::broadcast(void* buffer, size_t count, DType dtype, int root) {
+  stats_.broadcast += count * dtype_size(dtype);
+  ++stats_.calls;
+  return queue_.enqueue([=, this] { world_->broadcast(buffer, count, dtype, root)->wait(); });
+}
+
+std::shared_ptr<Work> HierComm::barrier() {
+  ++stats_.calls;
+  return queue_.enqueue([this] { world_->barrier()->wait(); });
+}
+
+void HierComm::all_reduce_doubles(std::vector<double>& values, bool max) {
+  queue_.enqueue([&, this] { world_->all_reduce_doubles(values, max); })->wait();
+}
+
+namespace {
+
+// ZT_SHM_NODE_SIZE=N (with ZT_SHM_COLLECTIVES=1; for tests and measurements on one machine): every
+// N consecutive ranks form a node, so the hierarchical path runs on one machine. 0 when unset.
+int simulated_node_size(MpiComm& control, bool wanted) {
+  const char* env = std::getenv("ZT_SHM_NODE_SIZE");
+  int n = 0;  // unset; -1: not a divisor of the world size
+  if (env != nullptr && wanted) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    n = end != env && *end == '\0' && v >= 1 && control.size() % v == 0 ? int(v) : -1;
+  }
+  // Every rank learns what every other has before any refuses: none is left waiting.
+  int agree[2] = {n, -n};
+  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT, MPI_MIN, control.mpi_comm()));
+  ZT_USAGE_CHECK(agree[0] != -1, "ZT_SHM_NODE_SIZE: must be a number of ranks that divides the ", control.size(),
+                 " ranks; got '", env ? env : "", "'", n == -1 ? "" : " here, another on some rank");
+  ZT_USAGE_CHECK(agree[0] == -agree[1], "ZT_SHM_NODE_SIZE differs between the ranks (give it to all: mpirun -x)");
+  return n;
+}
+
+}  // namespace
+
+std::unique_ptr<HostComm> make_shm_comm(HostComm& control) {
+  auto* mpi = dynamic_cast<MpiComm*>(&control);
+  if (mpi == nullptr || control.size() == 1) return nullptr;  // the same on every rank
+  // Opt-in until a quiet benchmark shows the engine's steps gain (issue 17): under load its
+  // ZeRO-2/3 overhead measured worse than MPI's.
+  const char* env = std::getenv("ZT_SHM_COLLECTIVES");
+  const bool wanted = env != nullptr && std::string(env) == "1";
+  const int simulated = simulated_node_size(*mpi, wanted);
+  if (simulated > 0) return std::make_unique<HierComm>(mpi->mpi_comm(), simulated);
+  if (ShmComm::one_node(mpi->mpi_comm(), wanted)) return std::make_unique<ShmComm>(mpi->mpi_comm());
+  if (!wanted) return nullptr;  // the same on every rank: one_node() agreed on it
+  const int per_node = HierComm::regular_node_size(mpi->mpi_comm());
+  if (per_node == 0) {
+    if (control.rank() == 0) {
+      log_warn("ZT_SHM_COLLECTIVES=1: the ranks are not in nodes of equal size with consecutive ranks "
+               "(mpirun --map-by slot, srun --distribution=block), so collectives stay with MPI");
+    }
+    return nullptr;
+  }
+  return std::make_unique<HierComm>(mpi->mpi_comm(), per_node);
+}
+
+}  // namespace zt
