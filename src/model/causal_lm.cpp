@@ -51,6 +51,29 @@ double CausalLM<T>::take_loss() {
 }
 
 template <typename T>
+void CausalLM<T>::head_forward(ParamSource<T>& params, int head_unit, const T* normed, T* logits, T* losses, int C,
+                               int V, double loss_weight) {
+  const int BT = batch_ * seq_;
+  const T* head = params.acquire_weights(head_unit);
+  ops_.linear_forward(logits, normed, head, nullptr, BT, C, V);
+  params.release_weights(head_unit);
+  ops_.softmax_xent_forward(logits, losses, targets_.data(), BT, V, loss_sum_.data(), per_position(loss_weight));
+}
+
+template <typename T>
+T* CausalLM<T>::head_backward(ParamSource<T>& params, int head_unit, int embedding_unit, const T* normed, T* logits,
+                              T* dnormed, int C, int V, double dloss_scale) {
+  const int BT = batch_ * seq_;
+  ops_.softmax_xent_backward(logits, targets_.data(), BT, V, per_position(dloss_scale));
+  T* g_head = params.grad_accumulator(head_unit);
+  const T* head = params.acquire_weights(head_unit);
+  ops_.linear_backward(dnormed, g_head, nullptr, logits, normed, head, BT, C, V, false);
+  params.release_weights(head_unit);
+  if (head_unit != embedding_unit) params.grads_done(head_unit);
+  return g_head;
+}
+
+template <typename T>
 std::unique_ptr<CausalLM<T>> make_causal_lm(const ModelLayout& layout, Backend& backend, KernelOps<T>& ops,
                                             int max_batch, int max_seq_len, bool activation_checkpointing) {
   if (const auto* llama = dynamic_cast<const LlamaLayout*>(&layout)) {

@@ -49,6 +49,31 @@ class CausalLM {
   /// The loss's weight per position for the last forward (the mean's 1 / count).
   double per_position(double weight) const { return loss_count_ > 0 ? weight / loss_count_ : 0.0; }
 
+  // What every architecture's end looks like: the final norm's output `normed` [BT, C] through the
+  // lm_head (weights [V, C] in `head_unit`) to logits [BT, V] and the cross-entropy.
+  /// logits = normed head^T, then loss_weight x the mean cross-entropy into the loss sum.
+  void head_forward(ParamSource<T>& params, int head_unit, const T* normed, T* logits, T* losses, int C, int V,
+                    double loss_weight);
+  /// Its backward: d(logits) in place, the head's gradient accumulated, d(normed) into `dnormed`.
+  /// The head's unit finishes here unless it is the embedding's (tied): then the caller finishes
+  /// it after embedding_backward, into the accumulator returned.
+  T* head_backward(ParamSource<T>& params, int head_unit, int embedding_unit, const T* normed, T* logits, T* dnormed,
+                   int C, int V, double dloss_scale);
+  /// The blocks' backward, last to first: block_unit(l)'s weights acquired and its gradient
+  /// accumulator open around block(l, weights, grads), which recomputes what checkpointing dropped
+  /// and backpropagates; the unit's gradients finish after it.
+  template <typename UnitOf, typename Block>
+  void blocks_backward(ParamSource<T>& params, int n_layer, UnitOf block_unit, Block block) {
+    for (int l = n_layer - 1; l >= 0; --l) {
+      const int unit = block_unit(l);
+      const T* w = params.acquire_weights(unit);
+      T* g = params.grad_accumulator(unit);
+      block(l, w, g);
+      params.release_weights(unit);
+      params.grads_done(unit);
+    }
+  }
+
   Backend& backend_;
   KernelOps<T>& ops_;
   int max_batch_, max_seq_len_;

@@ -140,11 +140,9 @@ void Gpt2Model<T>::forward(ParamSource<T>& params, const int32_t* inputs, const 
                          wf, wf + layout_.lnf_bias_offset(), int(BT), cfg.n_embd, cfg.layer_norm_epsilon);
   params.release_weights(layout_.final_norm_unit());
 
-  emb = params.acquire_weights(layout_.embedding_unit());
-  ops_.linear_forward(logits_.data(), lnf_.data(), emb, nullptr, int(BT), cfg.n_embd, cfg.vocab_size);
-  params.release_weights(layout_.embedding_unit());
-  ops_.softmax_xent_forward(logits_.data(), losses_.data(), targets_.data(), int(BT), cfg.vocab_size, loss_sum_.data(),
-                            this->per_position(loss_weight));
+  // lm_head: tied to the embedding.
+  this->head_forward(params, layout_.embedding_unit(), lnf_.data(), logits_.data(), losses_.data(), cfg.n_embd,
+                     cfg.vocab_size, loss_weight);
 }
 
 template <typename T>
@@ -156,12 +154,8 @@ void Gpt2Model<T>::backward(ParamSource<T>& params, double dloss_scale) {
   const int emb_unit = layout_.embedding_unit(), final_unit = layout_.final_norm_unit();
 
   // lm_head (tied): the embedding unit's gradients start here and finish at the embedding.
-  ops_.softmax_xent_backward(logits_.data(), targets_.data(), BT, cfg.vocab_size,
-                             this->per_position(dloss_scale));
-  T* g_emb = params.grad_accumulator(emb_unit);
-  const T* emb = params.acquire_weights(emb_unit);
-  ops_.linear_backward(dln_.data(), g_emb, nullptr, logits_.data(), lnf_.data(), emb, BT, C, cfg.vocab_size, false);
-  params.release_weights(emb_unit);
+  T* g_emb = this->head_backward(params, emb_unit, emb_unit, lnf_.data(), logits_.data(), dln_.data(), C,
+                                 cfg.vocab_size, dloss_scale);
 
   const T* wf = params.acquire_weights(final_unit);
   T* gf = params.grad_accumulator(final_unit);
@@ -171,21 +165,17 @@ void Gpt2Model<T>::backward(ParamSource<T>& params, double dloss_scale) {
   params.release_weights(final_unit);
   params.grads_done(final_unit);
 
-  for (int l = cfg.n_layer - 1; l >= 0; --l) {
-    const int unit = layout_.block_unit(l);
-    const T* w = params.acquire_weights(unit);
-    T* g = params.grad_accumulator(unit);
-    const T* x = block_inputs_.data() + l * BTC;
-    BlockActs a = block_acts(l);
-    if (checkpointing_) {
-      // Recompute this block's activations from its saved input; the output is not needed
-      // (the next block's input is already saved), so it goes to scratch.
-      block_forward(w, x, dqkv_.data(), a, B, T_);
-    }
-    block_backward(w, g, x, a, dres_.data(), B, T_);
-    params.release_weights(unit);
-    params.grads_done(unit);
-  }
+  this->blocks_backward(params, cfg.n_layer, [&](int l) { return layout_.block_unit(l); },
+                        [&](int l, const T* w, T* g) {
+                          const T* x = block_inputs_.data() + l * BTC;
+                          BlockActs a = block_acts(l);
+                          if (checkpointing_) {
+                            // Recompute this block's activations from its saved input; the output
+                            // is not needed (the next block's input is already saved): scratch.
+                            block_forward(w, x, dqkv_.data(), a, B, T_);
+                          }
+                          block_backward(w, g, x, a, dres_.data(), B, T_);
+                        });
 
   ops_.embedding_backward(g_emb, g_emb + layout_.wpe_offset(), dres_.data(), inputs_.data(), B, T_, C);
   params.grads_done(emb_unit);

@@ -175,11 +175,8 @@ void LlamaModel<T>::forward(ParamSource<T>& params, const int32_t* inputs, const
                        cfg.n_embd, cfg.layer_norm_epsilon);
   params.release_weights(layout_.final_norm_unit());
 
-  const T* head = params.acquire_weights(layout_.lm_head_unit());
-  ops_.linear_forward(logits_.data(), lnf_.data(), head, nullptr, int(BT), cfg.n_embd, cfg.vocab_size);
-  params.release_weights(layout_.lm_head_unit());
-  ops_.softmax_xent_forward(logits_.data(), losses_.data(), targets_.data(), int(BT), cfg.vocab_size, loss_sum_.data(),
-                            this->per_position(loss_weight));
+  this->head_forward(params, layout_.lm_head_unit(), lnf_.data(), logits_.data(), losses_.data(), cfg.n_embd,
+                     cfg.vocab_size, loss_weight);
 }
 
 template <typename T>
@@ -192,12 +189,8 @@ void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
   const int final_unit = layout_.final_norm_unit();
 
   // lm_head: its own unit finishes here; a tied one finishes at the embedding.
-  ops_.softmax_xent_backward(logits_.data(), targets_.data(), BT, cfg.vocab_size, this->per_position(dloss_scale));
-  T* g_head = params.grad_accumulator(head_unit);
-  const T* head = params.acquire_weights(head_unit);
-  ops_.linear_backward(dln_.data(), g_head, nullptr, logits_.data(), lnf_.data(), head, BT, C, cfg.vocab_size, false);
-  params.release_weights(head_unit);
-  if (head_unit != emb_unit) params.grads_done(head_unit);
+  T* g_head = this->head_backward(params, head_unit, emb_unit, lnf_.data(), logits_.data(), dln_.data(), C,
+                                  cfg.vocab_size, dloss_scale);
 
   const T* wf = params.acquire_weights(final_unit);
   T* gf = params.grad_accumulator(final_unit);
@@ -207,22 +200,18 @@ void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
   params.release_weights(final_unit);
   params.grads_done(final_unit);
 
-  for (int l = cfg.n_layer - 1; l >= 0; --l) {
-    const int unit = layout_.block_unit(l);
-    const T* w = params.acquire_weights(unit);
-    T* g = params.grad_accumulator(unit);
-    const T* x = block_inputs_.data() + l * BTC;
-    const LlamaBlockActs<T> a = block_acts(l);
-    if (checkpointing_) {
-      // Recompute this block's activations from its saved input; the output goes to scratch
-      // (the next block's input is already saved).
-      llama_block_forward(ops_, cfg, layout_.block(), w, x, dln_.data(), a, B, T_, 0, rope_cos_.data(),
-                          rope_sin_.data());
-    }
-    block_backward(w, g, x, a, dres_.data(), B, T_);
-    params.release_weights(unit);
-    params.grads_done(unit);
-  }
+  this->blocks_backward(params, cfg.n_layer, [&](int l) { return layout_.block_unit(l); },
+                        [&](int l, const T* w, T* g) {
+                          const T* x = block_inputs_.data() + l * BTC;
+                          const LlamaBlockActs<T> a = block_acts(l);
+                          if (checkpointing_) {
+                            // Recompute this block's activations from its saved input; the output
+                            // goes to scratch (the next block's input is already saved).
+                            llama_block_forward(ops_, cfg, layout_.block(), w, x, dln_.data(), a, B, T_, 0,
+                                                rope_cos_.data(), rope_sin_.data());
+                          }
+                          block_backward(w, g, x, a, dres_.data(), B, T_);
+                        });
 
   T* g_emb = head_unit == emb_unit ? g_head : params.grad_accumulator(emb_unit);
   ops_.embedding_backward(g_emb, nullptr, dres_.data(), inputs_.data(), B, T_, C);
