@@ -88,7 +88,7 @@ void HierComm::run_reduce_scatter(const unsigned char* send, unsigned char* recv
   for (int l = 0; l < per_node_; ++l) {
     for (int n = 0; n < nodes_; ++n) {
       const size_t r = size_t(n * per_node_ + l);
-      std::memcpy(at, send + displ[r] * e, counts[r] * e);
+      if (counts[r] > 0) std::memcpy(at, send + displ[r] * e, counts[r] * e);  // (empty: maybe null)
       at += counts[r] * e;
       group[size_t(l)] += counts[r];
     }
@@ -115,7 +115,7 @@ void HierComm::run_all_gather(const unsigned char* send, unsigned char* recv, co
   for (int l = 0; l < per_node_; ++l) {
     for (int n = 0; n < nodes_; ++n) {
       const size_t r = size_t(n * per_node_ + l);
-      std::memcpy(recv + displ[r] * e, from, counts[r] * e);
+      if (counts[r] > 0) std::memcpy(recv + displ[r] * e, from, counts[r] * e);
       from += counts[r] * e;
     }
   }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -162,8 +163,8 @@ TEST_P(ShmCommTest, AllGatherConcatenatesInRankOrder) {
     for (bool in_place : {false, true}) {
       Buffer recv(dtype, total), send = input(dtype, me, counts[size_t(me)]);
       const void* from = send.data();
-      if (in_place) {
-        std::memcpy(recv.bytes.data() + at * dtype_size(dtype), send.data(), send.bytes.size());
+      if (in_place && total > 0) {
+        std::copy(send.bytes.begin(), send.bytes.end(), recv.bytes.begin() + std::ptrdiff_t(at * dtype_size(dtype)));
         from = recv.bytes.data() + at * dtype_size(dtype);
       }
       comm.all_gather(from, recv.data(), counts, dtype)->wait();
