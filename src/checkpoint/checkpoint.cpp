@@ -111,14 +111,18 @@ uint32_t file_crc32(const std::string& path, const std::atomic<bool>* stop) {
   // the mapped pages never count for more than one window in this process's memory. A file
   // truncated while being checked ends in SIGBUS, as for any mapped reader; the size was
   // checked against the manifest just before.
+  // While one window is summed, the disk reads the next (a cold file: without it the disk idled
+  // during every CRC and a load took 20 % longer than with read()'s readahead).
   constexpr uint64_t kWindow = uint64_t(32) << 20;
   uLong crc = crc32(0L, Z_NULL, 0);
+  (void)::posix_fadvise(file.fd(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  (void)::posix_fadvise(file.fd(), 0, off_t(kWindow), POSIX_FADV_WILLNEED);
   for (uint64_t at = 0; at < file.size(); at += kWindow) {
     if (stop && stop->load(std::memory_order_relaxed)) break;
     const size_t len = size_t(std::min(kWindow, file.size() - at));
+    if (at + kWindow < file.size()) (void)::posix_fadvise(file.fd(), off_t(at + kWindow), off_t(kWindow), POSIX_FADV_WILLNEED);
     void* map = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, file.fd(), off_t(at));
     ZT_USAGE_CHECK(map != MAP_FAILED, path, ": cannot map for reading: ", std::strerror(errno));
-    (void)::madvise(map, len, MADV_WILLNEED);  // read the window ahead as one request
     crc = crc32_z(crc, static_cast<const Bytef*>(map), len);
     ::munmap(map, len);
   }
@@ -469,6 +473,7 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
   verifier_ = std::make_unique<Verifier>();
   const bool in_background = verify_mode == Verify::kWholeFilesInBackground;
   crc_covers_all_ = in_background && verify_count == 1 && !node_local;
+  exporting_ = verify_mode != Verify::kWholeFiles;
   auto verify = [v = verifier_.get(), to_verify] {
     for (const auto& [path, crc] : to_verify) {
       const uint32_t got = file_crc32(path, &v->stop);
@@ -536,6 +541,7 @@ const H5File& CheckpointReader::shard(int rank) {
     // for it before using what it read (the background mode): HDF5's Fletcher32 of each chunk
     // would check the same bytes a second time.
     if (crc_covers_all_) it->second.skip_chunk_checksums();
+    if (exporting_) it->second.cache_chunks();
   }
   return it->second;
 }

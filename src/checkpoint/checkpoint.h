@@ -87,6 +87,8 @@ class CheckpointReader {
   ///    Fletcher32; a mismatch is a UsageError naming the file and the dataset), and what it does
   ///    not read is not read at all. For exports, which need the master weights and not the
   ///    optimizer moments: a third of each shard.
+  /// The two latter are for exports, which read tensor by tensor: their datasets keep two chunks
+  /// in HDF5's cache (H5File::cache_chunks); a resume reads whole partitions without it.
   enum class Verify { kWholeFiles, kWholeFilesInBackground, kChunksRead };
   CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig* expect,
                    bool node_local = false, int verify_index = 0, int verify_count = 1,
@@ -128,6 +130,7 @@ class CheckpointReader {
   struct Verifier;  // the background CRC-32 pass
   std::unique_ptr<Verifier> verifier_;
   bool crc_covers_all_ = false;  // this process CRCs every file itself, in the background
+  bool exporting_ = false;       // a reader of tensors (hyperslabs), not of whole partitions
 };
 
 /// CRC-32 (zlib's) of a whole file, a regular one (core/regular_file.h). `stop`, when given and

@@ -155,11 +155,13 @@ const H5Id& H5File::open_dataset(const std::string& name) const {
   // the selected part out. With its default 1 MB chunk cache a 16 MB chunk is not kept, and a
   // run of small tensors inside one chunk (biases, layer norms) read and checked that chunk once
   // per tensor: 16 MB for a 4 KB bias. Two chunks' worth of cache (one, plus the one a hyperslab
-  // straddles into) makes a front-to-back reader read and check each chunk once.
+  // straddles into) makes a front-to-back reader read and check each chunk once (cache_chunks).
   H5Id access(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose);
   ZT_H5_CHECK(access.get(), path_, ": dataset access properties");
-  ZT_H5_CHECK(H5Pset_chunk_cache(access.get(), 521, 2 * kChunkElements * sizeof(float) + (size_t(1) << 20), 1.0),
-              path_, ": chunk cache for ", name);
+  if (cache_chunks_) {
+    ZT_H5_CHECK(H5Pset_chunk_cache(access.get(), 521, 2 * kChunkElements * sizeof(float) + (size_t(1) << 20), 1.0),
+                path_, ": chunk cache for ", name);
+  }
   H5Id set(H5Dopen2(file_.get(), name.c_str(), access.get()), H5Dclose);
   ZT_H5_CHECK(set.get(), path_, ": open dataset ", name);
   return datasets_.emplace(name, std::move(set)).first->second;

@@ -63,6 +63,11 @@ class H5File {
   /// From now on reads skip the Fletcher32 check of each chunk: for a reader that checks every
   /// byte of the file another way (a whole-file CRC-32) before it uses what it read.
   void skip_chunk_checksums();
+  /// From now on datasets keep two chunks in HDF5's cache: for a reader of many small hyperslabs
+  /// in order (an export, tensor by tensor), which would otherwise read and check a 16 MB chunk
+  /// once per small tensor. A reader of whole partitions (a resume) is faster without: HDF5 then
+  /// reads each chunk straight into place instead of through the cache.
+  void cache_chunks() { cache_chunks_ = true; }
   /// The element count of a dataset (throws UsageError if missing).
   size_t length(const std::string& name) const;
   bool has(const std::string& name) const;
@@ -88,6 +93,7 @@ class H5File {
   // to the next (declared after file_: closed before it).
   mutable std::map<std::string, H5Id> datasets_;
   H5Id transfer_;  // dataset transfer properties of reads; none: HDF5's defaults
+  bool cache_chunks_ = false;
 };
 
 /// HDF5's current error stack as one line (for messages).
