@@ -455,8 +455,15 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   s.read("reduce_scatter", z.reduce_scatter);
   s.read("allgather_partitions", z.allgather_partitions);
   const int64_t hidden_sq = autos.hidden_size * autos.hidden_size;
-  read_bucket(s, "reduce_bucket_size", z.reduce_bucket_size, hidden_sq);
-  read_bucket(s, "allgather_bucket_size", z.allgather_bucket_size, hidden_sq);
+  // "auto" is HF Trainer's hidden_size squared, but at least kMinAutoBucket elements. Every
+  // collective costs each rank a wakeup or two whatever its size, and on a busy core each wakeup
+  // waits for a neighbour's time slice (~1.4 ms under Linux's EEVDF on 2 cores): a small model's
+  // 64 KB buckets made ~100 collectives a step and a 2-rank ZeRO-2 step 15-25x slower beside two
+  // busy processes, one bucket 3.2x (bench_under_load.sh). Quiet steps were faster too (14-17
+  // against 20 ms). An explicit size is the user's and is kept.
+  const int64_t auto_bucket = hidden_sq > 0 ? std::max(hidden_sq, kMinAutoBucket) : hidden_sq;
+  read_bucket(s, "reduce_bucket_size", z.reduce_bucket_size, auto_bucket);
+  read_bucket(s, "allgather_bucket_size", z.allgather_bucket_size, auto_bucket);
   read_stage3_limits(s, z, autos);
   read_offload(s, z);
   neutral_zero_keys(s);

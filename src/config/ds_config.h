@@ -90,6 +90,9 @@ struct AioConfig {
   bool overlap_events = true;       ///< refill the queue as requests complete instead of in waves
 };
 
+/// The least "auto" gives reduce_bucket_size and allgather_bucket_size (elements; ds_config.cpp).
+constexpr int64_t kMinAutoBucket = int64_t(1) << 20;
+
 struct ZeroConfig {
   int stage = 0;
   bool contiguous_gradients = true;

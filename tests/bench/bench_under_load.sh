@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A 2-rank ZeRO-2 run on a busy machine (issue 13): the trainer's median step time with one busy
 # process per core running beside it, against the quiet step measured in the same run (quiet,
-# loaded, quiet again). Check: loaded <= 4x quiet under CFS, 20x under EEVDF (see the end). An MPI
-# progress thread that only runs on idle cycles took 70 s for a 16 ms step here (4400x).
+# loaded, quiet again). Check: loaded <= 4x quiet (issue 13; see the end). An MPI progress thread
+# that only runs on idle cycles took 70 s for a 16 ms step here (4400x).
 #
 # Settings: ZT_BENCH_MODEL (GPT-2 small's shape: configs/models/gpt2-124M.json), ZT_BENCH_BATCH (4),
 # ZT_BENCH_BLOCK (64), ZT_BENCH_STEPS (12 per run), ZT_BENCH_TIMEOUT (600 s per run: a stall fails),
@@ -59,17 +59,18 @@ kill "${busy[@]}" 2>/dev/null
 wait "${busy[@]}" 2>/dev/null || true
 busy=()
 quiet2=$(run quiet2)
-# The bound depends on the kernel's scheduler. Under CFS (before Linux 6.6) a rank woken from its
-# 5 us poll preempts a busy process at once, and the step measured 2-2.4x quiet (the floor is 2x).
-# Under EEVDF (6.6 on) a woken rank waits for the busy process's slice: the same code measured
-# 8.4-12.6x quiet on Linux 6.18 (2026-11-25), the code before this release too. 20x there still
-# fails the stall this test was written for (a progress thread that never ran: > 4000x).
+# The floor is 2x (each rank shares its core with a busy process); the rest is one scheduling
+# wait per collective per rank. Under CFS (before Linux 6.6) a woken rank preempted the busy
+# process at once; under EEVDF (6.6 on) it waits for the busy process's slice (~1.4 ms on 2 cores).
+# With HF's "auto" buckets of hidden^2 = 16K elements the demo model ran ~100 collectives a step
+# and measured 14-25x on Linux 6.18; "auto" now has a floor of 2^20 elements (ds_config.cpp), and
+# the same runs measure 2.5-2.9x (2026-11-26).
 /usr/bin/python3 - "$quiet1" "$loaded" "$quiet2" "$(nproc)" "$(uname -r)" <<'PY'
 import re, sys
 q1, loaded, q2, cores, kernel = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
 major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", kernel).groups())
 eevdf = (major, minor) >= (6, 6)
-limit = 20.0 if eevdf else 4.0
+limit = 4.0
 quiet = (q1 + q2) / 2
 ratio = loaded / quiet
 print(f"quiet step {q1:.1f} / {q2:.1f} ms; with {cores} busy processes {loaded:.1f} ms")

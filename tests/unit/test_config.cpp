@@ -122,7 +122,25 @@ TEST(DsConfig, AutoResolvesFromTrainerFlags) {
   EXPECT_DOUBLE_EQ(*c.scheduler.warmup_max_lr, 2e-4);
   EXPECT_TRUE(c.bf16);
   EXPECT_EQ(c.param_dtype(), DType::kBF16);
-  EXPECT_EQ(c.zero.reduce_bucket_size, 64 * 64);
+  EXPECT_EQ(c.zero.reduce_bucket_size, kMinAutoBucket);  // 64 squared is below the floor
+}
+
+// "auto" bucket sizes: HF's hidden_size squared, never below kMinAutoBucket (2^20) elements, so
+// that a small model does not run a hundred latency-bound collectives a step; explicit sizes kept.
+TEST(DsConfig, AutoBucketSizesAreHiddenSquaredWithAFloor) {
+  const auto buckets = [](int64_t hidden, const char* zero) {
+    AutoValues a;
+    a.world_size = 1;
+    a.hidden_size = hidden;
+    const DsConfig c = parse(std::string(R"({"zero_optimization": )") + zero + "}", a);
+    return std::pair{c.zero.reduce_bucket_size, c.zero.allgather_bucket_size};
+  };
+  const char* autos = R"({"stage": 2, "reduce_bucket_size": "auto", "allgather_bucket_size": "auto"})";
+  EXPECT_EQ(buckets(4096, autos), std::pair(int64_t(4096) * 4096, int64_t(4096) * 4096));
+  EXPECT_EQ(buckets(768, autos), std::pair(int64_t(1) << 20, int64_t(1) << 20));
+  EXPECT_EQ(buckets(1024, autos), std::pair(int64_t(1) << 20, int64_t(1) << 20));  // exactly the floor
+  EXPECT_EQ(buckets(128, R"({"stage": 2, "reduce_bucket_size": 16384, "allgather_bucket_size": 5000})"),
+            std::pair(int64_t(16384), int64_t(5000)));
 }
 
 TEST(DsConfig, ExplicitFlagDisagreeingWithConfigIsAnError) {
