@@ -5,7 +5,9 @@
 #include <string>
 #include <numeric>
 
+#include "comm/block_offsets.h"
 #include "comm/mpi_runtime.h"
+#include "comm/node_layout.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -23,24 +25,6 @@ MPI_Comm split(MPI_Comm parent, int color, int rank) {
 size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t(0)); }
 
 }  // namespace
-
-int HierComm::regular_node_size(MPI_Comm comm) {
-  int rank = 0, local_size = 0;
-  ZT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MPI_Comm node;
-  ZT_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  ZT_MPI_CHECK(MPI_Comm_size(node, &local_size));
-  int span[2] = {rank, -rank};  // the node's lowest rank and (negated) highest
-  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, span, 2, MPI_INT, MPI_MIN, node));
-  ZT_MPI_CHECK(MPI_Comm_free(&node));
-  // Regular: this node's ranks are consecutive and start at a multiple of its size, and every
-  // node has the same size.
-  int sizes[2] = {local_size, -local_size};
-  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, comm));
-  int ok = -span[1] - span[0] == local_size - 1 && span[0] % local_size == 0 && sizes[0] == -sizes[1] ? 1 : 0;
-  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm));
-  return ok == 1 ? local_size : 0;
-}
 
 HierComm::HierComm(MPI_Comm parent, int ranks_per_node, size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {
   ZT_MPI_CHECK(MPI_Comm_dup(parent, &parent_));
@@ -71,6 +55,28 @@ HierComm::~HierComm() {
 
 std::unique_ptr<HostComm> HierComm::duplicate() { return std::make_unique<HierComm>(parent_, per_node_, chunk_bytes_); }
 
+std::vector<size_t> HierComm::group_counts(const std::vector<size_t>& counts) const {
+  std::vector<size_t> group(static_cast<size_t>(per_node_));
+  for (int l = 0; l < per_node_; ++l) group[size_t(l)] = sum(across_counts(counts, l));
+  return group;
+}
+
+void HierComm::regroup(const std::vector<size_t>& counts, size_t elem, const unsigned char* from, unsigned char* to,
+                       bool into_groups) const {
+  const std::vector<size_t> offsets = block_offsets(counts);
+  size_t grouped = 0;  // bytes into the buffer in local-index order
+  for (int l = 0; l < per_node_; ++l) {
+    for (int n = 0; n < nodes_; ++n) {
+      const size_t r = size_t(n * per_node_ + l), bytes = counts[r] * elem;
+      if (bytes > 0) {  // an empty block's pointers may be null
+        if (into_groups) std::memcpy(to + grouped, from + offsets[r] * elem, bytes);
+        else std::memcpy(to + offsets[r] * elem, from + grouped, bytes);
+      }
+      grouped += bytes;
+    }
+  }
+}
+
 std::vector<size_t> HierComm::across_counts(const std::vector<size_t>& counts, int local) const {
   std::vector<size_t> out(static_cast<size_t>(nodes_));
   for (int n = 0; n < nodes_; ++n) out[size_t(n)] = counts[size_t(n * per_node_ + local)];
@@ -80,19 +86,9 @@ std::vector<size_t> HierComm::across_counts(const std::vector<size_t>& counts, i
 void HierComm::run_reduce_scatter(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
                                   DType dtype) {
   const size_t e = dtype_size(dtype);
-  // Regroup: the blocks of local index 0 (ranks 0, L, 2L, ...), then of local index 1, ...
-  std::vector<size_t> displ(counts.size()), group(static_cast<size_t>(per_node_));
-  for (size_t r = 1; r < counts.size(); ++r) displ[r] = displ[r - 1] + counts[r - 1];
+  const std::vector<size_t> group = group_counts(counts);
   grouped_.resize(sum(counts) * e);
-  unsigned char* at = grouped_.data();
-  for (int l = 0; l < per_node_; ++l) {
-    for (int n = 0; n < nodes_; ++n) {
-      const size_t r = size_t(n * per_node_ + l);
-      if (counts[r] > 0) std::memcpy(at, send + displ[r] * e, counts[r] * e);  // (empty: maybe null)
-      at += counts[r] * e;
-      group[size_t(l)] += counts[r];
-    }
-  }
+  regroup(counts, e, send, grouped_.data(), /*into_groups=*/true);
   partial_.resize(group[size_t(local_)] * e);
   node_->reduce_scatter(grouped_.data(), partial_.data(), group, dtype)->wait();
   across_->reduce_scatter(partial_.data(), recv, across_counts(counts, local_), dtype)->wait();
@@ -101,24 +97,13 @@ void HierComm::run_reduce_scatter(const unsigned char* send, unsigned char* recv
 void HierComm::run_all_gather(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
                               DType dtype) {
   const size_t e = dtype_size(dtype);
-  std::vector<size_t> group(static_cast<size_t>(per_node_));
-  for (int l = 0; l < per_node_; ++l) group[size_t(l)] = sum(across_counts(counts, l));
+  const std::vector<size_t> group = group_counts(counts);
   // This local index's blocks from every node, then every local index's from this node.
   partial_.resize(group[size_t(local_)] * e);
   across_->all_gather(send, partial_.data(), across_counts(counts, local_), dtype)->wait();
   grouped_.resize(sum(counts) * e);
   node_->all_gather(partial_.data(), grouped_.data(), group, dtype)->wait();
-  // Back into rank order.
-  std::vector<size_t> displ(counts.size());
-  for (size_t r = 1; r < counts.size(); ++r) displ[r] = displ[r - 1] + counts[r - 1];
-  const unsigned char* from = grouped_.data();
-  for (int l = 0; l < per_node_; ++l) {
-    for (int n = 0; n < nodes_; ++n) {
-      const size_t r = size_t(n * per_node_ + l);
-      if (counts[r] > 0) std::memcpy(recv + displ[r] * e, from, counts[r] * e);
-      from += counts[r] * e;
-    }
-  }
+  regroup(counts, e, grouped_.data(), recv, /*into_groups=*/false);
 }
 
 void HierComm::run_all_reduce(unsigned char* buffer, size_t count, DType dtype) {
@@ -205,17 +190,19 @@ std::unique_ptr<HostComm> make_shm_comm(HostComm& control) {
   const bool wanted = env != nullptr && std::string(env) == "1";
   const int simulated = simulated_node_size(*mpi, wanted);
   if (simulated > 0) return std::make_unique<HierComm>(mpi->mpi_comm(), simulated);
-  if (ShmComm::one_node(mpi->mpi_comm(), wanted)) return std::make_unique<ShmComm>(mpi->mpi_comm());
-  if (!wanted) return nullptr;  // the same on every rank: one_node() agreed on it
-  const int per_node = HierComm::regular_node_size(mpi->mpi_comm());
-  if (per_node == 0) {
+  int everywhere = wanted ? 1 : 0;  // the same answer on every rank
+  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, mpi->mpi_comm()));
+  if (everywhere == 0) return nullptr;
+  const NodeLayout layout = node_layout(mpi->mpi_comm());
+  if (layout.one_node) return std::make_unique<ShmComm>(mpi->mpi_comm());
+  if (layout.ranks_per_node == 0) {
     if (control.rank() == 0) {
       log_warn("ZT_SHM_COLLECTIVES=1: the ranks are not in nodes of equal size with consecutive ranks "
                "(mpirun --map-by slot, srun --distribution=block), so collectives stay with MPI");
     }
     return nullptr;
   }
-  return std::make_unique<HierComm>(mpi->mpi_comm(), per_node);
+  return std::make_unique<HierComm>(mpi->mpi_comm(), layout.ranks_per_node);
 }
 
 }  // namespace zt

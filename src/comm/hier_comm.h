@@ -18,7 +18,7 @@
 // round after every addition, as MpiComm's).
 //
 // It needs nodes of equal size whose ranks are consecutive (mpirun's and srun's default block
-// placement); regular_node_size() says whether a communicator is laid out so.
+// placement); node_layout() says whether a communicator is laid out so.
 #pragma once
 
 #include <mpi.h>
@@ -39,10 +39,6 @@ class HierComm final : public HostComm {
   /// the ranks of a node must share memory). Collective.
   HierComm(MPI_Comm parent, int ranks_per_node, size_t chunk_bytes = kShmChunkBytes);
   ~HierComm() override;
-
-  /// L when every node holds L ranks of `comm` and they are consecutive (rank = node * L + local);
-  /// 0 otherwise. The same answer on every rank. Collective.
-  static int regular_node_size(MPI_Comm comm);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -65,6 +61,12 @@ class HierComm final : public HostComm {
                           DType dtype);
   void run_all_gather(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts, DType dtype);
   void run_all_reduce(unsigned char* buffer, size_t count, DType dtype);
+  /// Elements of each local index's blocks together (those of ranks l, L + l, 2L + l, ...).
+  std::vector<size_t> group_counts(const std::vector<size_t>& counts) const;
+  /// Copies `elem`-byte blocks of `counts` from rank order into local-index order (the blocks of
+  /// ranks 0, L, 2L, ..., then of ranks 1, L + 1, ...), or back when `into_groups` is false.
+  void regroup(const std::vector<size_t>& counts, size_t elem, const unsigned char* from, unsigned char* to,
+               bool into_groups) const;
   /// Element counts of the blocks of ranks local, L + local, 2L + local, ... (one per node).
   std::vector<size_t> across_counts(const std::vector<size_t>& counts, int local) const;
 

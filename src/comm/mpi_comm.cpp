@@ -4,6 +4,7 @@
 #include <climits>
 #include <exception>
 
+#include "comm/block_offsets.h"
 #include "comm/mpi_runtime.h"
 
 namespace zt {
@@ -113,14 +114,13 @@ std::shared_ptr<Work> MpiComm::reduce_scatter(const void* send, void* recv, cons
 std::shared_ptr<Work> MpiComm::all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
                                           DType dtype) {
   ZT_CHECK(int(counts.size()) == size_, "all_gather needs one count per rank");
+  const std::vector<size_t> offsets = block_offsets(counts);
   std::vector<int> icounts(counts.size()), displs(counts.size());
-  size_t offset = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
     icounts[r] = as_int(counts[r]);
-    displs[r] = as_int(offset);
-    offset += counts[r];
+    displs[r] = as_int(offsets[r]);
   }
-  stats_.all_gather += offset * dtype_size(dtype);
+  stats_.all_gather += (offsets.back() + counts.back()) * dtype_size(dtype);
   const size_t elem = dtype_size(dtype);
   const bool in_place = static_cast<const char*>(send) == static_cast<char*>(recv) + size_t(displs[rank_]) * elem;
   return enqueue([=, this, icounts = std::move(icounts), displs = std::move(displs)] {

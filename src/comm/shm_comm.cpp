@@ -10,6 +10,7 @@
 #include <numeric>
 #include <string>
 
+#include "comm/block_offsets.h"
 #include "comm/mpi_comm.h"
 #include "comm/mpi_runtime.h"
 
@@ -23,11 +24,31 @@ constexpr size_t kAlign = 64;
 
 uint64_t* flag_of(unsigned char* segment) { return reinterpret_cast<uint64_t*>(segment); }
 
-// The sum in rank order of `inputs[0..P)` into `out`, n elements: blocks of kBlock in fp32 so
-// the loops vectorise; 16-bit sums round back after every addition (MpiComm's operator).
+// A copy with non-temporal stores: the destination's lines are not read before they are
+// overwritten (a third of a copy's memory traffic), nor kept in the caches.
+void stream_copy(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  const size_t head = std::min(bytes, size_t(-reinterpret_cast<uintptr_t>(d) & 31));
+  std::memcpy(d, s, head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= 32; d += 32, s += 32, bytes -= 32) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+  }
+  std::memcpy(d, s, bytes);
+}
+
+void copy_out(void* dst, const void* src, size_t bytes, bool stream) {
+  if (stream) stream_copy(dst, src, bytes);
+  else std::memcpy(dst, src, bytes);
+}
+
+// The sum in rank order of `inputs[0..P)` into `out` (and into `also` when not null), n elements:
+// blocks of kBlock in fp32 so the loops vectorise; 16-bit sums round back after every addition
+// (MpiComm's operator). An output may be an input: each block is read whole before it is written.
 constexpr size_t kBlock = 1024;
 
-void sum_f32(float* out, const std::vector<const void*>& inputs, size_t n) {
+void sum_f32(float* out, float* also, const std::vector<const void*>& inputs, size_t n, bool stream) {
   const size_t p = inputs.size();
   for (size_t a = 0; a < n; a += kBlock) {
     const size_t m = std::min(kBlock, n - a);
@@ -38,12 +59,13 @@ void sum_f32(float* out, const std::vector<const void*>& inputs, size_t n) {
       const float* x = static_cast<const float*>(inputs[q]) + a;
       for (size_t i = 0; i < m; ++i) acc[i] += x[i];
     }
-    std::memcpy(out + a, acc, m * sizeof(float));
+    copy_out(out + a, acc, m * sizeof(float), stream && !also);  // `out` is the window when `also` is given
+    if (also) copy_out(also + a, acc, m * sizeof(float), stream);
   }
 }
 
 template <typename Half>
-void sum_half(Half* out, const std::vector<const void*>& inputs, size_t n) {
+void sum_half(Half* out, Half* also, const std::vector<const void*>& inputs, size_t n, bool stream) {
   const size_t p = inputs.size();
   for (size_t a = 0; a < n; a += kBlock) {
     const size_t m = std::min(kBlock, n - a);
@@ -57,28 +79,18 @@ void sum_half(Half* out, const std::vector<const void*>& inputs, size_t n) {
       if (q + 1 < p) convert(rounded, acc, m);
     }
     if (p == 1) convert(acc, rounded, m);
-    std::memcpy(out + a, rounded, m * sizeof(Half));
+    copy_out(out + a, rounded, m * sizeof(Half), stream && !also);
+    if (also) copy_out(also + a, rounded, m * sizeof(Half), stream);
   }
 }
 
-void sum(void* out, const std::vector<const void*>& inputs, size_t n, DType dtype) {
+void sum(void* out, void* also, const std::vector<const void*>& inputs, size_t n, DType dtype, bool stream) {
   if (n == 0) return;
   switch (dtype) {
-    case DType::kF32: return sum_f32(static_cast<float*>(out), inputs, n);
-    case DType::kBF16: return sum_half(static_cast<bf16*>(out), inputs, n);
-    case DType::kF16: return sum_half(static_cast<fp16*>(out), inputs, n);
+    case DType::kF32: return sum_f32(static_cast<float*>(out), static_cast<float*>(also), inputs, n, stream);
+    case DType::kBF16: return sum_half(static_cast<bf16*>(out), static_cast<bf16*>(also), inputs, n, stream);
+    case DType::kF16: return sum_half(static_cast<fp16*>(out), static_cast<fp16*>(also), inputs, n, stream);
   }
-}
-
-// Rank r's offset in a concatenation in rank order.
-std::vector<size_t> displacements(const std::vector<size_t>& counts) {
-  std::vector<size_t> d(counts.size());
-  size_t offset = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    d[r] = offset;
-    offset += counts[r];
-  }
-  return d;
 }
 
 // Elements of a block of `count` left from `offset` in a step of `piece`.
@@ -88,20 +100,8 @@ size_t step_elems(size_t count, size_t offset, size_t piece) {
 
 }  // namespace
 
-bool ShmComm::one_node(MPI_Comm comm, bool wanted) {
-  int rank = 0, size = 0, local = 0;
-  ZT_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  ZT_MPI_CHECK(MPI_Comm_size(comm, &size));
-  MPI_Comm node;
-  ZT_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  ZT_MPI_CHECK(MPI_Comm_size(node, &local));
-  ZT_MPI_CHECK(MPI_Comm_free(&node));
-  int everywhere = local == size && wanted ? 1 : 0;  // the same answer on every rank
-  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &everywhere, 1, MPI_INT, MPI_MIN, comm));
-  return everywhere == 1;
-}
-
-ShmComm::ShmComm(MPI_Comm parent, size_t chunk_bytes) : chunk_bytes_(chunk_bytes / kAlign * kAlign) {
+ShmComm::ShmComm(MPI_Comm parent, size_t chunk_bytes, size_t stream_from_bytes)
+    : chunk_bytes_(chunk_bytes / kAlign * kAlign), stream_from_(stream_from_bytes) {
   ZT_CHECK(chunk_bytes_ >= 4096, "ShmComm: staging of ", chunk_bytes, " bytes is too small");
   ZT_MPI_CHECK(MPI_Comm_dup(parent, &comm_));
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -187,10 +187,10 @@ void ShmComm::sync() {
 
 // One step of a reduce-scatter through the window: this rank stages its part of every other
 // rank's slice (its own part stays put), and after the barrier sums its own slice's part, read
-// from every rank in rank order, into `out`.
+// from every rank in rank order, into `out` (and `also`, when not null).
 void ShmComm::reduce_step(const unsigned char* send, const std::vector<size_t>& counts,
                           const std::vector<size_t>& displ, size_t offset, size_t piece, DType dtype, int b,
-                          unsigned char* out) {
+                          unsigned char* out, unsigned char* also, bool stream) {
   const size_t e = dtype_size(dtype), p = size_t(size_), me = size_t(rank_);
   for (size_t q = 0; q < p; ++q) {
     const size_t n = step_elems(counts[q], offset, piece);
@@ -201,28 +201,31 @@ void ShmComm::reduce_step(const unsigned char* send, const std::vector<size_t>& 
   for (size_t q = 0; q < p; ++q) {
     inputs[q] = q == me ? send + (displ[me] + offset) * e : staging(int(q), b) + me * piece * e;
   }
-  sum(out, inputs, step_elems(counts[me], offset, piece), dtype);
+  sum(out, also, inputs, step_elems(counts[me], offset, piece), dtype, stream);
 }
 
 void ShmComm::run_reduce_scatter(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
                                  DType dtype) {
   const size_t e = dtype_size(dtype);
-  const std::vector<size_t> displ = displacements(counts);
+  const std::vector<size_t> displ = block_offsets(counts);
   const size_t largest = *std::max_element(counts.begin(), counts.end());
+  const bool stream = counts[size_t(rank_)] * e >= stream_from_;
   for (size_t offset = 0; offset < largest; offset += reduce_piece(e)) {
     const int b = buffer_;
     buffer_ ^= 1;
-    reduce_step(send, counts, displ, offset, reduce_piece(e), dtype, b, recv + offset * e);
+    reduce_step(send, counts, displ, offset, reduce_piece(e), dtype, b, recv + offset * e, nullptr, stream);
   }
+  if (stream) _mm_sfence();  // the streamed stores are ordered before the Work says done
 }
 
 void ShmComm::run_all_gather(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
                              DType dtype) {
   const size_t e = dtype_size(dtype), p = size_t(size_), me = size_t(rank_);
-  const std::vector<size_t> displ = displacements(counts);
+  const std::vector<size_t> displ = block_offsets(counts);
   const size_t largest = *std::max_element(counts.begin(), counts.end());
   const size_t piece = chunk_bytes_ / e;
   const bool in_place = send == recv + displ[me] * e;
+  const bool stream = (displ.back() + counts.back()) * e >= stream_from_;
   for (size_t offset = 0; offset < largest; offset += piece) {
     const int b = buffer_;
     buffer_ ^= 1;
@@ -233,9 +236,10 @@ void ShmComm::run_all_gather(const unsigned char* send, unsigned char* recv, con
       const size_t n = step_elems(counts[q], offset, piece);
       if (n == 0 || (q == me && in_place)) continue;
       const unsigned char* from = q == me ? send + offset * e : staging(int(q), b);
-      std::memcpy(recv + (displ[q] + offset) * e, from, n * e);
+      copy_out(recv + (displ[q] + offset) * e, from, n * e, stream);
     }
   }
+  if (stream) _mm_sfence();  // the streamed stores are ordered before the Work says done
 }
 
 // Slices of count/P elements (the first count%P one more), summed as a reduce-scatter whose
@@ -244,16 +248,14 @@ void ShmComm::run_all_reduce(unsigned char* buffer, size_t count, DType dtype) {
   const size_t e = dtype_size(dtype), p = size_t(size_), me = size_t(rank_), piece = reduce_piece(e);
   std::vector<size_t> counts(p, count / p);
   for (size_t r = 0; r < count % p; ++r) ++counts[r];
-  const std::vector<size_t> displ = displacements(counts);
+  const std::vector<size_t> displ = block_offsets(counts);
   for (size_t offset = 0; offset < counts[0]; offset += piece) {
     const int b = buffer_;
     buffer_ ^= 1;
-    // Into the window's place for this rank's own slice (which nobody else reads in this step),
-    // then from there into the buffer.
+    // Into the window's place for this rank's own slice (which nobody else reads in this step)
+    // and, in the same pass, into the buffer: one read of the inputs fewer than a copy after.
     unsigned char* result = staging(rank_, b) + me * piece * e;
-    reduce_step(buffer, counts, displ, offset, piece, dtype, b, result);
-    const size_t n = step_elems(counts[me], offset, piece);
-    if (n > 0) std::memcpy(buffer + (displ[me] + offset) * e, result, n * e);
+    reduce_step(buffer, counts, displ, offset, piece, dtype, b, result, buffer + (displ[me] + offset) * e, false);
     sync();
     for (size_t q = 0; q < p; ++q) {
       const size_t m = step_elems(counts[q], offset, piece);

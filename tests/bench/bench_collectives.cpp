@@ -29,6 +29,7 @@
 
 #include "comm/mpi_comm.h"
 #include "comm/mpi_runtime.h"
+#include "comm/node_layout.h"
 #include "comm/shm_comm.h"
 
 using namespace zt;
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const int me = runtime.place().rank, p = runtime.place().world_size;
   const bool root = me == 0;
-  if (!ShmComm::one_node(MPI_COMM_WORLD)) {
+  if (!node_layout(MPI_COMM_WORLD).one_node) {
     if (root) std::printf("bench_collectives: the ranks span %d nodes; run it on one\nFAILED\n", runtime.place().num_nodes);
     return 1;
   }

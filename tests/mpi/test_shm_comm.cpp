@@ -2,6 +2,7 @@
 // reference computed here in their order of summation, and against MpiComm:
 // every collective, every dtype, uneven and zero counts, and messages of many steps (a small
 // staging buffer makes a few thousand elements cross dozens of chunks).
+#include "comm/node_layout.h"
 #include "comm/shm_comm.h"
 #include "comm/hier_comm.h"
 
@@ -126,15 +127,17 @@ void for_each_case(int me, int p, Check check) {
 
 // A communicator under test: ShmComm (nodes 0), or HierComm over `nodes` nodes of consecutive
 // ranks (simulated on this machine: each "node" is a ShmComm, the nodes talk over MPI), with
-// `staging` bytes of shared-memory staging per rank and buffer.
+// `staging` bytes of shared-memory staging per rank and buffer, and outputs of `stream_from`
+// bytes or more written with non-temporal stores (0: all of them, at every alignment).
 struct CommCase {
   size_t staging;
   int nodes;
+  size_t stream_from = kShmStreamFromBytes;
 };
 // HierComm's nodes at this world size: `nodes` where they divide it, else one.
 int nodes_at(const CommCase& c, int p) { return c.nodes > 0 && p % c.nodes == 0 ? c.nodes : 1; }
 std::unique_ptr<HostComm> make_comm(const CommCase& c) {
-  if (c.nodes == 0) return std::make_unique<ShmComm>(MPI_COMM_WORLD, c.staging);
+  if (c.nodes == 0) return std::make_unique<ShmComm>(MPI_COMM_WORLD, c.staging, c.stream_from);
   return std::make_unique<HierComm>(MPI_COMM_WORLD, world_size() / nodes_at(c, world_size()), c.staging);
 }
 
@@ -267,32 +270,50 @@ TEST_P(ShmCommTest, AgreesWithMpiComm) {
 // HierComm over two simulated nodes (where the world size is even): 1 rank each at 2 ranks, 2 each
 // at 4.
 INSTANTIATE_TEST_SUITE_P(Staging, ShmCommTest,
-                         ::testing::Values(CommCase{4096, 0}, CommCase{kShmChunkBytes, 0}, CommCase{4096, 2},
+                         ::testing::Values(CommCase{4096, 0}, CommCase{kShmChunkBytes, 0}, CommCase{4096, 0, 0},
+                                           CommCase{kShmChunkBytes, 0, 0}, CommCase{4096, 2},
                                            CommCase{kShmChunkBytes, 2}),
                          [](const ::testing::TestParamInfo<CommCase>& info) {
                            return std::string(info.param.nodes ? "hier" : "shm") + "_" +
-                                  std::to_string(info.param.staging);
+                                  std::to_string(info.param.staging) +
+                                  (info.param.stream_from == 0 ? "_streamed" : "");
                          });
 
-// A message of several default chunks, fp32 and bf16.
-TEST(ShmCommLarge, ManyChunks) {
-  ShmComm comm(MPI_COMM_WORLD);
+// A message of several default chunks, fp32 and bf16, with the default stores and streamed.
+// Mismatches are counted, not asserted at once: every rank runs every collective whatever it
+// finds, so a wrong result fails the test instead of leaving a peer waiting.
+void check_many_chunks(size_t stream_from) {
+  ShmComm comm(MPI_COMM_WORLD, kShmChunkBytes, stream_from);
   const int p = comm.size();
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     const size_t n = 3 * kShmChunkBytes / dtype_size(dtype) + 777;
+    // Every 997th element and the last few (a streamed copy's unaligned tail).
+    auto wrong = [&](const Buffer& got, size_t at) {
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); i = i + 997 < got.size() - 8 ? i + 997 : i + 1) {
+        bad += got.get(i) != reference_sum(dtype, at + i, p);
+      }
+      return bad;
+    };
     Buffer buf = input(dtype, comm.rank(), n);
     comm.all_reduce(buf.data(), n, dtype)->wait();
-    for (size_t i = 0; i < n; i += 997) ASSERT_EQ(buf.get(i), reference_sum(dtype, i, p)) << i;
+    EXPECT_EQ(wrong(buf, 0), 0u) << "all-reduce, " << dtype_name(dtype);
     std::vector<size_t> counts(size_t(p), n / size_t(p));
     counts.back() += n % size_t(p);
     Buffer send = input(dtype, comm.rank(), n), recv(dtype, counts[size_t(comm.rank())]);
     comm.reduce_scatter(send.data(), recv.data(), counts, dtype)->wait();
-    const size_t at = size_t(comm.rank()) * (n / size_t(p));
-    for (size_t i = 0; i < recv.size(); i += 991) ASSERT_EQ(recv.get(i), reference_sum(dtype, at + i, p)) << i;
+    EXPECT_EQ(wrong(recv, size_t(comm.rank()) * (n / size_t(p))), 0u) << "reduce-scatter, " << dtype_name(dtype);
+    // The blocks of sums, gathered: every rank's sums in rank order.
+    Buffer gathered(dtype, n);
+    comm.all_gather(recv.data(), gathered.data(), counts, dtype)->wait();
+    EXPECT_EQ(wrong(gathered, 0), 0u) << "all-gather, " << dtype_name(dtype);
   }
   EXPECT_EQ(world_size(), p);
   EXPECT_EQ(world_rank(), comm.rank());
 }
+
+TEST(ShmCommLarge, ManyChunks) { check_many_chunks(kShmStreamFromBytes); }
+TEST(ShmCommLarge, ManyChunksStreamed) { check_many_chunks(0); }
 
 }  // namespace
 }  // namespace zt
@@ -325,6 +346,27 @@ TEST(ShmCommFactory, OneNodeSimulatedNodesAndBadSizes) {
   unsetenv("ZT_SHM_NODE_SIZE");
   unsetenv("ZT_SHM_COLLECTIVES");
   EXPECT_EQ(make_shm_comm(world), nullptr);
+  // Asked for on rank 0 only: every rank stays with MPI (before, rank 0 went on to a collective
+  // the others never joined).
+  if (world.rank() == 0) setenv("ZT_SHM_COLLECTIVES", "1", 1);
+  EXPECT_EQ(make_shm_comm(world), nullptr);
+  unsetenv("ZT_SHM_COLLECTIVES");
+}
+
+// This machine is one node: all ranks on it, consecutive.
+TEST(NodeLayout, OneNodeHoldsEveryRank) {
+  const NodeLayout layout = node_layout(MPI_COMM_WORLD);
+  EXPECT_TRUE(layout.one_node);
+  EXPECT_EQ(layout.ranks_per_node, world_size());
+  // Two ranks of a world of 4 (0 and 2): one node still, and consecutive within the split.
+  if (world_size() == 4) {
+    MPI_Comm half;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank() % 2, world_rank(), &half);
+    const NodeLayout h = node_layout(half);
+    EXPECT_TRUE(h.one_node);
+    EXPECT_EQ(h.ranks_per_node, 2);
+    MPI_Comm_free(&half);
+  }
 }
 
 }  // namespace
