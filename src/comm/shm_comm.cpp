@@ -43,9 +43,10 @@ void copy_out(void* dst, const void* src, size_t bytes, bool stream) {
   else std::memcpy(dst, src, bytes);
 }
 
-// The sum in rank order of `inputs[0..P)` into `out` (and into `also` when not null), n elements:
-// blocks of kBlock in fp32 so the loops vectorise; 16-bit sums round back after every addition
-// (MpiComm's operator). An output may be an input: each block is read whole before it is written.
+// The sum in rank order of `inputs[0..P)` into `out` (streamed when `stream`) and into `also` when
+// not null, n elements: blocks of kBlock in fp32 so the loops vectorise; 16-bit sums round back
+// after every addition (MpiComm's operator). An output may be an input: each block is read whole
+// before it is written.
 constexpr size_t kBlock = 1024;
 
 void sum_f32(float* out, float* also, const std::vector<const void*>& inputs, size_t n, bool stream) {
@@ -59,8 +60,8 @@ void sum_f32(float* out, float* also, const std::vector<const void*>& inputs, si
       const float* x = static_cast<const float*>(inputs[q]) + a;
       for (size_t i = 0; i < m; ++i) acc[i] += x[i];
     }
-    copy_out(out + a, acc, m * sizeof(float), stream && !also);  // `out` is the window when `also` is given
-    if (also) copy_out(also + a, acc, m * sizeof(float), stream);
+    copy_out(out + a, acc, m * sizeof(float), stream);
+    if (also) std::memcpy(also + a, acc, m * sizeof(float));
   }
 }
 
@@ -79,8 +80,8 @@ void sum_half(Half* out, Half* also, const std::vector<const void*>& inputs, siz
       if (q + 1 < p) convert(rounded, acc, m);
     }
     if (p == 1) convert(acc, rounded, m);
-    copy_out(out + a, rounded, m * sizeof(Half), stream && !also);
-    if (also) copy_out(also + a, rounded, m * sizeof(Half), stream);
+    copy_out(out + a, rounded, m * sizeof(Half), stream);
+    if (also) std::memcpy(also + a, rounded, m * sizeof(Half));
   }
 }
 
@@ -187,7 +188,7 @@ void ShmComm::sync() {
 
 // One step of a reduce-scatter through the window: this rank stages its part of every other
 // rank's slice (its own part stays put), and after the barrier sums its own slice's part, read
-// from every rank in rank order, into `out` (and `also`, when not null).
+// from every rank in rank order, into `out` (streamed when `stream`) and `also`, when not null.
 void ShmComm::reduce_step(const unsigned char* send, const std::vector<size_t>& counts,
                           const std::vector<size_t>& displ, size_t offset, size_t piece, DType dtype, int b,
                           unsigned char* out, unsigned char* also, bool stream) {
