@@ -459,8 +459,8 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   // collective costs each rank a wakeup or two whatever its size, and on a busy core each wakeup
   // waits for a neighbour's time slice (~1.4 ms under Linux's EEVDF on 2 cores): a small model's
   // 64 KB buckets made ~100 collectives a step and a 2-rank ZeRO-2 step 15-25x slower beside two
-  // busy processes, one bucket 3.2x (bench_under_load.sh). Quiet steps were faster too (14-17
-  // against 20 ms). An explicit size is the user's and is kept.
+  // busy processes, 2.5-2.9x with the floor (bench_under_load.sh; quiet steps 18-20 against
+  // 20-22 ms). An explicit size is the user's and is kept.
   const int64_t auto_bucket = hidden_sq > 0 ? std::max(hidden_sq, kMinAutoBucket) : hidden_sq;
   read_bucket(s, "reduce_bucket_size", z.reduce_bucket_size, auto_bucket);
   read_bucket(s, "allgather_bucket_size", z.allgather_bucket_size, auto_bucket);
