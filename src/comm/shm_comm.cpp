@@ -186,18 +186,23 @@ void ShmComm::sync() {
   }
 }
 
-// One step of a reduce-scatter through the window: this rank stages its part of every other
-// rank's slice (its own part stays put), and after the barrier sums its own slice's part, read
-// from every rank in rank order, into `out` (streamed when `stream`) and `also`, when not null.
-void ShmComm::reduce_step(const unsigned char* send, const std::vector<size_t>& counts,
-                          const std::vector<size_t>& displ, size_t offset, size_t piece, DType dtype, int b,
-                          unsigned char* out, unsigned char* also, bool stream) {
+// A step of a reduce-scatter through the window, in two halves around the barrier: this rank
+// stages its part of every other rank's slice (its own part stays put); after the barrier it sums
+// its own slice's part, read from every rank in rank order, into `out` (streamed when `stream`)
+// and `also`, when not null.
+void ShmComm::stage_step(const unsigned char* send, const std::vector<size_t>& counts,
+                         const std::vector<size_t>& displ, size_t offset, size_t piece, DType dtype, int b) {
   const size_t e = dtype_size(dtype), p = size_t(size_), me = size_t(rank_);
   for (size_t q = 0; q < p; ++q) {
     const size_t n = step_elems(counts[q], offset, piece);
     if (q != me && n > 0) std::memcpy(staging(rank_, b) + q * piece * e, send + (displ[q] + offset) * e, n * e);
   }
-  sync();
+}
+
+void ShmComm::sum_step(const unsigned char* send, const std::vector<size_t>& counts, const std::vector<size_t>& displ,
+                       size_t offset, size_t piece, DType dtype, int b, unsigned char* out, unsigned char* also,
+                       bool stream) {
+  const size_t e = dtype_size(dtype), p = size_t(size_), me = size_t(rank_);
   std::vector<const void*> inputs(p);
   for (size_t q = 0; q < p; ++q) {
     inputs[q] = q == me ? send + (displ[me] + offset) * e : staging(int(q), b) + me * piece * e;
@@ -214,7 +219,9 @@ void ShmComm::run_reduce_scatter(const unsigned char* send, unsigned char* recv,
   for (size_t offset = 0; offset < largest; offset += reduce_piece(e)) {
     const int b = buffer_;
     buffer_ ^= 1;
-    reduce_step(send, counts, displ, offset, reduce_piece(e), dtype, b, recv + offset * e, nullptr, stream);
+    stage_step(send, counts, displ, offset, reduce_piece(e), dtype, b);
+    sync();
+    sum_step(send, counts, displ, offset, reduce_piece(e), dtype, b, recv + offset * e, nullptr, stream);
   }
   if (stream) _mm_sfence();  // the streamed stores are ordered before the Work says done
 }
@@ -244,25 +251,40 @@ void ShmComm::run_all_gather(const unsigned char* send, unsigned char* recv, con
 }
 
 // Slices of count/P elements (the first count%P one more), summed as a reduce-scatter whose
-// results also go back to the window; after a second barrier each rank copies the others'.
+// results also go to the window. Each step's barrier also publishes the step before's results,
+// which every rank copies right after it: one barrier a step, not two (each waits for the slowest
+// rank; 128 steps at 256 MB). The double buffer keeps this safe: a rank writes buffer b again two
+// steps later, after a barrier that every rank reaches only once done reading b.
 void ShmComm::run_all_reduce(unsigned char* buffer, size_t count, DType dtype) {
   const size_t e = dtype_size(dtype), p = size_t(size_), me = size_t(rank_), piece = reduce_piece(e);
   std::vector<size_t> counts(p, count / p);
   for (size_t r = 0; r < count % p; ++r) ++counts[r];
   const std::vector<size_t> displ = block_offsets(counts);
-  for (size_t offset = 0; offset < counts[0]; offset += piece) {
-    const int b = buffer_;
-    buffer_ ^= 1;
-    // Into the window's place for this rank's own slice (which nobody else reads in this step)
-    // and, in the same pass, into the buffer: one read of the inputs fewer than a copy after.
-    unsigned char* result = staging(rank_, b) + me * piece * e;
-    reduce_step(buffer, counts, displ, offset, piece, dtype, b, result, buffer + (displ[me] + offset) * e, false);
-    sync();
+  // The other ranks' results of the step at `offset` (in buffer b) into this rank's buffer.
+  auto gather = [&](size_t offset, int b) {
     for (size_t q = 0; q < p; ++q) {
       const size_t m = step_elems(counts[q], offset, piece);
       if (q != me && m > 0) std::memcpy(buffer + (displ[q] + offset) * e, staging(int(q), b) + q * piece * e, m * e);
     }
+  };
+  size_t previous = 0;
+  int previous_b = -1;  // no step yet
+  for (size_t offset = 0; offset < counts[0]; offset += piece) {
+    const int b = buffer_;
+    buffer_ ^= 1;
+    stage_step(buffer, counts, displ, offset, piece, dtype, b);
+    sync();
+    if (previous_b >= 0) gather(previous, previous_b);
+    // Into the window's place for this rank's own slice (which nobody else reads in this step)
+    // and, in the same pass, into the buffer: one read of the inputs fewer than a copy after.
+    unsigned char* result = staging(rank_, b) + me * piece * e;
+    sum_step(buffer, counts, displ, offset, piece, dtype, b, result, buffer + (displ[me] + offset) * e, false);
+    previous = offset;
+    previous_b = b;
   }
+  if (previous_b < 0) return;  // count 0: no step, no barrier (on every rank alike)
+  sync();
+  gather(previous, previous_b);
 }
 
 void ShmComm::run_broadcast(unsigned char* buffer, size_t bytes, int root) {

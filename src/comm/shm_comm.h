@@ -83,8 +83,10 @@ class ShmComm final : public HostComm {
   unsigned char* staging(int rank, int buffer) const;
   /// Elements per destination rank and step of a reduce: the staging buffer split P ways.
   size_t reduce_piece(size_t elem_bytes) const { return chunk_bytes_ / (size_t(size_) * elem_bytes) / 16 * 16; }
-  void reduce_step(const unsigned char* send, const std::vector<size_t>& counts, const std::vector<size_t>& displ,
-                   size_t offset, size_t piece, DType dtype, int buffer, unsigned char* out, unsigned char* also, bool stream);
+  void stage_step(const unsigned char* send, const std::vector<size_t>& counts, const std::vector<size_t>& displ,
+                  size_t offset, size_t piece, DType dtype, int buffer);
+  void sum_step(const unsigned char* send, const std::vector<size_t>& counts, const std::vector<size_t>& displ,
+                size_t offset, size_t piece, DType dtype, int buffer, unsigned char* out, unsigned char* also, bool stream);
   void run_reduce_scatter(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
                           DType dtype);
   void run_all_gather(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts, DType dtype);
