@@ -595,17 +595,35 @@ std::optional<DType> read_ds_dtype(JsonSection& s, std::string_view key) {
   }
 }
 
-// data_types: DeepSpeed's defaults (null) follow the fp16/bf16 switches, as zerotrain does; an
-// explicit dtype is accepted when it is that one.
-void parse_data_types(JsonSection s, DType param) {
-  const std::string why = cat("gradients accumulate and parameters are held in the ", dtype_name(param),
-                              " of the fp16/bf16 switches, DeepSpeed's default");
-  for (const char* key : {"grad_accum_dtype", "param_dtype"}) {
-    const boost::json::value* v = s.raw(key);
-    if (!v || v->is_null()) continue;
-    const std::optional<DType> d = read_ds_dtype(s, key);
-    if (*d != param) s.fail(key, cat(describe_json(*v), " is not implemented: ", why));
-    s.notice(key, cat(describe_json(*v), " accepted; changes nothing here (", why, ")"));
+// data_types. param_dtype: DeepSpeed's default (null) follows the fp16/bf16 switches, as zerotrain
+// does; an explicit dtype is accepted when it is that one. grad_accum_dtype: the parameters'
+// dtype, or fp32 with bf16 where DeepSpeed then runs its BF16_Optimizer (stage 0, where fp32 is
+// also its default, and stage 1 without offload_optimizer); null keeps DeepSpeed's default.
+void parse_data_types(JsonSection s, DsConfig& c) {
+  const DType param = c.param_dtype();
+  if (const boost::json::value* v = s.raw("grad_accum_dtype"); v && !v->is_null()) {
+    const DType d = *read_ds_dtype(s, "grad_accum_dtype");
+    const bool bf16_optimizer = c.bf16 && d == DType::kF32 &&
+                                (c.zero.stage == 0 || (c.zero.stage == 1 && !c.zero.offload_optimizer.enabled()));
+    if (d != param && !bf16_optimizer) {
+      s.fail("grad_accum_dtype",
+             cat(describe_json(*v), " is not implemented: gradients accumulate in the parameters' dtype (",
+                 dtype_name(param), "), or in fp32 with bf16 at stage 0 or at stage 1 without offload_optimizer "
+                 "(DeepSpeed's BF16_Optimizer)"));
+    }
+    if (d == c.grad_dtype()) {  // DeepSpeed's default for this run
+      s.notice("grad_accum_dtype", cat(describe_json(*v), " accepted; changes nothing here (DeepSpeed's default for ",
+                                       dtype_name(param), " at stage ", c.zero.stage, ")"));
+    }
+    c.grad_accum_dtype = d;
+  }
+  if (const boost::json::value* v = s.raw("param_dtype"); v && !v->is_null()) {
+    const std::string why = cat("parameters are held in the ", dtype_name(param),
+                                " of the fp16/bf16 switches, DeepSpeed's default");
+    if (*read_ds_dtype(s, "param_dtype") != param) {
+      s.fail("param_dtype", cat(describe_json(*v), " is not implemented: ", why));
+    }
+    s.notice("param_dtype", cat(describe_json(*v), " accepted; changes nothing here (", why, ")"));
   }
   if (read_ds_dtype(s, "buffer_dtype")) {
     s.inert("buffer_dtype", "zerotrain's GPT-2 has no floating-point buffers to cast");
@@ -838,7 +856,7 @@ DsConfig parse_ds_config(const boost::json::value& json, const std::string& sour
   c.zero = parse_zero(top.child("zero_optimization"), autos);
   c.communication_data_type = read_ds_dtype(top, "communication_data_type");
   parse_checkpoint(top.child("checkpoint"), c);
-  parse_data_types(top.child("data_types"), c.param_dtype());
+  parse_data_types(top.child("data_types"), c);
   c.aio = parse_aio(top.child("aio"));
   parse_monitors(top, c);
   neutral_top_keys(top, autos.world_size);

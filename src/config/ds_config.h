@@ -138,6 +138,8 @@ struct DsConfig {
   ZeroConfig zero;
   AioConfig aio;
   std::optional<DType> communication_data_type;
+  /// data_types.grad_accum_dtype as given (null: DeepSpeed's default, see grad_dtype()).
+  std::optional<DType> grad_accum_dtype;
   /// checkpoint.use_node_local_storage: each node writes its ranks' files to its own disk.
   bool checkpoint_node_local = false;
   MonitorConfig tensorboard, csv_monitor;
@@ -147,6 +149,12 @@ struct DsConfig {
 
   /// The dtype parameters and gradients are held in: fp16, bf16 or fp32.
   DType param_dtype() const { return fp16.enabled ? DType::kF16 : bf16 ? DType::kBF16 : DType::kF32; }
+  /// The dtype gradients accumulate in: data_types.grad_accum_dtype, else DeepSpeed's default,
+  /// fp32 for bf16 without ZeRO (stage 0: its BF16_Optimizer) and the parameters' dtype otherwise.
+  DType grad_dtype() const {
+    if (grad_accum_dtype) return *grad_accum_dtype;
+    return bf16 && zero.stage == 0 ? DType::kF32 : param_dtype();
+  }
 };
 
 /// A trainer flag that can fill an "auto" value, and whether the user gave it explicitly (an

@@ -256,8 +256,9 @@ void log_run_config(const Setup& setup, const TrainArgs& args, const ModelLayout
            " parameters, vocab ", m.vocab_size, ", block ", setup.seq_len);
   log_info("backend: ", backend.describe(), "; ", world_size, " rank(s) on ", place.num_nodes, " node(s)");
   log_info("training: ", dtype_name(ds.param_dtype()), " (matmuls in ", dtype_name(engine.matmul_dtype()),
-           "), ZeRO stage ", ds.zero.stage, ", batch ", ds.train_batch_size,
-           " = ", ds.train_micro_batch_size_per_gpu, " x ", ds.gradient_accumulation_steps, " x ", world_size,
+           ", gradients accumulated in ", dtype_name(ds.grad_dtype()), "), ZeRO stage ", ds.zero.stage,
+           ", batch ", ds.train_batch_size, " = ", ds.train_micro_batch_size_per_gpu, " x ",
+           ds.gradient_accumulation_steps, " x ", world_size,
            args.gradient_checkpointing ? ", gradient checkpointing" : "");
   log_offload(ds);
 }

@@ -65,7 +65,7 @@ void ZeroEngine::grads_done(int unit) {
   if (reducer_.reduces_during_backward()) {
     reducer_.add(offset, slot, n);
   } else {
-    backend_.optimizer_ops().accumulate_into(buffers_.grad_at(offset), plan_.dtype, slot, DType::kF32, n);
+    backend_.optimizer_ops().accumulate_into(buffers_.grad_at(offset), plan_.grad_dtype, slot, DType::kF32, n);
   }
 }
 
@@ -133,11 +133,11 @@ double ZeroEngine::local_grad_sum_squares() {
   if (plan_.grads_on_host) {
     backend_.synchronize(compute_);  // the reductions into the host partition have run
     double sum = 0;
-    host_optimizer_ops().sum_squares(buffers_.grad_at(plan_.opt_begin), plan_.dtype, plan_.opt_count, &sum);
+    host_optimizer_ops().sum_squares(buffers_.grad_at(plan_.opt_begin), plan_.grad_dtype, plan_.opt_count, &sum);
     return sum;
   }
   backend_.zero_async(norm_sq_.data(), sizeof(double), compute_);
-  backend_.optimizer_ops().sum_squares(buffers_.grad_at(plan_.opt_begin), plan_.dtype, plan_.opt_count,
+  backend_.optimizer_ops().sum_squares(buffers_.grad_at(plan_.opt_begin), plan_.grad_dtype, plan_.opt_count,
                                        norm_sq_.data());
   backend_.copy_to_host(norm_sq_host_.data(), norm_sq_.data(), sizeof(double));
   return *norm_sq_host_.data();

@@ -29,7 +29,7 @@ GradientReducer::BucketShape GradientReducer::bucket_shape(const ZeroPlan& plan,
     b.send = b.capacity;
   } else if (plan.world > 1) {  // one bucket at the step, in place when the dtypes agree
     b.count = 1;
-    b.send = plan.comm_dtype != plan.dtype ? b.capacity : 0;
+    b.send = plan.comm_dtype != plan.grad_dtype ? b.capacity : 0;
   }  // else nothing to reduce at the step
   return b;
 }
@@ -94,9 +94,9 @@ void GradientReducer::complete(Bucket& b) {
         policy_.reduce_scatter ? b.recv.data() : b.data + (lo - b.lo) * dtype_size(plan_.comm_dtype);
     unsigned char* grad = buffers_.grad_at(lo);
     if (policy_.accumulate) {
-      ops_.accumulate_into(grad, plan_.dtype, sum, plan_.comm_dtype, hi - lo);
+      ops_.accumulate_into(grad, plan_.grad_dtype, sum, plan_.comm_dtype, hi - lo);
     } else if (sum != grad) {
-      backend_.cast_async(sum, plan_.comm_dtype, grad, plan_.dtype, hi - lo, compute_);
+      backend_.cast_async(sum, plan_.comm_dtype, grad, plan_.grad_dtype, hi - lo, compute_);
     }
     if (on_reduced_) on_reduced_(lo, hi);
   }
@@ -153,7 +153,7 @@ void GradientReducer::reduce_at_step() {
   // In chunks of one bucket. In place, an all-reduce leaves nothing to reuse: queue every chunk
   // and complete them at the end. A chunk that goes through the bucket's buffers completes
   // before the next one fills them.
-  const bool in_place = plan_.comm_dtype == plan_.dtype;
+  const bool in_place = plan_.comm_dtype == plan_.grad_dtype;
   std::vector<Bucket> queued;
   const size_t padded = plan_.partition.padded_size;
   for (size_t lo = 0; lo < padded; lo += capacity_) {
@@ -162,7 +162,7 @@ void GradientReducer::reduce_at_step() {
     b.hi = std::min(padded, lo + capacity_);
     b.data = buffers_.grad_at(lo);
     if (!in_place) {
-      backend_.cast_async(b.data, plan_.dtype, b.send.data(), plan_.comm_dtype, b.hi - b.lo, compute_);
+      backend_.cast_async(b.data, plan_.grad_dtype, b.send.data(), plan_.comm_dtype, b.hi - b.lo, compute_);
       b.data = b.send.data();
     }
     launch(b);

@@ -9,9 +9,10 @@ namespace zt {
 namespace {
 
 // The slots each kind needs: fp32 weight copies in 16-bit training below stage 3 (stage 3's
-// come gathered), fp32 gradient slots unless fp32 stages 0/1 accumulate in place.
+// come gathered), fp32 gradient slots unless stages 0/1 accumulate fp32 gradients in place (fp32
+// training, and bf16 with fp32 gradient accumulation, DeepSpeed's default at stage 0).
 bool needs_weight_slots(const ZeroPlan& plan) { return plan.dtype != DType::kF32 && plan.stage < 3; }
-bool needs_grad_slots(const ZeroPlan& plan) { return plan.dtype != DType::kF32 || plan.stage >= 2; }
+bool needs_grad_slots(const ZeroPlan& plan) { return plan.grad_dtype != DType::kF32 || plan.stage >= 2; }
 
 // The tied unit's slot, then the others'.
 std::vector<size_t> slot_sizes(const ParamLayout& layout, int others) {
@@ -25,7 +26,7 @@ std::vector<size_t> slot_sizes(const ParamLayout& layout, int others) {
 MixedPrecisionBuffers::Bytes MixedPrecisionBuffers::sizes(const ZeroPlan& plan, const ParamLayout& layout) {
   Bytes b;
   b.params = plan.params_on_nvme ? 0 : plan.params_count * plan.elem();
-  b.grads = plan.grads_count * plan.elem();
+  b.grads = plan.grads_count * plan.grad_elem();
   auto add_slots = [&](int others) {
     for (size_t n : slot_sizes(layout, others)) {
       if (n == 0) continue;  // an empty DeviceArray allocates nothing
@@ -41,7 +42,7 @@ MixedPrecisionBuffers::Bytes MixedPrecisionBuffers::sizes(const ZeroPlan& plan, 
 MixedPrecisionBuffers::MixedPrecisionBuffers(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend)
     : plan_(plan), layout_(layout), backend_(backend), compute_(backend.compute_stream()) {
   if (!plan.params_on_nvme) params_ = DeviceArray<unsigned char>(backend, plan.params_count * plan.elem(), plan.param_pool);
-  grads_ = DeviceArray<unsigned char>(backend, plan.grads_count * plan.elem(), plan.grad_pool);
+  grads_ = DeviceArray<unsigned char>(backend, plan.grads_count * plan.grad_elem(), plan.grad_pool);
   zero_grads();
   auto make_slots = [&](std::vector<Slot>& slots, int others) {
     for (size_t n : slot_sizes(layout, others)) slots.push_back(Slot{-1, DeviceArray<float>(backend, n)});
@@ -97,13 +98,13 @@ void MixedPrecisionBuffers::invalidate_weights() {
 }
 
 void MixedPrecisionBuffers::zero_grads() {
-  const size_t n = grads_.size() / plan_.elem();
+  const size_t n = grads_.size() / plan_.grad_elem();
   if (plan_.grads_on_host) {
     backend_.synchronize(compute_);  // nothing reduces into them any more
-    host_optimizer_ops().zero(grads_.data(), plan_.dtype, n);
+    host_optimizer_ops().zero(grads_.data(), plan_.grad_dtype, n);
     return;
   }
-  backend_.optimizer_ops().zero(grads_.data(), plan_.dtype, n);
+  backend_.optimizer_ops().zero(grads_.data(), plan_.grad_dtype, n);
 }
 
 MixedPrecisionBuffers::Bytes MixedPrecisionBuffers::bytes() const {

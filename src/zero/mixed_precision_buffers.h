@@ -1,12 +1,14 @@
-// The mixed-precision buffers of the ZeRO engine: the flat parameters and gradients in the
-// training dtype (DeepSpeed's bit16 groups), and the fp32 working copies the model computes with.
+// The mixed-precision buffers of the ZeRO engine: the flat parameters in the training dtype
+// (DeepSpeed's bit16 groups), the flat gradients in the accumulation dtype (ZeroPlan::grad_dtype),
+// and the fp32 working copies the model computes with.
 //
 // The model computes in fp32. In 16-bit training working_weights() hands out an fp32 copy of a
 // unit (stages 0-2; stage 3's come from the parameter coordinator), and a unit's gradient comes
 // back in an fp32 slot that is rounded into the 16-bit accumulator (stages 0, 1) or handed to the
-// gradient reducer (stages 2, 3). In fp32 training at stages 0/1 both point into the flat buffers
-// and nothing is copied. Slots: one for the tied unit (used at both ends of a step), two for the
-// others (the one in use and the next).
+// gradient reducer (stages 2, 3). Where stages 0/1 accumulate in fp32 (fp32 training; bf16 with
+// fp32 accumulation, DeepSpeed's BF16_Optimizer) the gradient slot is the flat buffer itself, and
+// in fp32 training so are the weights: nothing is copied. Slots: one for the tied unit (used at
+// both ends of a step), two for the others (the one in use and the next).
 #pragma once
 
 #include <vector>
@@ -33,7 +35,7 @@ class MixedPrecisionBuffers {
 
   /// Element `flat` of the flat layout in the parameter / gradient buffer (inside the plan's range).
   unsigned char* param_at(size_t flat) { return params_.data() + (flat - plan_.params_base) * plan_.elem(); }
-  unsigned char* grad_at(size_t flat) { return grads_.data() + (flat - plan_.grads_base) * plan_.elem(); }
+  unsigned char* grad_at(size_t flat) { return grads_.data() + (flat - plan_.grads_base) * plan_.grad_elem(); }
   void* params() { return params_.data(); }
 
   /// Stages 0-2: the unit's weights in fp32 on the compute stream, valid until the next step.

@@ -27,7 +27,7 @@ OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const 
       OptimizerOffload::footprint(off, plan.offloaded, size_t(config.zero.sub_group_size), plan.dtype);
   // Each field is a third of the state, in host memory or in the file.
   b.offloaded.master = b.offloaded.exp_avg = b.offloaded.exp_avg_sq = (f.host_state + f.nvme) / 3;
-  if (copies_gradients(plan)) b.offloaded.grads = plan.offloaded * plan.elem();
+  if (copies_gradients(plan)) b.offloaded.grads = plan.offloaded * plan.grad_elem();
   b.host = f.host_state + b.offloaded.grads;
   b.nvme = f.nvme;
   b.buffers = f.buffers;
@@ -47,7 +47,7 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
   offload_ = std::make_unique<OptimizerOffload>(backend, config.zero.offload_optimizer, config.aio, plan.offloaded,
                                                 size_t(config.zero.sub_group_size), plan.dtype, plan.rank);
   if (copies_gradients(plan)) {
-    host_grads_ = DeviceArray<unsigned char>(backend, plan.offloaded * plan.elem(), offload_->host_pool());
+    host_grads_ = DeviceArray<unsigned char>(backend, plan.offloaded * plan.grad_elem(), offload_->host_pool());
     d2h_stream_ = backend.create_stream("offload gradients");
     event_ = backend.create_event();
   }
@@ -69,8 +69,8 @@ void OptimizerPartition::gradient_final(size_t lo, size_t hi) {
   // After the compute stream's reduction into [a, b); backward goes on meanwhile.
   backend_.record(*event_, compute_);
   backend_.wait(*d2h_stream_, *event_);
-  backend_.copy_async(host_grads_.data() + (a - plan_.offload_begin()) * plan_.elem(), buffers_.grad_at(a),
-                      (b - a) * plan_.elem(), *d2h_stream_);
+  backend_.copy_async(host_grads_.data() + (a - plan_.offload_begin()) * plan_.grad_elem(), buffers_.grad_at(a),
+                      (b - a) * plan_.grad_elem(), *d2h_stream_);
 }
 
 const void* OptimizerPartition::offloaded_grads() {
@@ -95,11 +95,11 @@ ParamSink OptimizerPartition::param_sink() {
 void OptimizerPartition::step(const AdamStepArgs& args) {
   if (plan_.device_count > 0) {
     const size_t lo = plan_.opt_begin;
-    ops_.adam_step(args, master_at(lo), exp_avg_.data(), exp_avg_sq_.data(), buffers_.grad_at(lo), plan_.dtype,
+    ops_.adam_step(args, master_at(lo), exp_avg_.data(), exp_avg_sq_.data(), buffers_.grad_at(lo), plan_.grad_dtype,
                    buffers_.param_at(lo), plan_.dtype, plan_.device_count);
   }
   if (offload_) {
-    offload_->adam_step(args, offloaded_grads(), plan_.dtype, param_sink());
+    offload_->adam_step(args, offloaded_grads(), plan_.grad_dtype, param_sink());
     backend_.wait(compute_, offload_->params_written());
   }
 }

@@ -46,6 +46,9 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
     RungVerdict v;
     v.name = spec.name;
     v.config = base;
+    // The printed config carries no data_types: each rung runs with DeepSpeed's default gradient
+    // dtype for its stage (an fp32 grad_accum_dtype given for stage 0 does not exist at stage 2).
+    v.config.grad_accum_dtype.reset();
     ZeroConfig& z = v.config.zero;
     z.stage = spec.stage;
     z.offload_optimizer = OffloadConfig{};

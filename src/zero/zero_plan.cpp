@@ -8,7 +8,7 @@ namespace zt {
 
 ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank_, bool kernels_reach_host)
     : stage(config.zero.stage), world(world_size), rank(rank_), dtype(config.param_dtype()),
-      comm_dtype(config.communication_data_type.value_or(config.param_dtype())), partition(flat_size, world_size) {
+      grad_dtype(config.grad_dtype()), comm_dtype(config.communication_data_type.value_or(config.param_dtype())), partition(flat_size, world_size) {
   const size_t padded = partition.padded_size, part = partition.partition_size;
   opt_begin = stage == 0 ? 0 : partition.begin(rank);
   opt_count = stage == 0 ? padded : part;
@@ -31,6 +31,12 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   grad_pool = grads_on_host ? offloaded_optimizer_pool : Pool::kDevice;
   // The device's part of the optimizer steps on the device and writes its parameters in place,
   // which offload_param puts in host memory: a GPU kernel cannot write pageable memory.
+  // fp32 gradients under 16-bit parameters are DeepSpeed's BF16_Optimizer: stages 0 and 1, every
+  // gradient on the device (the config refuses the rest; this guards programmatic configs).
+  ZT_USAGE_CHECK(grad_dtype == dtype || (dtype == DType::kBF16 && grad_dtype == DType::kF32 && stage <= 1 &&
+                                         offloaded == 0),
+                 config.source, ": data_types.grad_accum_dtype ", dtype_name(grad_dtype), " with ", dtype_name(dtype),
+                 " parameters is not implemented at stage ", stage, offloaded > 0 ? " with offload_optimizer" : "");
   ZT_USAGE_CHECK(!params_on_host || device_count == 0 || kernels_reach_host, config.source,
                  ": zero_optimization.offload_param on a GPU needs offload_optimizer on \"cpu\" or \"nvme\" "
                  "with ratio 1 (the CPU Adam updates the offloaded parameters)");

@@ -31,7 +31,8 @@ struct ZeroPlan {
   ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank, bool kernels_reach_host = true);
 
   int stage, world, rank;
-  DType dtype;       ///< parameters and gradients (bf16, fp16 or fp32)
+  DType dtype;       ///< parameters (bf16, fp16 or fp32)
+  DType grad_dtype;  ///< gradients (DsConfig::grad_dtype: fp32 for bf16 at stage 0 by default)
   DType comm_dtype;  ///< communication_data_type, else dtype
   PartitionMap partition;
 
@@ -52,6 +53,7 @@ struct ZeroPlan {
   bool grads_on_host = false;
 
   size_t elem() const { return dtype_size(dtype); }
+  size_t grad_elem() const { return dtype_size(grad_dtype); }
   size_t offload_begin() const { return opt_begin + device_count; }
   size_t opt_end() const { return opt_begin + opt_count; }
   /// Every rank holds every parameter (stages 0-2); stage 3 gathers units before use.

@@ -25,6 +25,7 @@ struct Case {
   int64_t accumulation;
   bool fp32_communication = false;  ///< communication_data_type: fp32 with 16-bit gradients
   bool all_reduce = false;          ///< reduce_scatter: false (all-reduce, keep the partition)
+  bool fp32_grads = false;          ///< data_types.grad_accum_dtype: fp32 (bf16 at stage 1)
 };
 
 class ZeroStages : public ::testing::TestWithParam<Case> {};
@@ -37,6 +38,7 @@ TEST_P(ZeroStages, MatchOneRankOfTheSameGlobalBatch) {
   DsConfig cfg = make_config(c.stage, c.dtype, world.size(), c.accumulation);
   if (c.fp32_communication) cfg.communication_data_type = DType::kF32;
   cfg.zero.reduce_scatter = !c.all_reduce;
+  if (c.fp32_grads) cfg.grad_accum_dtype = DType::kF32;
   const std::vector<double> losses = train(world, cfg);
   ASSERT_EQ(losses.size(), reference.size());
   EXPECT_LT(reference.back(), reference.front() - 0.3) << "the reference does not learn";
@@ -52,7 +54,7 @@ TEST_P(ZeroStages, MatchOneRankOfTheSameGlobalBatch) {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return "stage" + std::to_string(info.param.stage) + "_" + dtype_name(info.param.dtype) + "_accum" +
          std::to_string(info.param.accumulation) + (info.param.fp32_communication ? "_fp32comm" : "") +
-         (info.param.all_reduce ? "_allreduce" : "");
+         (info.param.all_reduce ? "_allreduce" : "") + (info.param.fp32_grads ? "_fp32grads" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -64,7 +66,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{3, DType::kBF16, 4}, Case{0, DType::kBF16, 1, true}, Case{1, DType::kBF16, 4, true},
                       Case{2, DType::kBF16, 4, true}, Case{3, DType::kBF16, 1, true},
                       Case{1, DType::kF32, 4, false, true}, Case{1, DType::kBF16, 1, true, true},
-                      Case{2, DType::kBF16, 4, false, true}),
+                      Case{2, DType::kBF16, 4, false, true}, Case{0, DType::kBF16, 4},
+                      Case{1, DType::kBF16, 4, false, false, true}),
     case_name);
 
 // The Llama family through the same engine (zero/ knows no architecture): grouped-query
@@ -137,15 +140,18 @@ TEST(ZeroMemory, ModelStateBytesFollowTheTable) {
   const double psi = double(layout.num_params());
   auto backend = test_backend();
   // docs/design.md: per-rank bytes with mixed precision and Adam.
-  const double table[4] = {2 * psi + 2 * psi + 12 * psi, 2 * psi + 2 * psi + 12 * psi / N,
-                           2 * psi + (2 * psi + 12 * psi) / N, 16 * psi / N};
-  for (int stage = 0; stage <= 3; ++stage) {
-    DsConfig cfg = make_config(stage, DType::kBF16, 1, 1);
+  // Stage 0 accumulates bf16 gradients in fp32 (DeepSpeed's default there: its BF16_Optimizer),
+  // 4 bytes each, unless data_types.grad_accum_dtype asks for bf16 (the last row).
+  const double table[5] = {2 * psi + 4 * psi + 12 * psi, 2 * psi + 2 * psi + 12 * psi / N,
+                           2 * psi + (2 * psi + 12 * psi) / N, 16 * psi / N, 2 * psi + 2 * psi + 12 * psi};
+  for (int row = 0; row < 5; ++row) {
+    DsConfig cfg = make_config(row % 4, DType::kBF16, 1, 1);
+    if (row == 4) cfg.grad_accum_dtype = DType::kBF16;
     cfg.train_micro_batch_size_per_gpu = 1;
     auto engine_comm = make_data_comm(*backend, world);
     ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
     const double bytes = double(engine.model_state_bytes().total());
-    EXPECT_NEAR(bytes, table[stage], 0.02 * table[stage]) << "stage " << stage << " at " << N << " ranks";
+    EXPECT_NEAR(bytes, table[row], 0.02 * table[row]) << "row " << row << " at " << N << " ranks";
   }
 }
 

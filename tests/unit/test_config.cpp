@@ -679,9 +679,42 @@ TEST(DsConfigKeys, OtherNamesDeepSpeedAccepts) {
   // data_types that name the dtype in use are accepted.
   AutoValues bf;
   bf.bf16 = {true, true};
-  EXPECT_EQ(parse(R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "torch.bfloat16"}})", bf)
-                .notices.size(),
-            1u);
+  const DsConfig bf16_accum =
+      parse(R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "torch.bfloat16"}})", bf);
+  EXPECT_EQ(bf16_accum.grad_dtype(), DType::kBF16);  // stage 0's default would be fp32
+  EXPECT_TRUE(bf16_accum.notices.empty());
+  EXPECT_EQ(parse(R"({"bf16": {"enabled": true}, "data_types": {"param_dtype": "bf16"}})", bf).notices.size(), 1u);
+}
+
+// DeepSpeed's engine.get_data_types: bf16 without ZeRO accumulates gradients in fp32 (its
+// BF16_Optimizer), every other run in the parameters' dtype; an explicit fp32 with bf16 is
+// BF16_Optimizer at stage 1 too, unless the optimizer is offloaded.
+TEST(DsConfig, GradAccumDtypeFollowsDeepSpeed) {
+  AutoValues bf;
+  bf.bf16 = {true, true};
+  auto grads = [&](const std::string& zero, const std::string& data_types = "{}") {
+    return parse(R"({"bf16": {"enabled": true}, "zero_optimization": )" + zero + R"(, "data_types": )" +
+                     data_types + "}",
+                 bf)
+        .grad_dtype();
+  };
+  EXPECT_EQ(grads(R"({"stage": 0})"), DType::kF32);
+  EXPECT_EQ(grads(R"({"stage": 1})"), DType::kBF16);
+  EXPECT_EQ(grads(R"({"stage": 2})"), DType::kBF16);
+  EXPECT_EQ(grads(R"({"stage": 3})"), DType::kBF16);
+  EXPECT_EQ(grads(R"({"stage": 1})", R"({"grad_accum_dtype": "fp32"})"), DType::kF32);
+  EXPECT_EQ(grads(R"({"stage": 0})", R"({"grad_accum_dtype": null})"), DType::kF32);
+  EXPECT_EQ(parse(R"({"fp16": {"enabled": true}})").grad_dtype(), DType::kF16);
+  EXPECT_EQ(parse("{}").grad_dtype(), DType::kF32);
+  const std::string refused = "ds.json: data_types.grad_accum_dtype: \"fp32\" is not implemented: ";
+  for (const char* zero : {R"({"stage": 2})", R"({"stage": 3})",
+                           R"({"stage": 1, "offload_optimizer": {"device": "cpu"}})"}) {
+    const std::string text = std::string(R"({"bf16": {"enabled": true}, "zero_optimization": )") + zero +
+                             R"(, "data_types": {"grad_accum_dtype": "fp32"}})";
+    EXPECT_EQ(error_of(text, bf).rfind(refused, 0), 0u) << zero << ": " << error_of(text, bf);
+  }
+  EXPECT_EQ(error_of(R"({"fp16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}})").rfind(refused, 0),
+            0u);
 }
 
 }  // namespace

@@ -100,7 +100,8 @@ TEST(EngineEstimate, ModelStatesFollowDesignTable) {
   const size_t flat = make_model_layout(m)->flat_size();
   for (int world : {1, 8}) {
     const double P = double((flat + 16 * world - 1) / (16 * world) * (16 * world)), p = P / world;
-    const double expected[4] = {2 * P + 2 * P + 12 * P, 2 * P + 2 * P + 12 * p, 2 * P + 2 * p + 12 * p, 16 * p};
+    // Stage 0's bf16 gradients accumulate in fp32 (DeepSpeed's BF16_Optimizer): 4 bytes each.
+    const double expected[4] = {2 * P + 4 * P + 12 * P, 2 * P + 2 * P + 12 * p, 2 * P + 2 * p + 12 * p, 16 * p};
     for (int stage = 0; stage <= 3; ++stage) {
       DsConfig c;
       c.bf16 = true;
@@ -166,6 +167,14 @@ TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
     }
     EXPECT_LE(r.rungs[size_t(r.chosen)].estimate.device_total(), gpu);
   }
+  // A base config with fp32 gradient accumulation (valid at stage 0 only) walks the same ladder:
+  // each rung takes DeepSpeed's default for its stage, as the printed config (no data_types) will.
+  DsConfig fp32_grads = base;
+  fp32_grads.grad_accum_dtype = DType::kF32;
+  const Recommendation same = recommend(m, fp32_grads, run, hw);
+  EXPECT_EQ(same.chosen, r.chosen);
+  ASSERT_GE(same.chosen, 2);
+  EXPECT_EQ(same.rungs[size_t(same.chosen)].estimate.device_total(), r.rungs[size_t(r.chosen)].estimate.device_total());
   // A GPU too small for anything on the device: offload; with too little host memory for that
   // and no NVMe, nothing fits; with NVMe, the NVMe rungs.
   hw.gpu_memory = 900ull << 20;
