@@ -9,15 +9,16 @@
 //   reduce-scatter  rank r sums slice r over ranks 0, 1, ..., P-1, in that order;
 //   all-gather      rank r copies every rank's block into its own output;
 //   all-reduce      a reduce-scatter over P balanced slices whose sums are written to the window
-//                   and to the buffer in one pass, a second barrier, and each rank copies the
-//                   P-1 other slices.
+//                   and to the buffer in one pass; the next step's barrier (a last one after
+//                   the last step) publishes them, and each rank then copies the P-1 other slices.
 // A reduce-scatter's or all-gather's output of `stream_from_bytes` or more is written with
 // non-temporal stores, as glibc's memcpy does past its own threshold: far larger than the
 // caches, its lines would only be read in to be overwritten (2 ranks, 64-256 MB all-gather:
 // 5.2-6.1 GB/s before, 6.8-9.4 after). The all-reduce works in place on lines its step has just
 // read, where streaming measured slower (4.5 against 3.4-3.8 GB/s at 256 MB).
 // A step that reuses a buffer comes two barriers after the last reads of it, so one barrier per
-// step suffices (two for all-reduce). The barrier is a monotonic counter per rank in the window,
+// step suffices (the all-reduce's copies of a step's sums read buffer b before the barrier that
+// lets b be written again). The barrier is a monotonic counter per rank in the window,
 // stored with release and loaded with acquire ordering (the hardware's coherence is what MPI's
 // unified memory model promises for shared windows); a waiting rank spins briefly, then yields or
 // sleeps (50 us while nobody waits for the result, as MpiComm's progress thread), so it never
