@@ -603,19 +603,18 @@ void parse_data_types(JsonSection s, DsConfig& c) {
   const DType param = c.param_dtype();
   if (const boost::json::value* v = s.raw("grad_accum_dtype"); v && !v->is_null()) {
     const DType d = *read_ds_dtype(s, "grad_accum_dtype");
-    const bool bf16_optimizer = c.bf16 && d == DType::kF32 &&
-                                (c.zero.stage == 0 || (c.zero.stage == 1 && !c.zero.offload_optimizer.enabled()));
-    if (d != param && !bf16_optimizer) {
+    const bool is_default = d == c.grad_dtype();
+    c.grad_accum_dtype = d;
+    if (!c.grad_dtype_supported()) {
       s.fail("grad_accum_dtype",
              cat(describe_json(*v), " is not implemented: gradients accumulate in the parameters' dtype (",
                  dtype_name(param), "), or in fp32 with bf16 at stage 0 or at stage 1 without offload_optimizer "
                  "(DeepSpeed's BF16_Optimizer)"));
     }
-    if (d == c.grad_dtype()) {  // DeepSpeed's default for this run
+    if (is_default) {
       s.notice("grad_accum_dtype", cat(describe_json(*v), " accepted; changes nothing here (DeepSpeed's default for ",
                                        dtype_name(param), " at stage ", c.zero.stage, ")"));
     }
-    c.grad_accum_dtype = d;
   }
   if (const boost::json::value* v = s.raw("param_dtype"); v && !v->is_null()) {
     const std::string why = cat("parameters are held in the ", dtype_name(param),

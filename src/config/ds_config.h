@@ -155,6 +155,13 @@ struct DsConfig {
     if (grad_accum_dtype) return *grad_accum_dtype;
     return bf16 && zero.stage == 0 ? DType::kF32 : param_dtype();
   }
+  /// Whether grad_dtype() is one the engine runs: the parameters' dtype, or fp32 with bf16 where
+  /// DeepSpeed runs its BF16_Optimizer (stage 0, and stage 1 without offload_optimizer).
+  bool grad_dtype_supported() const {
+    const DType g = grad_dtype();
+    return g == param_dtype() ||
+           (bf16 && g == DType::kF32 && (zero.stage == 0 || (zero.stage == 1 && !zero.offload_optimizer.enabled())));
+  }
 };
 
 /// A trainer flag that can fill an "auto" value, and whether the user gave it explicitly (an

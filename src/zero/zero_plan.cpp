@@ -29,14 +29,13 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   offloaded_optimizer_pool = off.pin_memory ? Pool::kPinned : Pool::kHost;
   param_pool = params_on_host ? offloaded_param_pool : Pool::kDevice;
   grad_pool = grads_on_host ? offloaded_optimizer_pool : Pool::kDevice;
-  // The device's part of the optimizer steps on the device and writes its parameters in place,
-  // which offload_param puts in host memory: a GPU kernel cannot write pageable memory.
   // fp32 gradients under 16-bit parameters are DeepSpeed's BF16_Optimizer: stages 0 and 1, every
   // gradient on the device (the config refuses the rest; this guards programmatic configs).
-  ZT_USAGE_CHECK(grad_dtype == dtype || (dtype == DType::kBF16 && grad_dtype == DType::kF32 && stage <= 1 &&
-                                         offloaded == 0),
-                 config.source, ": data_types.grad_accum_dtype ", dtype_name(grad_dtype), " with ", dtype_name(dtype),
-                 " parameters is not implemented at stage ", stage, offloaded > 0 ? " with offload_optimizer" : "");
+  ZT_USAGE_CHECK(config.grad_dtype_supported(), config.source, ": data_types.grad_accum_dtype ",
+                 dtype_name(grad_dtype), " with ", dtype_name(dtype), " parameters is not implemented at stage ",
+                 stage, off.enabled() ? " with offload_optimizer" : "");
+  // The device's part of the optimizer steps on the device and writes its parameters in place,
+  // which offload_param puts in host memory: a GPU kernel cannot write pageable memory.
   ZT_USAGE_CHECK(!params_on_host || device_count == 0 || kernels_reach_host, config.source,
                  ": zero_optimization.offload_param on a GPU needs offload_optimizer on \"cpu\" or \"nvme\" "
                  "with ratio 1 (the CPU Adam updates the offloaded parameters)");
