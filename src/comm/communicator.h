@@ -30,7 +30,21 @@ class Work {
 struct CommStats {
   uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0;
   uint64_t calls = 0;
+  /// Of the calls, those whose buffers were shared memory (HostComm::allocate_shared) on this
+  /// rank: the peers read them in place, with no staging copy.
+  uint64_t in_place = 0;
   uint64_t total() const { return all_reduce + reduce_scatter + all_gather + broadcast; }
+};
+
+/// Memory that the other ranks of the node read where its owner wrote it (HostComm::allocate_shared),
+/// as NCCL's registered buffers: a collective whose buffers lie in such memory on every rank reads
+/// the peers' inputs in place instead of copying them through staging. Freed by destruction,
+/// which is collective as the allocation was.
+class SharedBuffer {
+ public:
+  virtual ~SharedBuffer() = default;
+  virtual unsigned char* data() = 0;
+  virtual size_t bytes() const = 0;
 };
 
 class HostComm {
@@ -59,6 +73,16 @@ class HostComm {
   /// A communicator over the same ranks whose collectives never mix with this one's (MPI_Comm_dup):
   /// for a second thread that issues collectives. Collective.
   virtual std::unique_ptr<HostComm> duplicate() = 0;
+
+  /// `bytes` of memory (zeroed) that this communicator's all-reduce and reduce-scatter read in
+  /// place when every rank's buffer lies in such memory (SharedBuffer); null where the transport
+  /// has none (MPI, several nodes) or the node has no room for the ranks' buffers together, and
+  /// then on every rank. Collective: every rank allocates in the same order (sizes may differ)
+  /// and destroys the buffers in the same order.
+  virtual std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 
   /// Blocking, element-wise sum or max over ranks of a few doubles (norms, flags, metrics).
   virtual void all_reduce_doubles(std::vector<double>& values, bool max) = 0;

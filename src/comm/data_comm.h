@@ -72,6 +72,13 @@ class DataComm {
   virtual std::shared_ptr<DataWork> all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
                                                DType dtype, Stream& after) = 0;
   virtual std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream& after) = 0;
+  /// Device memory that this communicator's all-reduce and reduce-scatter read in place on the
+  /// peers (HostComm::allocate_shared: the direct communicator over shared memory), or null
+  /// (every other one, and then on every rank). Collective, as HostComm's.
+  virtual std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }

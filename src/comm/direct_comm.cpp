@@ -45,12 +45,18 @@ class DirectComm final : public DataComm {
 
   std::shared_ptr<DataWork> all_reduce(void* buffer, size_t count, DType dtype, Stream&) override {
     stats_.all_reduce += count * dtype_size(dtype);
-    return wrap(host_.all_reduce(buffer, count, dtype));
+    const uint64_t in_place = host_.stats().in_place;
+    auto work = host_.all_reduce(buffer, count, dtype);
+    stats_.in_place += host_.stats().in_place - in_place;  // the host looks the buffer up
+    return wrap(std::move(work));
   }
   std::shared_ptr<DataWork> reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
                                            Stream&) override {
     for (size_t c : counts) stats_.reduce_scatter += c * dtype_size(dtype);
-    return wrap(host_.reduce_scatter(send, recv, counts, dtype));
+    const uint64_t in_place = host_.stats().in_place;
+    auto work = host_.reduce_scatter(send, recv, counts, dtype);
+    stats_.in_place += host_.stats().in_place - in_place;
+    return wrap(std::move(work));
   }
   std::shared_ptr<DataWork> all_gather(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
                                        Stream&) override {
@@ -61,6 +67,7 @@ class DirectComm final : public DataComm {
     stats_.broadcast += count * dtype_size(dtype);
     return wrap(host_.broadcast(buffer, count, dtype, root));
   }
+  std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) override { return host_.allocate_shared(bytes); }
 
  private:
   std::shared_ptr<DataWork> wrap(std::shared_ptr<Work> work) {

@@ -260,6 +260,10 @@ void log_run_config(const Setup& setup, const TrainArgs& args, const ModelLayout
            ", batch ", ds.train_batch_size, " = ", ds.train_micro_batch_size_per_gpu, " x ",
            ds.gradient_accumulation_steps, " x ", world_size,
            args.gradient_checkpointing ? ", gradient checkpointing" : "");
+  if (engine.shared_gradient_bytes() > 0) {
+    log_info("gradients: ", human_bytes(double(engine.shared_gradient_bytes())),
+             " per rank in the node's shared memory, which the all-reduce and reduce-scatter read in place");
+  }
   log_offload(ds);
 }
 

@@ -12,7 +12,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
                        const DsConfig& config)
     : layout_(layout), backend_(backend), compute_(backend.compute_stream()), comm_(comm), control_(control),
       config_(config), plan_(config, layout.flat_size(), comm.size(), comm.rank(), backend.kernels_reach_host_memory()),
-      buffers_(plan_, layout, backend),
+      buffers_(plan_, layout, backend, comm),
       coordinator_(!plan_.params_replicated() ? std::make_unique<PartitionedParameterCoordinator>(plan_, layout, backend, comm,
                                                                                         buffers_.params(), config)
                                     : nullptr),
@@ -179,6 +179,10 @@ ModelStateBytes ZeroEngine::offloaded_state_bytes() const {
   }
   if (plan_.grads_on_host) b.grads = own.grads;
   return b;
+}
+
+size_t ZeroEngine::shared_gradient_bytes() const {
+  return (buffers_.grads_shared() ? buffers_.bytes().grads : 0) + reducer_.shared_bytes();
 }
 
 BufferBytes ZeroEngine::buffer_bytes() const {

@@ -72,6 +72,9 @@ class ZeroEngine final : public ParamSource<float> {
   /// Model-state bytes offloaded to host memory or NVMe (ZeRO-Offload/Infinity).
   ModelStateBytes offloaded_state_bytes() const;
   BufferBytes buffer_bytes() const;
+  /// Bytes of this rank's gradients and gradient buckets in the data communicator's shared memory
+  /// (DataComm::allocate_shared), which its collectives read in place; 0 where it has none.
+  size_t shared_gradient_bytes() const;
   /// Stage 3: the most parameters held gathered at once so far (0 at other stages).
   size_t peak_live_parameters() const { return coordinator_ ? coordinator_->peak_live_elements() : 0; }
   /// The learning rate and loss scale the next step will use (after a step: DeepSpeed's get_lr()

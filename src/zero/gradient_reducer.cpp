@@ -63,7 +63,8 @@ GradientReducer::GradientReducer(const ZeroPlan& plan, const ZeroConfig& config,
   skip_wait_ = skip && std::string(skip) == "grad_bucket";
   const size_t ce = dtype_size(plan.comm_dtype);
   for (int i = 0; i < shape_.count; ++i) {
-    buckets_[i].send = DeviceArray<unsigned char>(backend, shape_.send * ce);
+    // The collectives' inputs: shared memory where the communicator has it (collective).
+    buckets_[i].send = shape_.send > 0 ? CommBuffer(comm, backend, shape_.send * ce) : CommBuffer();
     buckets_[i].recv = DeviceArray<unsigned char>(backend, shape_.recv * ce);
   }
 }
@@ -71,6 +72,12 @@ GradientReducer::GradientReducer(const ZeroPlan& plan, const ZeroConfig& config,
 size_t GradientReducer::buffer_bytes() const {
   size_t total = 0;
   for (const Bucket& b : buckets_) total += b.send.bytes() + b.recv.bytes();
+  return total;
+}
+
+size_t GradientReducer::shared_bytes() const {
+  size_t total = 0;
+  for (const Bucket& b : buckets_) total += b.send.shared() ? b.send.bytes() : 0;
   return total;
 }
 
@@ -153,7 +160,7 @@ void GradientReducer::reduce_at_step() {
   // In chunks of one bucket. In place, an all-reduce leaves nothing to reuse: queue every chunk
   // and complete them at the end. A chunk that goes through the bucket's buffers completes
   // before the next one fills them.
-  const bool in_place = plan_.comm_dtype == plan_.grad_dtype;
+  const bool in_place = plan_.grads_reduced_in_place();
   std::vector<Bucket> queued;
   const size_t padded = plan_.partition.padded_size;
   for (size_t lo = 0; lo < padded; lo += capacity_) {

@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "backend/device_array.h"
+#include "comm/comm_buffer.h"
 #include "comm/data_comm.h"
 #include "config/ds_config.h"
 #include "zero/mixed_precision_buffers.h"
@@ -66,10 +67,13 @@ class GradientReducer {
   void on_reduced(std::function<void(size_t lo, size_t hi)> callback) { on_reduced_ = std::move(callback); }
 
   size_t buffer_bytes() const;
+  /// Of them, those in the communicator's shared memory.
+  size_t shared_bytes() const;
 
  private:
   struct Bucket {
-    DeviceArray<unsigned char> send, recv;
+    CommBuffer send;  // in the communicator's shared memory where it has some (the peers read it)
+    DeviceArray<unsigned char> recv;
     size_t lo = 0, hi = 0;                 // the flat range held
     unsigned char* data = nullptr;  // where [lo, hi) is, in comm_dtype (send, or the gradient in place)
     std::shared_ptr<DataWork> work;

@@ -39,10 +39,13 @@ MixedPrecisionBuffers::Bytes MixedPrecisionBuffers::sizes(const ZeroPlan& plan, 
   return b;
 }
 
-MixedPrecisionBuffers::MixedPrecisionBuffers(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend)
+MixedPrecisionBuffers::MixedPrecisionBuffers(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend,
+                                             DataComm& comm)
     : plan_(plan), layout_(layout), backend_(backend), compute_(backend.compute_stream()) {
   if (!plan.params_on_nvme) params_ = DeviceArray<unsigned char>(backend, plan.params_count * plan.elem(), plan.param_pool);
-  grads_ = DeviceArray<unsigned char>(backend, plan.grads_count * plan.grad_elem(), plan.grad_pool);
+  const size_t grad_bytes = plan.grads_count * plan.grad_elem();
+  grads_ = plan.grads_reduced_in_place() ? CommBuffer(comm, backend, grad_bytes, plan.grad_pool)
+                                         : CommBuffer(backend, grad_bytes, plan.grad_pool);
   zero_grads();
   auto make_slots = [&](std::vector<Slot>& slots, int others) {
     for (size_t n : slot_sizes(layout, others)) slots.push_back(Slot{-1, DeviceArray<float>(backend, n)});
@@ -98,7 +101,7 @@ void MixedPrecisionBuffers::invalidate_weights() {
 }
 
 void MixedPrecisionBuffers::zero_grads() {
-  const size_t n = grads_.size() / plan_.grad_elem();
+  const size_t n = grads_.bytes() / plan_.grad_elem();
   if (plan_.grads_on_host) {
     backend_.synchronize(compute_);  // nothing reduces into them any more
     host_optimizer_ops().zero(grads_.data(), plan_.grad_dtype, n);

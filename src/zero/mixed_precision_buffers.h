@@ -15,6 +15,8 @@
 
 #include "backend/backend.h"
 #include "backend/device_array.h"
+#include "comm/comm_buffer.h"
+#include "comm/data_comm.h"
 #include "model/param_layout.h"
 #include "zero/zero_plan.h"
 
@@ -31,12 +33,17 @@ class MixedPrecisionBuffers {
   /// What a MixedPrecisionBuffers for this plan and model allocates.
   static Bytes sizes(const ZeroPlan& plan, const ParamLayout& layout);
 
-  MixedPrecisionBuffers(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend);
+  /// Collective over `comm` (CommBuffer): where the step reduces the gradients in place
+  /// (ZeroPlan::grads_reduced_in_place), their buffer is the communicator's shared memory if it
+  /// has some, so that the peers read it in place.
+  MixedPrecisionBuffers(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend, DataComm& comm);
 
   /// Element `flat` of the flat layout in the parameter / gradient buffer (inside the plan's range).
   unsigned char* param_at(size_t flat) { return params_.data() + (flat - plan_.params_base) * plan_.elem(); }
   unsigned char* grad_at(size_t flat) { return grads_.data() + (flat - plan_.grads_base) * plan_.grad_elem(); }
   void* params() { return params_.data(); }
+  /// The gradients are in the data communicator's shared memory.
+  bool grads_shared() const { return grads_.shared(); }
 
   /// Stages 0-2: the unit's weights in fp32 on the compute stream, valid until the next step.
   const float* working_weights(int unit);
@@ -66,7 +73,8 @@ class MixedPrecisionBuffers {
   const ParamLayout& layout_;
   Backend& backend_;
   Stream& compute_;
-  DeviceArray<unsigned char> params_, grads_;
+  DeviceArray<unsigned char> params_;
+  CommBuffer grads_;
   std::vector<Slot> weight_slots_, grad_slots_;
 };
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Host collectives on one node (issue 17), side by side in one run: ShmComm against MpiComm and
 # against the node's shared-memory copy bandwidth at 2 and 4 ranks (target: ShmComm's algbw >= 0.5x
-# the copy at 16 MB and above), then the ZeRO-2 and ZeRO-3 step overhead against stage 0 with the
+# the copy at 16 MB and above, on the engine's path: all-reduce and reduce-scatter of buffers in
+# shared memory, all-gather of private ones; the staged rows are printed beside them), then the ZeRO-2 and ZeRO-3 step overhead against stage 0 with the
 # shared-memory collectives and with MPI's (ZT_SHM_COLLECTIVES=0). Prints the machine first.
 # Exits non-zero when a bench_collectives check failed (a wrong result or ShmComm below target);
 # the stage overheads are printed, not judged here (bench_zero.sh judges them).

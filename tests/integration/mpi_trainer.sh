@@ -7,11 +7,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 DATA=$WORK/data
 "$PREPARE" "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" --output_dir "$DATA" --val_fraction 0.1 2>/dev/null
 
-# zt NP STAGE OUT ARGS...: a run with a global batch of 8 sequences.
+# zt NP STAGE OUT ARGS...: a run with a global batch of 8 sequences (MPIRUN_X: more mpirun flags).
 zt() {
   local np=$1 stage=$2 out=$3
   shift 3
-  OMP_NUM_THREADS=1 timeout 300 mpirun -np "$np" --oversubscribe -x OMP_NUM_THREADS "$ZEROTRAIN" \
+  # shellcheck disable=SC2086
+  OMP_NUM_THREADS=1 timeout 300 mpirun -np "$np" --oversubscribe -x OMP_NUM_THREADS ${MPIRUN_X:-} "$ZEROTRAIN" \
     --deepspeed "$ZT_SOURCE_DIR/configs/zero$stage.json" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" \
     --train_data "$DATA/train_*.bin" --eval_data "$DATA/val_*.bin" --output_dir "$out" --block_size 64 \
     --learning_rate 2e-3 --warmup_steps 2 --seed 11 --max_eval_samples 64 --disable_tqdm "$@" 2>"$out.log"
@@ -41,6 +42,22 @@ for np in 2 4; do
       fail "np $np stage $stage: $(tail -2 "$out.log")"
     fi
   done
+done
+
+# The shared-memory collectives (ZT_SHM_COLLECTIVES=1): the gradients (stage 0) and the buckets
+# (stage 2) sit in the node's shared memory and are reduced in place, the trainer says so, and the
+# losses are the one-rank run's.
+for stage in 0 2; do
+  out=$WORK/shm_s$stage
+  if MPIRUN_X="-x ZT_SHM_COLLECTIVES=1" zt 2 "$stage" "$out" --max_steps 12 --per_device_train_batch_size 4; then
+    grep -q "shared memory, which the all-reduce and reduce-scatter read in place" "$out.log" \
+      && pass "stage $stage with ZT_SHM_COLLECTIVES=1: gradients in shared memory" \
+      || fail "stage $stage with ZT_SHM_COLLECTIVES=1: no shared-memory gradients in the log: $(grep gradients "$out.log")"
+    compare x "$WORK/ref/metrics.jsonl" "$out/metrics.jsonl" && pass "stage $stage in shared memory matches one rank" \
+      || fail "stage $stage in shared memory: losses differ"
+  else
+    fail "stage $stage with ZT_SHM_COLLECTIVES=1: $(tail -2 "$out.log")"
+  fi
 done
 
 /usr/bin/python3 - "$WORK/np2_s3/metrics.jsonl" <<'PY' && pass "stage 3 metrics: bytes per rank, live parameters" || fail "stage 3 metrics"

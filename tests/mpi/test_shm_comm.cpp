@@ -315,6 +315,78 @@ void check_many_chunks(size_t stream_from) {
 TEST(ShmCommLarge, ManyChunks) { check_many_chunks(kShmStreamFromBytes); }
 TEST(ShmCommLarge, ManyChunksStreamed) { check_many_chunks(0); }
 
+// Buffers in shared memory (allocate_shared): the all-reduce and reduce-scatter read every rank's
+// buffer in place, and give the staged path's bits (the rank-order sum) for every dtype and count
+// set, at an offset inside the allocation; with outputs streamed or not. Mismatches are counted
+// (every rank runs every collective).
+void check_in_place(size_t stream_from) {
+  ShmComm comm(MPI_COMM_WORLD, 4096, stream_from);
+  const int me = comm.rank(), p = comm.size();
+  size_t wrong = 0, cases = 0;
+  for_each_case(me, p, [&](DType dtype, const std::vector<size_t>& counts, size_t total, size_t at) {
+    const size_t e = dtype_size(dtype), lead = 3;  // the reduce-scatter's input 3 elements in
+    std::unique_ptr<SharedBuffer> shared = comm.allocate_shared((lead + 2 * total + 1) * e);
+    ASSERT_TRUE(shared != nullptr);  // null on every rank alike: no rank is left waiting
+    unsigned char* send = shared->data() + lead * e;
+    unsigned char* buffer = send + total * e;
+    const Buffer in = input(dtype, me, total), want = reference(dtype, total, p);
+    if (total > 0) {
+      std::memcpy(send, in.bytes.data(), total * e);
+      std::memcpy(buffer, in.bytes.data(), total * e);
+    }
+    const uint64_t before = comm.stats().in_place;
+    Buffer recv(dtype, counts[size_t(me)]);
+    comm.reduce_scatter(send, recv.data(), counts, dtype)->wait();
+    comm.all_reduce(buffer, total, dtype)->wait();
+    for (size_t i = 0; i < recv.size(); ++i) wrong += recv.bits(i) != want.bits(at + i);
+    for (size_t i = 0; i < total; ++i) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, buffer + i * e, e);
+      wrong += bits != want.bits(i);
+    }
+    // Both read in place (nothing to read when there are no elements).
+    EXPECT_EQ(comm.stats().in_place - before, total > 0 ? 2u : 0u) << dtype_name(dtype) << " " << total;
+    // The inputs are left as they were (the reduce-scatter's) or hold the sum (the all-reduce's).
+    if (total > 0) {
+      EXPECT_EQ(std::memcmp(send, in.bytes.data(), total * e), 0) << dtype_name(dtype);
+    }
+    ++cases;
+  });
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(cases, 15u);
+}
+
+TEST(ShmCommShared, InPlaceMatchesRankOrderSum) { check_in_place(kShmStreamFromBytes); }
+TEST(ShmCommShared, InPlaceMatchesRankOrderSumStreamed) { check_in_place(0); }
+
+// Ranks whose buffers are shared on some and private on others fail alike, each with the error
+// (none waits for a peer), and the communicator works on afterwards. Too large a request for the
+// node's shared-memory file system gives null on every rank, even when one rank asked for it.
+TEST(ShmCommShared, MixedBuffersFailOnEveryRankAndHugeRequestsGiveNull) {
+  ShmComm comm(MPI_COMM_WORLD);
+  const int me = comm.rank(), p = comm.size();
+  const size_t n = 5000;
+  EXPECT_EQ(comm.allocate_shared(me == 0 ? size_t(1) << 60 : 64), nullptr);
+  if (p < 2) GTEST_SKIP() << "a mix of shared and private buffers needs two ranks";
+  std::unique_ptr<SharedBuffer> shared = comm.allocate_shared(n * sizeof(float));
+  ASSERT_TRUE(shared != nullptr);
+  Buffer mine = input(DType::kF32, me, n);
+  void* buffer = me == 0 ? static_cast<void*>(shared->data()) : mine.data();
+  std::string error;
+  try {
+    comm.all_reduce(buffer, n, DType::kF32)->wait();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("allocated their buffers differently"), std::string::npos) << error;
+  Buffer again = input(DType::kF32, me, n);
+  comm.all_reduce(again.data(), n, DType::kF32)->wait();
+  const Buffer want = reference(DType::kF32, n, p);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += again.bits(i) != want.bits(i);
+  EXPECT_EQ(wrong, 0u);
+}
+
 }  // namespace
 }  // namespace zt
 

@@ -183,6 +183,34 @@ TEST(ZeroStage3, NeverHoldsMoreThanMaxLiveParameters) {
 
 namespace zt {
 
+// On one node with the shared-memory collectives (ZT_SHM_COLLECTIVES=1), the gradients' collectives
+// read the ranks' shared memory in place at every stage (ShmComm::allocate_shared): the gradient
+// buffer itself at stages 0 and 1 when it is in communication_data_type, the buckets otherwise.
+// The losses of that path are the ZeroStages cases' under test_zero_stages_shm_np2.
+TEST(ZeroShm, GradientCollectivesReadSharedMemory) {
+  MpiComm world(MPI_COMM_WORLD);
+  if (world.size() < 2) GTEST_SKIP() << "one rank reduces nothing";
+  auto backend = test_backend();
+  if (!backend->synchronous()) GTEST_SKIP() << "a device backend's staged communicator has no shared memory";
+  if (std::getenv("ZT_SHM_NODE_SIZE")) GTEST_SKIP() << "simulated nodes: HierComm keeps its buffers private";
+  const char* before = std::getenv("ZT_SHM_COLLECTIVES");
+  const std::string restore = before ? before : "";
+  setenv("ZT_SHM_COLLECTIVES", "1", 1);
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      std::string name;
+      CommStats stats;
+      const DsConfig cfg = make_config(stage, dtype, world.size(), 1);
+      train_on(*backend, world, cfg, nullptr, nullptr, nullptr, tiny_model(), &name, &stats);
+      EXPECT_EQ(name, "shm") << "stage " << stage;
+      // At least one collective a step; private buffers give none.
+      EXPECT_GE(stats.in_place, uint64_t(kSteps)) << "stage " << stage << " " << dtype_name(dtype);
+    }
+  }
+  if (restore.empty()) unsetenv("ZT_SHM_COLLECTIVES");
+  else setenv("ZT_SHM_COLLECTIVES", restore.c_str(), 1);
+}
+
 // The emulated device runs the CPU's kernels in the same order behind streams and protected
 // memory: fp32 training gives the same losses and weights as the CPU backend, bit for bit.
 TEST(ZeroEmulated, Fp32EqualsTheCpuBackendBitForBit) {

@@ -72,7 +72,8 @@ std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live
 }
 
 std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& cfg, size_t* peak_live,
-                             ModelStateBytes* states, std::vector<float>* master, const ModelConfig& config) {
+                             ModelStateBytes* states, std::vector<float>* master, const ModelConfig& config,
+                             std::string* data_comm, CommStats* data_stats) {
   const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(config);
   const ModelLayout& layout = *layout_ptr;
   auto engine_comm = make_data_comm(backend, comm);
@@ -103,6 +104,8 @@ std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& c
   if (peak_live) *peak_live = engine.peak_live_parameters();
   if (states) *states = engine.model_state_bytes();
   if (master) *master = engine.gather_master_weights();
+  if (data_comm) *data_comm = engine_comm->name();
+  if (data_stats) *data_stats = engine_comm->stats();
   return losses;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -30,9 +31,11 @@ int32_t token(int64_t step, int64_t g, int t);
 std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
                           ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr,
                           const ModelConfig& model = tiny_model());
-/// The same on a given backend (the GPU tests train on the CUDA and the CPU backend in one process).
+/// The same on a given backend (the GPU tests train on the CUDA and the CPU backend in one process),
+/// optionally reporting the engine's data communicator's name and counts.
 std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
                              ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr,
-                             const ModelConfig& model = tiny_model());
+                             const ModelConfig& model = tiny_model(), std::string* data_comm = nullptr,
+                             CommStats* data_stats = nullptr);
 
 }  // namespace zt
