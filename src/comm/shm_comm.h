@@ -90,7 +90,7 @@ class ShmComm final : public HostComm {
   }
   void all_reduce_doubles(std::vector<double>& values, bool max) override;
   /// A window of `bytes` per rank (zeroed), or null on every rank when the node's shared-memory
-  /// file system (Open MPI's osc_sm_backing_directory, /dev/shm unless set) lacks room for the
+  /// file system (/dev/shm, or OMPI_MCA_osc_sm_backing_directory when set) lacks room for the
   /// ranks' buffers together with 1/8 to spare: the caller then keeps private memory, staged.
   std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) override;
 

@@ -317,14 +317,16 @@ TEST(ShmCommLarge, ManyChunksStreamed) { check_many_chunks(0); }
 
 // Buffers in shared memory (allocate_shared): the all-reduce and reduce-scatter read every rank's
 // buffer in place, and give the staged path's bits (the rank-order sum) for every dtype and count
-// set, at an offset inside the allocation; with outputs streamed or not. Mismatches are counted
-// (every rank runs every collective).
+// set, at an offset inside the allocation that differs between ranks; with outputs streamed or
+// not. Each rank overwrites its buffers the moment its collective returns: a rank that returned
+// while a peer still read them would spoil that peer's result. Mismatches are counted (every rank
+// runs every collective).
 void check_in_place(size_t stream_from) {
   ShmComm comm(MPI_COMM_WORLD, 4096, stream_from);
   const int me = comm.rank(), p = comm.size();
   size_t wrong = 0, cases = 0;
   for_each_case(me, p, [&](DType dtype, const std::vector<size_t>& counts, size_t total, size_t at) {
-    const size_t e = dtype_size(dtype), lead = 3;  // the reduce-scatter's input 3 elements in
+    const size_t e = dtype_size(dtype), lead = 3 + 5 * size_t(me);  // the inputs' offsets differ by rank
     std::unique_ptr<SharedBuffer> shared = comm.allocate_shared((lead + 2 * total + 1) * e);
     ASSERT_TRUE(shared != nullptr);  // null on every rank alike: no rank is left waiting
     unsigned char* send = shared->data() + lead * e;
@@ -335,21 +337,22 @@ void check_in_place(size_t stream_from) {
       std::memcpy(buffer, in.bytes.data(), total * e);
     }
     const uint64_t before = comm.stats().in_place;
-    Buffer recv(dtype, counts[size_t(me)]);
+    Buffer recv(dtype, counts[size_t(me)]), reduced(dtype, total);
     comm.reduce_scatter(send, recv.data(), counts, dtype)->wait();
+    const bool input_kept = total == 0 || std::memcmp(send, in.bytes.data(), total * e) == 0;
+    if (total > 0) std::memset(send, 0xff, total * e);  // NaNs, at once
     comm.all_reduce(buffer, total, dtype)->wait();
-    for (size_t i = 0; i < recv.size(); ++i) wrong += recv.bits(i) != want.bits(at + i);
-    for (size_t i = 0; i < total; ++i) {
-      uint32_t bits = 0;
-      std::memcpy(&bits, buffer + i * e, e);
-      wrong += bits != want.bits(i);
-    }
-    // Both read in place (nothing to read when there are no elements).
-    EXPECT_EQ(comm.stats().in_place - before, total > 0 ? 2u : 0u) << dtype_name(dtype) << " " << total;
-    // The inputs are left as they were (the reduce-scatter's) or hold the sum (the all-reduce's).
     if (total > 0) {
-      EXPECT_EQ(std::memcmp(send, in.bytes.data(), total * e), 0) << dtype_name(dtype);
+      std::memcpy(reduced.data(), buffer, total * e);
+      std::memset(buffer, 0xff, total * e);
     }
+    for (size_t i = 0; i < recv.size(); ++i) wrong += recv.bits(i) != want.bits(at + i);
+    for (size_t i = 0; i < total; ++i) wrong += reduced.bits(i) != want.bits(i);
+    // Both read in place (nothing to read when there are no elements), and the reduce-scatter
+    // left its input as it was.
+    EXPECT_EQ(comm.stats().in_place - before, total > 0 ? 2u : 0u) << dtype_name(dtype) << " " << total;
+    EXPECT_TRUE(input_kept) << dtype_name(dtype) << " " << total;
+    comm.barrier()->wait();  // nobody frees the window while a peer may still read it
     ++cases;
   });
   EXPECT_EQ(wrong, 0u);
@@ -373,14 +376,19 @@ TEST(ShmCommShared, MixedBuffersFailOnEveryRankAndHugeRequestsGiveNull) {
   Buffer mine = input(DType::kF32, me, n);
   void* buffer = me == 0 ? static_cast<void*>(shared->data()) : mine.data();
   std::string error;
+  // Held until the worker has moved on (the next collective returned), so that this thread, not
+  // the worker, drops the last reference to the exception: libsupc++'s reference counts are not
+  // visible to ThreadSanitizer, which would report the worker's delete against what() here.
+  std::shared_ptr<Work> failed = comm.all_reduce(buffer, n, DType::kF32);
   try {
-    comm.all_reduce(buffer, n, DType::kF32)->wait();
+    failed->wait();
   } catch (const Error& e) {
     error = e.what();
   }
   EXPECT_NE(error.find("allocated their buffers differently"), std::string::npos) << error;
   Buffer again = input(DType::kF32, me, n);
   comm.all_reduce(again.data(), n, DType::kF32)->wait();
+  failed.reset();
   const Buffer want = reference(DType::kF32, n, p);
   size_t wrong = 0;
   for (size_t i = 0; i < n; ++i) wrong += again.bits(i) != want.bits(i);

@@ -12,6 +12,7 @@
 #include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
 #include "core/error.h"
+#include "core/memory_pool.h"
 #include "model/causal_lm.h"
 #include "zero/engine.h"
 #include "zero_test_harness.h"
@@ -193,9 +194,19 @@ TEST(ZeroShm, GradientCollectivesReadSharedMemory) {
   auto backend = test_backend();
   if (!backend->synchronous()) GTEST_SKIP() << "a device backend's staged communicator has no shared memory";
   if (std::getenv("ZT_SHM_NODE_SIZE")) GTEST_SKIP() << "simulated nodes: HierComm keeps its buffers private";
-  const char* before = std::getenv("ZT_SHM_COLLECTIVES");
-  const std::string restore = before ? before : "";
-  setenv("ZT_SHM_COLLECTIVES", "1", 1);
+  // Set for this test only, also when it throws.
+  struct Env {
+    std::string old;
+    bool had;
+    Env() : had(std::getenv("ZT_SHM_COLLECTIVES") != nullptr) {
+      if (had) old = std::getenv("ZT_SHM_COLLECTIVES");
+      setenv("ZT_SHM_COLLECTIVES", "1", 1);
+    }
+    ~Env() {
+      if (had) setenv("ZT_SHM_COLLECTIVES", old.c_str(), 1);
+      else unsetenv("ZT_SHM_COLLECTIVES");
+    }
+  } env;
   for (int stage = 0; stage <= 3; ++stage) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       std::string name;
@@ -207,8 +218,19 @@ TEST(ZeroShm, GradientCollectivesReadSharedMemory) {
       EXPECT_GE(stats.in_place, uint64_t(kSteps)) << "stage " << stage << " " << dtype_name(dtype);
     }
   }
-  if (restore.empty()) unsetenv("ZT_SHM_COLLECTIVES");
-  else setenv("ZT_SHM_COLLECTIVES", restore.c_str(), 1);
+  // Shared memory is charged to the pool it stands in for: the device pool's peak is the same
+  // as with private buffers (MPI's collectives), where the gradients live in that pool.
+  const DsConfig cfg = make_config(0, DType::kF32, world.size(), 1);
+  reset_pool_peaks();
+  train_on(*backend, world, cfg);
+  const double shared = double(pool_peaks()[Pool::kDevice]);
+  setenv("ZT_SHM_COLLECTIVES", "0", 1);
+  reset_pool_peaks();
+  std::string name;
+  train_on(*backend, world, cfg, nullptr, nullptr, nullptr, tiny_model(), &name);
+  const double private_peak = double(pool_peaks()[Pool::kDevice]);
+  EXPECT_EQ(name, "mpi");
+  EXPECT_NEAR(shared, private_peak, 0.01 * private_peak);
 }
 
 // The emulated device runs the CPU's kernels in the same order behind streams and protected
