@@ -28,7 +28,9 @@ constexpr size_t kHeaderBytes = kFlagBytes + 2 * kPostBytes;
 constexpr size_t kAlign = 64;
 
 uint64_t* flag_of(unsigned char* segment) { return reinterpret_cast<uint64_t*>(segment); }
-unsigned char* post_of(unsigned char* segment, int buffer) { return segment + kFlagBytes + size_t(buffer) * kPostBytes; }
+unsigned char* post_of(unsigned char* segment, int buffer) {
+  return segment + kFlagBytes + size_t(buffer) * kPostBytes;
+}
 
 // Free bytes where Open MPI backs shared windows (its osc_sm_backing_directory: /dev/shm on Linux
 // unless OMPI_MCA_osc_sm_backing_directory says otherwise; a value set in an MCA parameter file is
@@ -226,7 +228,7 @@ unsigned char* ShmComm::staging(int rank, int buffer) const {
 }
 
 std::unique_ptr<SharedBuffer> ShmComm::allocate_shared(size_t bytes) {
-  // Room for every rank's buffer at once, with an eighth to spare, or no rank allocates: a full
+  // Room for every rank's buffer at once, with some to spare, or no rank allocates: a full
   // tmpfs would otherwise kill a rank with SIGBUS when it first touches a page.
   unsigned long long total = bytes;
   ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, comm_));
@@ -239,8 +241,8 @@ std::unique_ptr<SharedBuffer> ShmComm::allocate_shared(size_t bytes) {
   if (!fits) {
     if (rank_ == 0) {
       log_warn("shared-memory buffers: ", where, " has ", room >> 20, " MiB free on rank 0, and the ranks' ",
-               total >> 20, " MiB (with 1/8 and 2 MiB a rank to spare) do not fit on every rank: they stay private and their "
-               "collectives are staged");
+               total >> 20, " MiB (with 1/8 and 2 MiB a rank to spare) do not fit on every rank: they stay ",
+               "private and their collectives are staged");
     }
     return nullptr;
   }

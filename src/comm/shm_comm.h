@@ -91,7 +91,8 @@ class ShmComm final : public HostComm {
   void all_reduce_doubles(std::vector<double>& values, bool max) override;
   /// A window of `bytes` per rank (zeroed), or null on every rank when the node's shared-memory
   /// file system (/dev/shm, or OMPI_MCA_osc_sm_backing_directory when set) lacks room for the
-  /// ranks' buffers together with 1/8 to spare: the caller then keeps private memory, staged.
+  /// ranks' buffers together, an eighth more and 2 MiB a rank: the caller then keeps private
+  /// memory, staged.
   std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) override;
 
   /// The allocations mapped in this process, by number (the same on every rank: allocations are

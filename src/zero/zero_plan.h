@@ -64,7 +64,9 @@ struct ZeroPlan {
   bool has_master() const { return dtype != DType::kF32; }
   /// Stages 0, 1 across ranks with the gradients already in communication_data_type: the step's
   /// collectives run on the gradient buffer itself (GradientReducer::reduce_at_step).
-  bool grads_reduced_in_place() const { return stage <= 1 && world > 1 && comm_dtype == grad_dtype && !grads_on_host; }
+  bool grads_reduced_in_place() const {
+    return stage <= 1 && world > 1 && comm_dtype == grad_dtype && !grads_on_host;
+  }
 };
 
 }  // namespace zt
