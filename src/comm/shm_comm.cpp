@@ -43,6 +43,35 @@ size_t shared_room(std::string& where) {
   return size_t(fs.f_bavail) * size_t(fs.f_frsize);
 }
 
+// A window of `bytes` per rank of `comm` (`size` ranks), each rank's part in its own pages
+// (alloc_shared_noncontig: near its own NUMA node once first touched), and every rank's part as
+// this process maps it: ShmComm's segments and its shared buffers.
+struct Window {
+  MPI_Win win = MPI_WIN_NULL;
+  std::vector<unsigned char*> bases;
+  std::vector<size_t> sizes;
+};
+
+Window allocate_window(MPI_Comm comm, size_t bytes, int size) {
+  MPI_Info info;
+  ZT_MPI_CHECK(MPI_Info_create(&info));
+  ZT_MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
+  void* mine = nullptr;
+  Window w;
+  const int rc = MPI_Win_allocate_shared(MPI_Aint(bytes), 1, info, comm, &mine, &w.win);
+  MPI_Info_free(&info);
+  ZT_MPI_CHECK(rc);
+  for (int r = 0; r < size; ++r) {
+    MPI_Aint part = 0;
+    int disp = 0;
+    void* base = nullptr;
+    ZT_MPI_CHECK(MPI_Win_shared_query(w.win, r, &part, &disp, &base));
+    w.bases.push_back(static_cast<unsigned char*>(base));
+    w.sizes.push_back(size_t(part));
+  }
+  return w;
+}
+
 // A window of the ShmComm's ranks holding one buffer per rank (ShmComm::allocate_shared).
 class ShmBuffer final : public SharedBuffer {
  public:
@@ -178,23 +207,12 @@ ShmComm::ShmComm(MPI_Comm parent, size_t chunk_bytes, size_t stream_from_bytes)
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   ZT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   ZT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  // Each rank's segment in its own pages (near its own NUMA node once first touched).
-  MPI_Info info;
-  ZT_MPI_CHECK(MPI_Info_create(&info));
-  ZT_MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
-  void* mine = nullptr;
-  const MPI_Aint bytes = MPI_Aint(kHeaderBytes + 2 * chunk_bytes_);
-  const int rc = MPI_Win_allocate_shared(bytes, 1, info, comm_, &mine, &win_);
-  MPI_Info_free(&info);
-  ZT_MPI_CHECK(rc);
-  segments_.resize(size_t(size_));
+  Window window = allocate_window(comm_, kHeaderBytes + 2 * chunk_bytes_, size_);
+  win_ = window.win;
+  segments_ = std::move(window.bases);
   for (int r = 0; r < size_; ++r) {
-    MPI_Aint size = 0;
-    int disp = 0;
-    void* base = nullptr;
-    ZT_MPI_CHECK(MPI_Win_shared_query(win_, r, &size, &disp, &base));
-    ZT_CHECK(reinterpret_cast<uintptr_t>(base) % 8 == 0, "ShmComm: segment of rank ", r, " is not aligned");
-    segments_[size_t(r)] = static_cast<unsigned char*>(base);
+    ZT_CHECK(reinterpret_cast<uintptr_t>(segments_[size_t(r)]) % 8 == 0, "ShmComm: segment of rank ", r,
+             " is not aligned");
   }
   __atomic_store_n(flag_of(segments_[size_t(rank_)]), uint64_t(0), __ATOMIC_RELEASE);
   ZT_MPI_CHECK(MPI_Barrier(comm_));  // every flag is 0 before anyone waits on it
@@ -246,30 +264,14 @@ std::unique_ptr<SharedBuffer> ShmComm::allocate_shared(size_t bytes) {
     }
     return nullptr;
   }
-  MPI_Info info;
-  ZT_MPI_CHECK(MPI_Info_create(&info));
-  ZT_MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
-  void* mine = nullptr;
-  MPI_Win win = MPI_WIN_NULL;
-  const int rc = MPI_Win_allocate_shared(MPI_Aint(bytes), 1, info, comm_, &mine, &win);
-  MPI_Info_free(&info);
-  ZT_MPI_CHECK(rc);
+  Window window = allocate_window(comm_, bytes, size_);
+  unsigned char* mine = window.bases[size_t(rank_)];
   // First touch here: the pages exist before training starts, and near this rank.
   if (bytes > 0) std::memset(mine, 0, bytes);
-  Region region{static_cast<unsigned char*>(mine), bytes, std::vector<unsigned char*>(size_t(size_)),
-                std::vector<size_t>(size_t(size_))};
-  for (int r = 0; r < size_; ++r) {
-    MPI_Aint size = 0;
-    int disp = 0;
-    void* base = nullptr;
-    ZT_MPI_CHECK(MPI_Win_shared_query(win, r, &size, &disp, &base));
-    region.bases[size_t(r)] = static_cast<unsigned char*>(base);
-    region.sizes[size_t(r)] = size_t(size);
-  }
   std::lock_guard<std::mutex> lock(registry_->mutex);
   const uint64_t id = registry_->next++;
-  registry_->regions.emplace(id, std::move(region));
-  return std::make_unique<ShmBuffer>(registry_, id, win, static_cast<unsigned char*>(mine), bytes);
+  registry_->regions.emplace(id, Region{mine, bytes, std::move(window.bases), std::move(window.sizes)});
+  return std::make_unique<ShmBuffer>(registry_, id, window.win, mine, bytes);
 }
 
 ShmComm::Post ShmComm::find_shared(const void* p, size_t bytes) const {
@@ -377,7 +379,7 @@ void ShmComm::run_reduce_scatter(const unsigned char* send, unsigned char* recv,
     sync();
     if (offset == 0) {
       const std::vector<unsigned char*> sends = posted_buffers(b, (displ.back() + counts.back()) * e);
-      if (!sends.empty()) return run_reduce_scatter_in_place(recv, counts, dtype, sends);
+      if (!sends.empty()) return run_reduce_scatter_in_place(recv, counts, displ, dtype, sends);
     }
     sum_step(send, counts, displ, offset, reduce_piece(e), dtype, b, recv + offset * e, nullptr, stream);
   }
@@ -386,10 +388,10 @@ void ShmComm::run_reduce_scatter(const unsigned char* send, unsigned char* recv,
 
 // Every rank's input in place: this rank sums its slice over them, in rank order, and waits until
 // every rank is done reading its input (the caller may write it after).
-void ShmComm::run_reduce_scatter_in_place(unsigned char* recv, const std::vector<size_t>& counts, DType dtype,
+void ShmComm::run_reduce_scatter_in_place(unsigned char* recv, const std::vector<size_t>& counts,
+                                          const std::vector<size_t>& displ, DType dtype,
                                           const std::vector<unsigned char*>& sends) {
   const size_t e = dtype_size(dtype), me = size_t(rank_);
-  const std::vector<size_t> displ = block_offsets(counts);
   const bool stream = counts[me] * e >= stream_from_;
   std::vector<const void*> inputs(sends.size());
   for (size_t q = 0; q < sends.size(); ++q) inputs[q] = sends[q] + displ[me] * e;
@@ -450,7 +452,7 @@ void ShmComm::run_all_reduce(unsigned char* buffer, size_t count, DType dtype, P
     sync();
     if (offset == 0) {
       const std::vector<unsigned char*> buffers = posted_buffers(b, count * e);
-      if (!buffers.empty()) return run_all_reduce_in_place(buffer, count, dtype, buffers);
+      if (!buffers.empty()) return run_all_reduce_in_place(buffer, counts, displ, dtype, buffers);
     }
     if (previous_b >= 0) gather(previous, previous_b);
     // Into the window's place for this rank's own slice (which nobody else reads in this step)
@@ -468,12 +470,10 @@ void ShmComm::run_all_reduce(unsigned char* buffer, size_t count, DType dtype, P
 // buffer, which the others read only outside that slice now), a barrier, then it copies the other
 // slices' sums from their owners, and a last barrier keeps its buffer unwritten until every rank
 // has copied from it. Two passes over the data where the staged path makes four.
-void ShmComm::run_all_reduce_in_place(unsigned char* buffer, size_t count, DType dtype,
+void ShmComm::run_all_reduce_in_place(unsigned char* buffer, const std::vector<size_t>& counts,
+                                      const std::vector<size_t>& displ, DType dtype,
                                       const std::vector<unsigned char*>& buffers) {
   const size_t e = dtype_size(dtype), p = size_t(size_), me = size_t(rank_);
-  std::vector<size_t> counts(p, count / p);
-  for (size_t r = 0; r < count % p; ++r) ++counts[r];
-  const std::vector<size_t> displ = block_offsets(counts);
   std::vector<const void*> inputs(p);
   for (size_t q = 0; q < p; ++q) inputs[q] = buffers[q] + displ[me] * e;
   sum(buffer + displ[me] * e, nullptr, inputs, counts[me], dtype, false);

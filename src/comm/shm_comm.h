@@ -128,9 +128,13 @@ class ShmComm final : public HostComm {
   /// After the collective's first barrier: every rank's buffer of `bytes` in this process's
   /// mapping when all are shared, empty when none is; throws when some are.
   std::vector<unsigned char*> posted_buffers(int b, size_t bytes);
-  void run_all_reduce_in_place(unsigned char* buffer, size_t count, DType dtype,
+  /// The in-place paths, with the caller's slices (counts, and where they start) and every rank's
+  /// buffer from posted_buffers().
+  void run_all_reduce_in_place(unsigned char* buffer, const std::vector<size_t>& counts,
+                               const std::vector<size_t>& displ, DType dtype,
                                const std::vector<unsigned char*>& buffers);
-  void run_reduce_scatter_in_place(unsigned char* recv, const std::vector<size_t>& counts, DType dtype,
+  void run_reduce_scatter_in_place(unsigned char* recv, const std::vector<size_t>& counts,
+                                   const std::vector<size_t>& displ, DType dtype,
                                    const std::vector<unsigned char*>& sends);
   /// Elements per destination rank and step of a reduce: the staging buffer split P ways.
   size_t reduce_piece(size_t elem_bytes) const { return chunk_bytes_ / (size_t(size_) * elem_bytes) / 16 * 16; }
