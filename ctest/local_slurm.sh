@@ -45,15 +45,8 @@ install_missing() {
     [[ -e $f ]] || need=1
   done
   ((need)) || return 0
-  say "installing slurmctld slurmd slurm-client munge libpmix-dev"
-  local policy_made=0
-  if [[ ! -e /usr/sbin/policy-rc.d ]]; then  # keep the packages from starting their daemons
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && policy_made=1
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    slurmctld slurmd slurm-client munge libpmix-dev >/dev/null
-  ((policy_made)) && rm -f /usr/sbin/policy-rc.d
+  # jobs/install_deps.sh names them (its test group), and keeps their daemons from starting.
+  "$(dirname "$0")/../jobs/install_deps.sh" --with-tests
   return 0
 }
 

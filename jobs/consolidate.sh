@@ -22,12 +22,15 @@
 set -uo pipefail
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/{/^#SBATCH/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 home=${ZT_HOME:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")/.." && pwd)}}
-bin=${ZT_BIN:-$home/build/release}
-out=${ZT_OUTPUT_DIR:-${ZT_OUT:-$home/out}/mpirun}
-[[ -x $bin/tools/zero_to_fp32 ]] || { echo "consolidate: no zero_to_fp32 under $bin/tools (run jobs/quickstart.sh, or set ZT_BIN)" >&2; exit 2; }
+# Under sbatch the script runs from a copy: not in a checkout, an installed zerotrain on PATH.
+if [[ ! -f $home/jobs/lib/programs.sh ]] && zt=$(command -v zerotrain); then home=${zt%/*}/../share/zerotrain; fi
+source "$home/jobs/lib/programs.sh"
+out=${ZT_OUTPUT_DIR:-${ZT_OUT:-$zt_out_default}/mpirun}
+program=$(zt_program zero_to_fp32) ||
+  { echo "consolidate: no zero_to_fp32 $zt_bin_hint (run jobs/quickstart.sh, or set ZT_BIN)" >&2; exit 2; }
 source "$home/jobs/lib/flags.sh" "$@"
 add --dtype "${ZT_DTYPE:-fp32}"
 add --max_shard_size "${ZT_MAX_SHARD_SIZE:-5GB}"
 add --fsync
 [[ -n ${ZT_TAG:-} ]] && ! given -t && add --tag "$ZT_TAG"
-exec "$bin/tools/zero_to_fp32" "$out" "${ZT_EXPORT_DIR:-$out/hf}" "${args[@]}" "${user_args[@]}"
+exec "$program" "$out" "${ZT_EXPORT_DIR:-$out/hf}" "${args[@]}" "${user_args[@]}"

@@ -20,7 +20,9 @@
 set -uo pipefail
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 home=${ZT_HOME:-${SLURM_SUBMIT_DIR:-$(cd "$(dirname "$0")/.." && pwd)}}
-bin=${ZT_BIN:-$home/build/release}
+# Under sbatch the script runs from a copy: not in a checkout, an installed zerotrain on PATH.
+if [[ ! -f $home/jobs/lib/programs.sh ]] && zt=$(command -v zerotrain); then home=${zt%/*}/../share/zerotrain; fi
+source "$home/jobs/lib/programs.sh"
 read -r -a zt_args <<<"${ZT_ARGS:-}"
 source "$home/jobs/lib/flags.sh" "${zt_args[@]}" "$@"
 per_node=${ZT_GPUS_PER_NODE:-${SLURM_NTASKS_PER_NODE:-1}}
@@ -35,5 +37,6 @@ add --per_device_train_batch_size "${ZT_MICRO_BATCH:-8}"
 [[ -n ${ZT_GPU_MEMORY:-} ]] && add --gpu_memory "$ZT_GPU_MEMORY"
 [[ -n ${ZT_CPU_MEMORY:-} ]] && add --cpu_memory "$ZT_CPU_MEMORY"
 [[ -n ${ZT_NVME_CAPACITY:-} ]] && add --nvme_capacity "$ZT_NVME_CAPACITY"
-[[ -x $bin/tools/zero_estimate ]] || { echo "estimate: no zero_estimate under $bin/tools (run jobs/quickstart.sh, or set ZT_BIN)" >&2; exit 2; }
-exec "$bin/tools/zero_estimate" "${args[@]}" "${user_args[@]}"
+program=$(zt_program zero_estimate) ||
+  { echo "estimate: no zero_estimate $zt_bin_hint (run jobs/quickstart.sh, or set ZT_BIN)" >&2; exit 2; }
+exec "$program" "${args[@]}" "${user_args[@]}"

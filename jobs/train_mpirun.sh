@@ -21,9 +21,11 @@
 # forward SIGINT or SIGTERM to the ranks; the script sends them SIGUSR2 or SIGUSR1 instead.)
 #
 # Settings (environment):
-#   ZT_HOME        the zerotrain checkout                  (default: this script's repository)
-#   ZT_BIN         directory with src/zerotrain            (default: $ZT_HOME/build/release)
-#   ZT_OUT         where the jobs scripts keep their data and runs (default: $ZT_HOME/out)
+#   ZT_HOME        the zerotrain checkout, or an installed PREFIX/share/zerotrain
+#                                                          (default: this script's repository)
+#   ZT_BIN         a build tree (src/zerotrain) or a folder with the programs
+#                                                          (default: $ZT_HOME/build/release; installed: PREFIX/bin)
+#   ZT_OUT         where the jobs scripts keep their data and runs (default: $ZT_HOME/out; installed: ./out)
 #   ZT_RANKS       MPI ranks                               (default: ZT_GPUS_PER_NODE, else 1;
 #                                                           with a hostfile and GPUs: G per host)
 #   ZT_GPUS_PER_NODE  GPUs per node, one rank each (--accelerator cuda), optional (default: none, CPU)
@@ -45,14 +47,14 @@ set -uo pipefail
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 
 home=${ZT_HOME:-$(cd "$(dirname "$0")/.." && pwd)}
-bin=${ZT_BIN:-$home/build/release}
-out=${ZT_OUTPUT_DIR:-${ZT_OUT:-$home/out}/mpirun}
+source "$home/jobs/lib/programs.sh"
+out=${ZT_OUTPUT_DIR:-${ZT_OUT:-$zt_out_default}/mpirun}
 gpus=${ZT_GPUS_PER_NODE:-}
 ranks=${ZT_RANKS:-${gpus:-1}}
 dry_run=${ZT_DRY_RUN:-0}
 
 say() { echo "train_mpirun: $*" >&2; }
-[[ -x $bin/src/zerotrain ]] || { say "no zerotrain under $bin (run jobs/quickstart.sh, or set ZT_BIN)"; exit 2; }
+zerotrain=$(zt_program zerotrain) || { say "no zerotrain $zt_bin_hint (run jobs/quickstart.sh, or set ZT_BIN)"; exit 2; }
 [[ -z $gpus || $gpus =~ ^[1-9][0-9]*$ ]] || { say "ZT_GPUS_PER_NODE must be a positive number, got '$gpus'"; exit 2; }
 [[ $ranks =~ ^[1-9][0-9]*$ ]] || { say "ZT_RANKS must be a positive number, got '$ranks'"; exit 2; }
 [[ $dry_run == [01] ]] || { say "ZT_DRY_RUN must be 0 or 1, got '$dry_run'"; exit 2; }
@@ -84,7 +86,7 @@ done
 [[ $(id -u) -eq 0 ]] && launcher+=(--allow-run-as-root)
 
 if [[ $dry_run == 1 ]]; then
-  line=$(printf '%q ' "${launcher[@]}" "$bin/src/zerotrain" "${args[@]}" "${user_args[@]}")
+  line=$(printf '%q ' "${launcher[@]}" "$zerotrain" "${args[@]}" "${user_args[@]}")
   echo "${line% }"
   exit 0
 fi
@@ -103,9 +105,9 @@ forward() {  # forward SIGNAL WHAT
 trap 'forward USR2 interrupted' INT
 trap 'forward USR1 preempted' TERM HUP  # HUP: the terminal closed, which mpirun would not see
 # Only what this run writes to metrics.jsonl tells how it ended (an early error writes nothing).
-metrics_before=$(wc -l <"$out/metrics.jsonl" 2>/dev/null || echo 0)
+metrics_before=$({ wc -l <"$out/metrics.jsonl"; } 2>/dev/null || echo 0)
 set -m
-"${launcher[@]}" "$bin/src/zerotrain" "${args[@]}" "${user_args[@]}" </dev/null &
+"${launcher[@]}" "$zerotrain" "${args[@]}" "${user_args[@]}" </dev/null &
 pid=$!
 set +m
 while :; do

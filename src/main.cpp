@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     if (first) zt::log_line(zt::LogLevel::kError, e.what());
     return 2;
   }
-  if (!args) return 0;  // --help
+  if (!args) return 0;  // --help or --version
   int code = 0;
   {
     zt::MpiComm comm(MPI_COMM_WORLD);

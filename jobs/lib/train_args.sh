@@ -18,7 +18,7 @@ done
 
 config=${ZT_CONFIG:-$home/configs/zero2.json}
 model=${ZT_MODEL:-$home/configs/models/gpt2-demo.json}
-train_data=${ZT_TRAIN_DATA:-${ZT_OUT:-$home/out}/data/train_*.bin}
+train_data=${ZT_TRAIN_DATA:-${ZT_OUT:-$zt_out_default}/data/train_*.bin}
 # The paths the script supplies are checked now, so that a wrong one is one line at once rather
 # than an error from every rank.
 given --deepspeed || [[ -f $config ]] || { say "ZT_CONFIG: no such file: $config"; exit 2; }

@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "config/build_info_json.h"
 #include "config/json_reader.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
@@ -334,7 +335,8 @@ boost::json::object build_manifest(const ZeroEngine& engine, const ModelLayout& 
       {"partitions", partitions},
       {"node_local", placement.node_local},
       {"num_nodes", placement.num_nodes},
-      {"files", manifest_files(files)}};
+      {"files", manifest_files(files)},
+      {"build", build_info_json()}};
 }
 
 }  // namespace

@@ -291,6 +291,12 @@ Manifest parse_manifest(std::string_view text, const std::string& path) {
   top.read("node_local", out.node_local);
   top.read("num_nodes", out.num_nodes, 1, out.world_size);
   out.files = read_files(top, out.world_size, out.num_nodes, path);
+  // What wrote the checkpoint (since issue 29; older manifests lack it): kept to be shown,
+  // never compared, since a checkpoint resumes under any build that reads its format_version.
+  if (const boost::json::value* build = top.raw("build"); build && !build->is_null()) {
+    if (!build->is_object()) top.fail("build", cat("expected an object, got ", describe_json(*build)));
+    out.build = build->get_object();
+  }
   top.finish();
   return out;
 }

@@ -52,6 +52,7 @@ struct Manifest {
   int num_nodes = 1;
   std::vector<ManifestFile> files;  ///< every shard in rank order, then model_states.h5
   bool checksummed = false;         ///< carried manifest_crc32 (and it matched)
+  boost::json::object build;        ///< the build that wrote it (core/build_info.h); empty before issue 29
 };
 
 /// The shard of saved rank `rank`: zero_rank_<rank>_optim_states.h5.

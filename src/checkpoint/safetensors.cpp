@@ -6,8 +6,10 @@
 #include <boost/json.hpp>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "config/json_reader.h"
+#include "config/json_section.h"
 #include "core/error.h"
 #include "core/regular_file.h"
 
@@ -60,6 +62,34 @@ void SafetensorsWriter::finish(bool durable) {
   file_.close(durable);
 }
 
+std::vector<std::string> parse_safetensors_index(std::string_view text, const std::string& source) {
+  const boost::json::value json = parse_json_lenient(text, source);
+  const boost::json::value* map = json.is_object() ? json.get_object().if_contains("weight_map") : nullptr;
+  if (!map || !map->is_object()) {
+    throw UsageError(cat(source, ": malformed index: weight_map must be an object of tensor names to file names"));
+  }
+  std::set<std::string> files;
+  for (const auto& [name, file] : map->get_object()) {
+    // Names come from the file: one_line keeps a control character in them out of the message.
+    if (!file.is_string()) {
+      throw UsageError(one_line(cat(source, ": malformed index: weight_map[\"", name, "\"] is ", describe_json(file),
+                                    ", not a file name")));
+    }
+    // HF writes plain file names beside the index. One that is absolute or climbs out through
+    // ".." would have a downloaded model read any file of the machine as its weights.
+    const std::string f(file.get_string());
+    bool inside = !f.empty() && f.find('\0') == std::string::npos && fs::path(f).is_relative();
+    for (const fs::path& part : fs::path(f)) inside = inside && part != "..";
+    if (!inside) {
+      throw UsageError(one_line(cat(source, ": weight_map[\"", name, "\"]: \"", f,
+                                    "\" is not a file in the model's folder")));
+    }
+    files.insert(f);
+  }
+  if (files.empty()) throw UsageError(cat(source, ": weight_map names no file"));
+  return {files.begin(), files.end()};
+}
+
 SafetensorsReader::SafetensorsReader(const std::string& path) {
   // A constructor that throws runs no destructor: close what was opened before the error.
   try {
@@ -76,14 +106,9 @@ void SafetensorsReader::open(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     const fs::path index = fs::path(path) / "model.safetensors.index.json";
     if (fs::exists(index, ec) || ec) {  // an index there that cannot be read is refused by name
-      const boost::json::value json = read_json_file(index.string());
-      std::map<std::string, int> files;
-      try {
-        for (const auto& [name, file] : json.at("weight_map").as_object()) files.emplace(std::string(file.as_string()), 0);
-      } catch (const std::exception& e) {
-        throw UsageError(cat(index.string(), ": malformed index: ", e.what()));
+      for (const std::string& file : parse_safetensors_index(read_json_text(index.string()), index.string())) {
+        add_file((fs::path(path) / file).string());
       }
-      for (const auto& [file, unused] : files) add_file((fs::path(path) / file).string());
       return;
     }
     add_file((fs::path(path) / "model.safetensors").string());
@@ -122,12 +147,27 @@ void SafetensorsReader::add_file(const std::string& path) {
       if (dtype == "F32") e.spec.dtype = DType::kF32;
       else if (dtype == "BF16") e.spec.dtype = DType::kBF16;
       else if (dtype == "F16") e.spec.dtype = DType::kF16;
-      else throw UsageError(cat(path, ": tensor ", name, " has dtype ", dtype, " (F32, BF16 or F16 are supported)"));
-      for (const auto& d : value.at("shape").as_array()) e.spec.shape.push_back(d.to_number<int64_t>());
+      else throw UsageError(one_line(cat(path, ": tensor ", name, " has dtype ", dtype,
+                                         " (F32, BF16 or F16 are supported)")));
+      // The shape's bytes, checked as they are multiplied: a negative or huge dimension must not
+      // wrap around to a size that happens to match the data range.
+      uint64_t bytes = dtype_size(e.spec.dtype);
+      for (const auto& d : value.at("shape").as_array()) {
+        const int64_t n = d.to_number<int64_t>();
+        if (n < 0 || __builtin_mul_overflow(bytes, uint64_t(n), &bytes)) {
+          throw UsageError(one_line(cat(path, ": tensor ", name, ": dimension ", n,
+                                        " of its shape is negative or makes it larger than 2^64 bytes")));
+        }
+        e.spec.shape.push_back(n);
+      }
       const auto& offsets = value.at("data_offsets").as_array();
       const uint64_t begin = offsets.at(0).to_number<uint64_t>(), end = offsets.at(1).to_number<uint64_t>();
-      ZT_USAGE_CHECK(end >= begin && end - begin == e.spec.bytes() && data_start + end <= file_size, path,
-                     ": tensor ", name, ": data_offsets [", begin, ", ", end, ") do not match its shape or the file");
+      // data_start <= file_size (the length check above); comparing with the rest of the file
+      // cannot overflow where data_start + end could.
+      if (!(end >= begin && end - begin == bytes && end <= file_size - data_start)) {
+        throw UsageError(one_line(cat(path, ": tensor ", name, ": data_offsets [", begin, ", ", end,
+                                      ") do not match its shape or the file")));
+      }
       e.file = index;
       e.begin = data_start + begin;
       tensors_[e.spec.name] = std::move(e);
@@ -135,7 +175,7 @@ void SafetensorsReader::add_file(const std::string& path) {
   } catch (const UsageError&) {
     throw;
   } catch (const std::exception& ex) {
-    throw UsageError(cat(path, ": malformed safetensors header: ", ex.what()));
+    throw UsageError(one_line(cat(path, ": malformed safetensors header: ", ex.what())));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/atomic_file.h"
@@ -43,6 +44,11 @@ class SafetensorsWriter {
   size_t next_ = 0;
   AtomicFile file_;
 };
+
+/// The shard files a model.safetensors.index.json's weight_map names (`text` is the index, `source`
+/// names it in errors): each once, sorted, every one a relative path that stays inside the
+/// model's folder. Anything else is a UsageError naming `source`.
+std::vector<std::string> parse_safetensors_index(std::string_view text, const std::string& source);
 
 /// Reads tensors from one or more .safetensors files (a sharded model through its index).
 class SafetensorsReader {

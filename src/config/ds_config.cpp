@@ -399,10 +399,12 @@ void neutral_zero_plus_plus(JsonSection& s) {
 }
 
 // ZeRO options of DeepSpeed's engine that zerotrain's flat-buffer engine has no counterpart for:
-// accepted at DeepSpeed's default, refused otherwise.
+// accepted at DeepSpeed's default, refused otherwise; those that only steer DeepSpeed's speed are
+// performance hints, accepted at any value.
 void neutral_zero_keys(JsonSection& s) {
-  s.neutral("use_multi_rank_bucket_allreduce", {true},
-            "DeepSpeed's default; it only picks how DeepSpeed's stage 1/2 batches its reduce calls");
+  s.performance_hint("use_multi_rank_bucket_allreduce", true,
+                     "it only picks how DeepSpeed's stage 1/2 batches its reduce calls; zerotrain reduces "
+                     "each bucket in one collective");
   s.neutral("load_from_fp32_weights", {true},
             "checkpoints always restore the fp32 master weights, DeepSpeed's default");
   s.neutral("elastic_checkpoint", {false}, "checkpoints reshard to any world size without it, DeepSpeed's default");
@@ -412,18 +414,22 @@ void neutral_zero_keys(JsonSection& s) {
           "deprecated and ignored by DeepSpeed; pin_memory of the offload blocks is read");
   s.neutral(pick_name(s, "stage3_model_persistence_threshold", "model_persistence_threshold"),
             {int64_t(9223372036854775807)}, "sys.maxsize puts no cap on persistent parameters, DeepSpeed's default");
-  s.neutral(pick_name(s, "stage3_module_granularity_threshold", "module_granularity_threshold"), {0},
-            "stage 3 gathers per transformer block, DeepSpeed's default");
-  s.neutral(pick_name(s, "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"), {false},
-            "stage 3 gathers with all-gather, DeepSpeed's default");
-  s.neutral(pick_name(s, "stage3_allgather_sequential", "allgather_sequential"), {false},
-            "stage 3 gathers through buckets, DeepSpeed's default");
+  s.performance_hint(pick_name(s, "stage3_module_granularity_threshold", "module_granularity_threshold"), 0,
+                     "stage 3 gathers per transformer block");
+  s.performance_hint(pick_name(s, "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"),
+                     false, "stage 3 gathers with all-gather, which moves half the bytes of an all-reduce");
+  s.performance_hint(pick_name(s, "stage3_allgather_sequential", "allgather_sequential"), false,
+                     "stage 3 gathers through prefetched buckets");
   s.neutral("ignore_unused_parameters", {true, false}, "GPT-2 uses every parameter, so the check never fires");
   s.neutral("legacy_stage1", {false}, "there is one stage-1 implementation, DeepSpeed's default");
-  s.neutral("round_robin_gradients", {false},
-            "gradient partitions go to the host as their buckets are reduced, DeepSpeed's default");
-  s.neutral("memory_efficient_linear", {true},
-      "DeepSpeed's default; a torch linear that suits ZeRO-3's module hooks, which zerotrain has none of");
+  // DeepSpeed's round robin spreads the copies of gradient partitions to the host over the ranks
+  // when it offloads with gradient accumulation. Here each rank already copies only its own
+  // partition, once per step, as the last micro-step's buckets are reduced.
+  s.performance_hint("round_robin_gradients", false,
+                     "with offload_optimizer each rank copies only its own gradient partition to the host, "
+                     "once per step, as the last micro-step's buckets are reduced");
+  s.performance_hint("memory_efficient_linear", true,
+                     "a torch linear that suits ZeRO-3's module hooks, which zerotrain does not have");
   s.neutral("pipeline_loading_checkpoint", {false}, "there is no pipeline parallelism, DeepSpeed's default");
   s.neutral("override_module_apply", {true},
             "DeepSpeed's default; it patches torch's Module.apply, which zerotrain has no use for");

@@ -1,5 +1,6 @@
 #include "config/generation_config.h"
 
+#include <cstdint>
 #include <filesystem>
 
 #include "config/json_reader.h"
@@ -9,12 +10,16 @@
 namespace zt {
 
 GenerationConfig load_generation_config(const std::string& path) {
+  if (!std::filesystem::exists(path)) return {};
+  return parse_generation_config(read_json_text(path), path);
+}
+
+GenerationConfig parse_generation_config(std::string_view text, const std::string& source) {
   GenerationConfig g;
-  if (!std::filesystem::exists(path)) return g;
-  const boost::json::value json = read_json_file(path);
-  if (!json.is_object()) throw UsageError(cat(path, ": expected a JSON object"));
+  const boost::json::value json = parse_json_lenient(text, source);
+  if (!json.is_object()) throw UsageError(cat(source, ": expected a JSON object"));
   const boost::json::object& keys = json.get_object();
-  JsonSection s(&keys, "", path);
+  JsonSection s(&keys, "", source);
   bool flag = false;
   if (s.read("do_sample", flag)) g.do_sample = flag;
   double x = 0;
@@ -25,7 +30,10 @@ GenerationConfig load_generation_config(const std::string& path) {
   if (s.read("max_new_tokens", n, 1)) g.max_new_tokens = n;
   if (const auto* eos = keys.if_contains("eos_token_id"); eos && !eos->is_null()) {
     for (const auto& v : eos->is_array() ? eos->get_array() : boost::json::array{*eos}) {
-      if (!v.is_int64() || v.as_int64() < 0) s.fail("eos_token_id", cat("expected token ids, got ", describe_json(v)));
+      // Held as int: a larger id must be refused, not cut (4294967298 would stop at id 2).
+      if (!v.is_int64() || v.as_int64() < 0 || v.as_int64() > INT32_MAX) {
+        s.fail("eos_token_id", cat("expected token ids, got ", describe_json(v)));
+      }
       g.eos_token_ids.push_back(int(v.as_int64()));
     }
   }

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zt {
@@ -20,5 +21,7 @@ struct GenerationConfig {
 
 /// Reads `path` (absent: all defaults). Bad values are UsageErrors naming the file and key.
 GenerationConfig load_generation_config(const std::string& path);
+/// The same from the file's text; `source` names it in errors.
+GenerationConfig parse_generation_config(std::string_view text, const std::string& source);
 
 }  // namespace zt

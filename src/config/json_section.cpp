@@ -83,10 +83,9 @@ std::string JsonSection::key_path(std::string_view key) const {
   return path_.empty() ? std::string(key) : cat(path_, ".", key);
 }
 
-// Keys and values from the file are echoed in messages; a control character in them (a key
-// holding a newline) must not break the message's one line.
-static std::string one_line(const std::string& text) {
+std::string one_line(std::string_view text) {
   std::string out;
+  out.reserve(text.size());
   for (const char c : text) {
     if (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f) {
       out += c;
@@ -243,6 +242,14 @@ void JsonSection::neutral(std::string_view key, std::initializer_list<boost::jso
 void JsonSection::inert(std::string_view key, std::string_view why) {
   const boost::json::value* v = raw(key);
   if (v) notice(key, cat(describe(*v), " accepted; changes nothing here (", why, ")"));
+}
+
+void JsonSection::performance_hint(std::string_view key, const boost::json::value& like, std::string_view instead) {
+  const boost::json::value* v = raw(key);
+  if (!v || v->is_null()) return;  // DeepSpeed reads null as the default
+  if (v->is_string() && v->get_string() == "auto") find(key);  // the usual "auto" error
+  if (json_kind(*v) != json_kind(like)) fail(key, cat("expected a value like ", describe(like), ", got ", describe(*v)));
+  notice(key, cat(describe(*v), " accepted as a performance hint (", instead, ")"));
 }
 
 void JsonSection::known(const std::vector<KnownKey>& keys) {

@@ -22,6 +22,9 @@ namespace zt {
 size_t edit_distance(std::string_view a, std::string_view b);
 /// A JSON value as a user would write it, for messages: true, 0.001, "fp32", [1, 2].
 std::string describe_json(const boost::json::value& v);
+/// `text` with each control character written as \xNN: keys and values from a file are echoed in
+/// messages, and one holding a newline must not break a message's one line.
+std::string one_line(std::string_view text);
 /// The candidate closest to `key` by edit distance (empty when there are no candidates).
 std::string closest_key(std::string_view key, const std::vector<std::string>& candidates);
 
@@ -73,6 +76,11 @@ class JsonSection {
   /// neutral() for a key whose every value changes nothing here (it acts only on machinery that
   /// does not exist here). Still one notice.
   void inert(std::string_view key, std::string_view why);
+  /// A DeepSpeed key that steers only how fast DeepSpeed runs, never what it computes
+  /// (round_robin_gradients, ...): any value of the kind of `like` (DeepSpeed's default) is
+  /// accepted with the notice "<path>: <value> accepted as a performance hint (<instead>)", where
+  /// `instead` says what zerotrain does in its place; a value of another kind fails.
+  void performance_hint(std::string_view key, const boost::json::value& like, std::string_view instead);
   /// A DeepSpeed feature block zerotrain does not have, switched by `switch_key` (usually
   /// "enabled"). Absent, or with the switch absent and `off_when_absent`, or at one of `off`: the
   /// block is accepted whole with one notice and only its names are checked against `keys`

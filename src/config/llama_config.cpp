@@ -1,6 +1,7 @@
 #include "config/llama_config.h"
 
 #include <boost/json/value_from.hpp>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -48,7 +49,10 @@ void read_rope_scaling(JsonSection& s, const boost::json::object& keys, ModelCon
     // max_position_embeddings, and block_size never exceeds it: the plain angles are exact.
   } else if (type == "llama3") {
     m.rope_scaling.type = RopeScaling::Type::kLlama3;
-    r.read("low_freq_factor", m.rope_scaling.low_freq_factor, 0.0);
+    // HF divides original_max_position_embeddings by it (a ZeroDivisionError there at 0).
+    if (r.read("low_freq_factor", m.rope_scaling.low_freq_factor, 0.0) && m.rope_scaling.low_freq_factor == 0) {
+      r.fail("low_freq_factor", "must be > 0 (the wavelengths are divided by it)");
+    }
     r.read("high_freq_factor", m.rope_scaling.high_freq_factor, 0.0);
     r.read("original_max_position_embeddings", m.rope_scaling.original_max_position_embeddings, 1);
     if (!(m.rope_scaling.high_freq_factor > m.rope_scaling.low_freq_factor)) {
@@ -68,8 +72,11 @@ void read_token_ids(JsonSection& s, const boost::json::object& keys, ModelConfig
   const auto* eos = keys.if_contains("eos_token_id");
   s.mark_read("eos_token_id");
   if (!eos || eos->is_null()) return;
+  // Ids are held as int: a larger one must be refused, not cut (4294967298 would stop at id 2).
   auto add = [&](const boost::json::value& v) {
-    if (!v.is_int64() || v.as_int64() < 0) s.fail("eos_token_id", cat("expected a token id or a list of them, got ", describe_json(v)));
+    if (!v.is_int64() || v.as_int64() < 0 || v.as_int64() > INT32_MAX) {
+      s.fail("eos_token_id", cat("expected a token id or a list of them, got ", describe_json(v)));
+    }
     m.eos_token_ids.push_back(int(v.as_int64()));
   };
   if (eos->is_array()) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "config/json_section.h"
+#include "core/build_info.h"
 #include "core/error.h"
 
 namespace po = boost::program_options;
@@ -54,6 +55,7 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   };
   opts.add_options()
     ("help,h", "print this help")
+    ("version", "print the version, the git commit and the build, then exit")
     ("deepspeed", po::value(&a.deepspeed), "DeepSpeed config JSON (ds_config.json)")
     ("config_name", po::value(&a.config_name), "HF GPT-2 config.json giving the model shape")
     ("model_name_or_path", po::value(&a.model_name_or_path), "directory with config.json (and model.safetensors)")
@@ -120,6 +122,10 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   if (vm.count("help")) {
     std::cout << "usage: zerotrain --deepspeed CONFIG --config_name MODEL.json --train_data GLOB "
                  "[--eval_data GLOB] --output_dir DIR --max_steps N [...]\n\n" << opts << "\n";
+    return std::nullopt;
+  }
+  if (vm.count("version")) {
+    std::cout << version_text("zerotrain");
     return std::nullopt;
   }
   for (const auto& [name, value] : vm) {

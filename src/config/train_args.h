@@ -53,7 +53,7 @@ struct TrainArgs {
   AutoValues auto_values(int world_size, int64_t hidden_size) const;
 };
 
-/// Parses argv. Returns std::nullopt after printing --help. Throws UsageError on a bad flag,
+/// Parses argv. Returns std::nullopt after printing --help or --version. Throws UsageError on a bad flag,
 /// naming it (and the closest known flag for a misspelling).
 std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv);
 

@@ -1,7 +1,9 @@
 #include "tokenizer/bpe.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 
 #include "config/json_section.h"
@@ -50,15 +52,15 @@ BpeModel::BpeModel(const boost::json::object& o, const JsonWhere& where) : seria
   const JsonWhere vw = where.at("vocab");
   const auto& vocab = json_object(json_member(o, "vocab"), vw);
   vocab_.reserve(vocab.size());
+  id_to_token_.reserve(vocab.size());
   for (const auto& [token, id_value] : vocab) {
     const uint32_t id = json_id(id_value, vw.at(token));
-    if (id >= id_to_token_.size()) {
-      id_to_token_.resize(size_t(id) + 1);
-      has_id_.resize(size_t(id) + 1);
-    }
-    if (has_id_[id]) vw.at(token).fail(cat("id ", id, " is also \"", id_to_token_[id], "\""));
-    id_to_token_[id] = std::string(token);
-    has_id_[id] = true;
+    // Token ids become int32 (a model's input, a shard's check against vocab_size): one past the
+    // largest must fit too.
+    if (id >= uint32_t(INT32_MAX)) vw.at(token).fail(cat("id ", id, " is past the largest supported, 2^31 - 2"));
+    const auto [it, added] = id_to_token_.emplace(id, token);
+    if (!added) vw.at(token).fail(cat("id ", id, " is also \"", it->second, "\""));
+    id_limit_ = std::max(id_limit_, id + 1);
     vocab_.emplace(std::string(token), id);
   }
 
@@ -112,7 +114,8 @@ std::optional<uint32_t> BpeModel::token_to_id(std::string_view token) const {
 }
 
 const std::string* BpeModel::id_to_token(uint32_t id) const {
-  return id < has_id_.size() && has_id_[id] ? &id_to_token_[id] : nullptr;
+  const auto it = id_to_token_.find(id);
+  return it == id_to_token_.end() ? nullptr : &it->second;
 }
 
 void BpeModel::tokenize(std::string_view word, std::vector<uint32_t>& ids) const {

@@ -34,8 +34,8 @@ class BpeModel {
   std::optional<uint32_t> token_to_id(std::string_view token) const;
   /// The token of `id`, or null when the vocabulary has no such id.
   const std::string* id_to_token(uint32_t id) const;
-  /// One past the largest id in the vocabulary.
-  uint32_t id_limit() const { return uint32_t(id_to_token_.size()); }
+  /// One past the largest id in the vocabulary (at most 2^31 - 1: ids are int32 in a model).
+  uint32_t id_limit() const { return id_limit_; }
   /// The vocabulary's entries (HF's get_vocab_size, where added tokens start).
   size_t vocab_entries() const { return vocab_.size(); }
 
@@ -43,8 +43,10 @@ class BpeModel {
   void merge(std::string_view word, std::vector<uint32_t>& ids) const;
 
   std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> vocab_;
-  std::vector<std::string> id_to_token_;
-  std::vector<bool> has_id_;
+  // By id, a map rather than a vector: the file's ids need not be dense, and one id of 2^31 must
+  // not cost 2^31 strings.
+  std::unordered_map<uint32_t, std::string> id_to_token_;
+  uint32_t id_limit_ = 0;
   // (left id, right id) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;
   std::optional<uint32_t> unk_;

@@ -107,7 +107,7 @@ void Decoder::add(const boost::json::value& spec, const JsonWhere& where) {
   const std::string type = json_type(o, where);
   auto step = std::make_unique<Step>();
   if (type == "Sequence") {
-    const auto& list = json_array(o.at("decoders"), where.at("decoders"));
+    const auto& list = json_array(json_member(o, "decoders"), where.at("decoders"));
     for (size_t i = 0; i < list.size(); ++i) add(list[i], where.at("decoders").index(i));
     return;
   } else if (type == "ByteLevel") {
@@ -122,14 +122,14 @@ void Decoder::add(const boost::json::value& spec, const JsonWhere& where) {
     step->kind = Step::kFuse;
   } else if (type == "Strip") {
     step->kind = Step::kStrip;
-    step->content = json_string(o, "content", where);
+    step->content = json_char(o, "content", where);
     for (auto [key, out] : {std::pair{"start", &step->start}, std::pair{"stop", &step->stop}}) {
       const boost::json::value* v = o.if_contains(key);
       if (v && !v->is_null()) *out = json_id(*v, where.at(key));
     }
   } else if (type == "Metaspace") {
     step->kind = Step::kMetaspace;
-    step->content = json_string(o, "replacement", where, "\xE2\x96\x81");
+    step->content = json_char(o, "replacement", where, "\xE2\x96\x81");
     const bool legacy_prefix = json_bool(o, "add_prefix_space", where, true);
     step->prepend = json_string(o, "prepend_scheme", where, legacy_prefix ? "always" : "never") != "never";
   } else {

@@ -69,10 +69,21 @@ HfTokenizer::HfTokenizer(const std::string& json, const std::string& file, const
   decoder_.emplace(json_member(o, "decoder"), JsonWhere{file, "decoder"});
   has_decoder_ = !json_member(o, "decoder").is_null();
   read_post_processor(json_member(o, "post_processor"), JsonWhere{file, "post_processor"}, prefix_, suffix_);
+  // The template's ids go into every encoding as they are: each must be a token, so that every id
+  // encode() gives is below vocab_size() (HF does not check; a model would index past its rows).
+  for (const auto* ids : {&prefix_, &suffix_}) {
+    for (uint32_t id : *ids) {
+      if (!added_->find(id) && !model_->id_to_token(id)) {
+        JsonWhere{file, "post_processor"}.fail(cat("special token id ", id, " is no token of this tokenizer"));
+      }
+    }
+  }
   // truncation and padding are ignored: a corpus is tokenized whole, never cut or padded.
   if (eos_token) {
     eos_ = token_to_id(*eos_token);
-    if (!eos_) throw UsageError(cat(file, ": the eos_token \"", *eos_token, "\" is not a token of this tokenizer"));
+    if (!eos_) {
+      throw UsageError(one_line(cat(file, ": the eos_token \"", *eos_token, "\" is not a token of this tokenizer")));
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 #include "tokenizer/json_fields.h"
 
+#include "tokenizer/utf8.h"
+
 namespace zt {
 
 const boost::json::value& json_member(const boost::json::object& obj, std::string_view key) {
@@ -25,6 +27,15 @@ std::string json_string(const boost::json::object& obj, std::string_view key, co
   if (!v) where.at(key).fail("missing");
   if (!v->is_string()) where.at(key).fail("expected a string");
   return std::string(v->get_string());
+}
+
+std::string json_char(const boost::json::object& obj, std::string_view key, const JsonWhere& where,
+                      const char* fallback) {
+  std::string c = json_string(obj, key, where, fallback);
+  if (c.empty() || utf8_length(static_cast<unsigned char>(c[0])) != c.size()) {
+    where.at(key).fail(cat("\"", c, "\" is not one character"));
+  }
+  return c;
 }
 
 bool json_bool(const boost::json::object& obj, std::string_view key, const JsonWhere& where, bool fallback) {

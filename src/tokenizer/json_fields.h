@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "config/json_section.h"
 #include "core/error.h"
 
 namespace zt {
@@ -16,7 +17,11 @@ struct JsonWhere {
 
   JsonWhere at(std::string_view key) const { return {file, path.empty() ? std::string(key) : cat(path, ".", key)}; }
   JsonWhere index(size_t i) const { return {file, cat(path, "[", i, "]")}; }
-  [[noreturn]] void fail(const std::string& what) const { throw UsageError(cat(file, ": ", path, ": ", what)); }
+  /// Throws "<file>: <path>: <what>" on one line: tokens from the file (a vocabulary entry holding
+  /// a newline) appear in both the path and `what`.
+  [[noreturn]] void fail(const std::string& what) const {
+    throw UsageError(one_line(cat(file, ": ", path, ": ", what)));
+  }
 };
 
 /// obj[key], or null when absent (a reference, never a copy: the callers keep references into it).
@@ -26,6 +31,11 @@ const boost::json::array& json_array(const boost::json::value& v, const JsonWher
 /// obj[key] as a string; absent or another type fails unless `fallback` is given.
 std::string json_string(const boost::json::object& obj, std::string_view key, const JsonWhere& where,
                         const char* fallback = nullptr);
+/// obj[key] as a string of exactly one character: HF's `char` fields (Strip's content,
+/// Metaspace's replacement), which the steps reading them advance by; an empty one would never
+/// move them on.
+std::string json_char(const boost::json::object& obj, std::string_view key, const JsonWhere& where,
+                      const char* fallback = nullptr);
 /// obj[key] as a bool; absent or null gives `fallback`.
 bool json_bool(const boost::json::object& obj, std::string_view key, const JsonWhere& where, bool fallback);
 /// obj[key] as a non-negative integer below 2^32.

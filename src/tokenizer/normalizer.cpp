@@ -37,7 +37,7 @@ void Normalizer::add(const boost::json::value& spec, const JsonWhere& where) {
   const std::string type = json_type(o, where);
   auto step = std::make_unique<Step>();
   if (type == "Sequence") {
-    const auto& list = json_array(o.at("normalizers"), where.at("normalizers"));
+    const auto& list = json_array(json_member(o, "normalizers"), where.at("normalizers"));
     for (size_t i = 0; i < list.size(); ++i) add(list[i], where.at("normalizers").index(i));
     return;
   } else if (type == "Prepend") {

@@ -158,7 +158,7 @@ void PreTokenizer::add(const boost::json::value& spec, const JsonWhere& where) {
   const std::string type = json_type(o, where);
   auto step = std::make_unique<Step>();
   if (type == "Sequence") {
-    const auto& list = json_array(o.at("pretokenizers"), where.at("pretokenizers"));
+    const auto& list = json_array(json_member(o, "pretokenizers"), where.at("pretokenizers"));
     for (size_t i = 0; i < list.size(); ++i) add(list[i], where.at("pretokenizers").index(i));
     return;
   } else if (type == "ByteLevel") {
@@ -178,7 +178,7 @@ void PreTokenizer::add(const boost::json::value& spec, const JsonWhere& where) {
     step->behavior = Behavior::kIsolated;
   } else if (type == "Metaspace") {
     step->kind = Step::kMetaspace;
-    step->replacement = json_string(o, "replacement", where, "\xE2\x96\x81");
+    step->replacement = json_char(o, "replacement", where, "\xE2\x96\x81");
     // Older files say add_prefix_space instead of prepend_scheme.
     const bool legacy_prefix = json_bool(o, "add_prefix_space", where, true);
     step->prepend_scheme = json_string(o, "prepend_scheme", where, legacy_prefix ? "always" : "never");

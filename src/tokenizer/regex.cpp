@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "config/json_section.h"
 #include "core/error.h"
 #include "tokenizer/utf8.h"
 
@@ -19,8 +20,8 @@ Regex::Regex(const std::string& pattern, bool literal, const std::string& source
   if (!code_) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    throw UsageError(cat(source, ": pattern \"", pattern, "\" does not compile at offset ", offset, ": ",
-                         reinterpret_cast<const char*>(message)));
+    throw UsageError(one_line(cat(source, ": pattern \"", pattern, "\" does not compile at offset ", offset, ": ",
+                                  reinterpret_cast<const char*>(message))));
   }
   // JIT makes matching several times faster; where it is unavailable the interpreter still works.
   pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);

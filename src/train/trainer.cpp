@@ -31,6 +31,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
+#include "config/build_info_json.h"
 #include "config/ds_config.h"
 #include "config/model_config.h"
 #include "core/human_units.h"
@@ -304,7 +305,8 @@ void write_start_event(MetricsWriter& metrics, const ZeroEngine& engine, const C
                           {"activation_bytes", u(7)},
                           {"train_batch_size", ds.train_batch_size},
                           {"block_size", setup.seq_len},
-                          {"max_steps", args.max_steps}});
+                          {"max_steps", args.max_steps},
+                          {"build", build_info_json()}});
 }
 
 // ---- 3. the training loop -----------------------------------------------------------------

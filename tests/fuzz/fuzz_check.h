@@ -18,6 +18,8 @@ enum class Outcome { kAccepted, kRefused, kInternalError };
 
 /// What the last checked call did (fuzz_driver.cpp counts it, and holds valid_* seeds to it).
 inline Outcome last_outcome = Outcome::kAccepted;
+/// Its error message when it was refused, for the driver to say why a valid_* seed was.
+inline std::string last_message;
 
 [[noreturn]] inline void finding(const std::string& what) {
   std::fprintf(stderr, "fuzz finding: %s\n", what.c_str());
@@ -30,15 +32,18 @@ void check_reader(const std::string& source, Read&& read) {
   // Warnings (dropout ignored, ...) are no finding; keep the output to the findings.
   static const bool quiet = (set_log_level(LogLevel::kError), true);
   (void)quiet;
+  last_message.clear();
   try {
     read();
     last_outcome = Outcome::kAccepted;
   } catch (const UsageError& e) {
     const std::string message = e.what();
+    last_message = message;
     if (message.rfind(source + ":", 0) != 0) finding("a refusal that does not start with the file name: " + message);
     if (message.find('\n') != std::string::npos) finding("a refusal of more than one line: " + message);
     last_outcome = Outcome::kRefused;
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    last_message = e.what();
     last_outcome = Outcome::kInternalError;
   }
 }

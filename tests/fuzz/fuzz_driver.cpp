@@ -213,7 +213,8 @@ int main(int argc, char** argv) {
   for (const auto& [name, data] : files) {
     run(data);
     if (name.rfind("valid", 0) == 0 && zt::fuzz::last_outcome != zt::fuzz::Outcome::kAccepted) {
-      std::fprintf(stderr, "%s: seed %s is named valid but was not accepted\n", program.c_str(), name.c_str());
+      std::fprintf(stderr, "%s: seed %s is named valid but was not accepted: %s\n", program.c_str(), name.c_str(),
+                   zt::fuzz::last_message.c_str());
       return 1;
     }
   }

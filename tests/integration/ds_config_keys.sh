@@ -11,12 +11,13 @@ NEUTRAL=$ZT_SOURCE_DIR/tests/data/ds_config_all_neutral.json
 ESTIMATE="$ZT_BIN_DIR/tools/zero_estimate"
 train() {
   local ds=$1 out=$2
+  shift 2
   "$ZEROTRAIN" --deepspeed "$ds" --config_name "$MODEL" --train_data "$DATA/train_*.bin" --output_dir "$out" \
-    --max_steps 3 --per_device_train_batch_size 2 --block_size 32 --disable_tqdm
+    --max_steps 3 --per_device_train_batch_size 2 --block_size 32 --disable_tqdm "$@"
 }
 
 # notices PROGRAM LOG: the notice lines, "<program>: <file>: <key.path>: <value> accepted; ...".
-notices() { grep -E "^$1: $NEUTRAL: [a-z0-9_.]+: .*accepted; changes nothing here \(" "$2"; }
+notices() { grep -E "^$1: $NEUTRAL: [a-z0-9_.]+: .*accepted(; changes nothing here| as a performance hint) \(" "$2"; }
 
 if train "$NEUTRAL" "$WORK/neutral" >/dev/null 2>"$WORK/neutral.log"; then
   pass "all-neutral config trains (exit 0)"
@@ -68,4 +69,19 @@ expect_usage_error "typo at the top" \
 created=""
 for d in o1 o2 o3 o4; do [[ -e "$WORK/$d" ]] && created+=" $d"; done
 if [[ -z $created ]]; then pass "no output_dir created by a refused config"; else fail "output_dir created by a refused config:$created"; fi
+# HF's guide's ZeRO-2 example runs unchanged (issue 29): round_robin_gradients: true is a
+# performance hint, one notice, and the losses (CPU offload, 2 micro-steps a step) are those of
+# the same config without it, bit for bit.
+HF2=$ZT_SOURCE_DIR/tests/data/ds_config_hf_zero2.json
+grep -v round_robin_gradients "$HF2" | sed 's/"contiguous_gradients": true,/"contiguous_gradients": true/' >"$WORK/hf2_plain.json"
+hf2() { train "$1" "$2" --gradient_accumulation_steps 2 >/dev/null 2>"$2.log"; }
+if hf2 "$HF2" "$WORK/hf2" && hf2 "$WORK/hf2_plain.json" "$WORK/hf2_plain" &&
+   [[ $(grep -c "round_robin_gradients: true accepted as a performance hint (" "$WORK/hf2.log") -eq 1 ]] &&
+   [[ $(last_losses "$WORK/hf2/metrics.jsonl" 3) == "$(last_losses "$WORK/hf2_plain/metrics.jsonl" 3)" ]] &&
+   [[ -n $(last_losses "$WORK/hf2/metrics.jsonl" 3) ]]; then
+  pass "HF's ZeRO-2 example trains as it is: one notice for round_robin_gradients, the same losses without it"
+else
+  fail "HF's ZeRO-2 example: $(tail -2 "$WORK/hf2.log" "$WORK/hf2_plain.log" 2>/dev/null)"
+fi
+
 finish

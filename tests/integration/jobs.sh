@@ -39,6 +39,7 @@ for script in "$JOBS"/*.sh "$JOBS"/*.sbatch; do
   sources=("$script")
   grep -q 'lib/train_args.sh' "$script" && sources+=("$JOBS/lib/train_args.sh" "$JOBS/lib/flags.sh")
   grep -q 'lib/flags.sh' "$script" && sources+=("$JOBS/lib/flags.sh")
+  grep -q 'lib/programs.sh' "$script" && sources+=("$JOBS/lib/programs.sh")
   missing=""
   for var in $(grep -hv '^\s*#' "${sources[@]}" | grep -o '\${\?ZT_[A-Z_]*' | tr -d '${' | sort -u); do
     grep -q "$var" <<<"$help" || missing+=" $var"
@@ -53,6 +54,17 @@ elapsed "$JOBS/install_deps.sh"
 if [[ $rc -eq 0 ]]; then pass "install_deps.sh: nothing missing, exit 0"; else fail "install_deps.sh: exit $rc: $(tail -2 "$WORK/last.log")"; fi
 expect_usage_error "install_deps.sh with an unknown argument" "^install_deps: unknown argument '--bogus'" \
   "$JOBS/install_deps.sh" --bogus
+expect_usage_error "install_deps.sh --list with an unknown group" "^install_deps: unknown group 'nope'" \
+  "$JOBS/install_deps.sh" --list nope
+# The runtime list is what the programs load (the .deb's Depends): after install_deps.sh, every
+# name in it is an installed package here (a misspelt name would make the .deb uninstallable).
+runtime=$("$JOBS/install_deps.sh" --list runtime)
+not_installed=$(for p in $runtime; do dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"; done)
+if [[ $(wc -w <<<"$runtime") -ge 10 && -z $not_installed ]]; then
+  pass "install_deps.sh --list runtime: $(wc -w <<<"$runtime") packages, each installed here"
+else
+  fail "install_deps.sh --list runtime: '$runtime', not installed:$not_installed"
+fi
 
 # ---- before the demo: a pointer to it, at once ----
 elapsed "$JOBS/train_mpirun.sh"
@@ -69,6 +81,7 @@ elapsed "$JOBS/quickstart.sh"
 qs=$ZT_OUT/quickstart
 if [[ $rc -eq 0 && $(cat "$qs/latest" 2>/dev/null) == global_step300 && $(last_event "$qs") == end ]] &&
    grep -q '"event":"eval"' "$qs/metrics.jsonl" && grep -q '^next: *jobs/train_mpirun.sh' "$WORK/last.log" &&
+   ! grep -E ': line [0-9]+: ' "$WORK/last.log" &&  # no stray shell error on a first run (issue 29)
    [[ -x $ZT_BIN_DIR/tools/zero_to_fp32 && -x $ZT_BIN_DIR/tools/zero_estimate && -x $ZT_BIN_DIR/tools/zero_prepare_data ]]; then
   pass "quickstart.sh: every tool built, 300 steps with eval, checkpoint global_step300, next steps printed (${secs} s)"
 else

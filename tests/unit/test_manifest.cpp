@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/manifest.h"
 #include "comm/self_comm.h"
+#include "core/build_info.h"
 #include "core/error.h"
 #include "model/model_layout.h"
 #include "zero/engine.h"
@@ -190,6 +191,7 @@ TEST_F(ManifestCheck, EachSemanticEditIsRefusedByKey) {
       {"seed type", [](object& m, size_t) { m["state"].as_object()["seed"] = "1"; },
        "state.seed: expected an integer >= 0"},
       {"num_nodes", [](object& m, size_t) { m["num_nodes"] = 2; }, "num_nodes: must be <= 1, got 2"},
+      {"build not an object", [](object& m, size_t) { m["build"] = 5; }, "build: expected an object, got 5"},
   };
   const std::string original = text();
   for (const BadEdit& c : cases) {
@@ -199,6 +201,24 @@ TEST_F(ManifestCheck, EachSemanticEditIsRefusedByKey) {
     write(original);
   }
   EXPECT_EQ(load_error(), "");
+}
+
+// The manifest records the build that wrote it (issue 29), as --version prints it; a manifest
+// from before it (no "build") still loads.
+TEST_F(ManifestCheck, RecordsTheBuildAndLoadsWithoutIt) {
+  const boost::json::object m = object();
+  ASSERT_TRUE(m.contains("build")) << text();
+  const boost::json::object& build = m.at("build").as_object();
+  for (const auto& [key, value] : build_info()) {
+    ASSERT_TRUE(build.contains(key)) << key;
+    EXPECT_EQ(build.at(key).as_string(), value) << key;
+  }
+  EXPECT_EQ(build.size(), build_info().size());
+  const Manifest parsed = parse_manifest(text(), path);
+  EXPECT_EQ(parsed.build, build);
+  edit([](boost::json::object& e) { e.erase("build"); });
+  EXPECT_EQ(load_error(), "");
+  EXPECT_TRUE(parse_manifest(text(), path).build.empty());
 }
 
 // World size 2 over a 1-rank save: the second shard is listed (a copy of the first) so that the
