@@ -13,7 +13,7 @@
 #   --check       installs nothing: prints the missing packages on one line and exits 1 if any
 #   --list GROUP  prints the packages of GROUP (runtime, build, tests, bench or fuzz), one a line; the
 #                 runtime group is what the installed programs load (the .deb's Depends, and
-#                 what tests/fresh/fresh_machine.sh holds every library the programs load to)
+#                 what tests/integration/fresh_machine.sh holds every library the programs load to)
 # Needs root (or sudo) only when something is missing. Safe to run again.
 set -euo pipefail
 

@@ -24,7 +24,6 @@ case ${1:-} in -h | --help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; es
 home=$(cd "$(dirname "$0")/.." && pwd)  # the checkout, or an installed PREFIX/share/zerotrain
 source "$home/jobs/lib/programs.sh"      # before the cd: an installed run writes to ./out
 cd "$home"
-root=$home
 out_root=${ZT_OUT:-$zt_out_default}
 out=$out_root/quickstart
 data=$out_root/data
@@ -54,7 +53,7 @@ if [[ -n ${ZT_BIN:-} || $zt_installed == 1 ]]; then  # a build made elsewhere, o
   echo "== using the programs in $bin"
 else
   ./jobs/install_deps.sh
-  bin=$root/build/release
+  bin=$home/build/release
   echo "== building zerotrain and its tools (build/release)"
   cmake --preset release >/dev/null
   cmake --build --preset release -j "$(nproc)" --target zt_programs >/dev/null
@@ -66,8 +65,8 @@ mkdir -p "$data"
 "$prepare" "$corpus" --output_dir "$data" --val_fraction 0.1 --overwrite
 
 echo "== training configs/models/gpt2-demo.json: $ranks ranks, $config, $steps steps ($dtype)"
-ZT_HOME=$root ZT_BIN=$bin ZT_OUT=$out_root ZT_OUTPUT_DIR=$out ZT_RANKS=$ranks ZT_CONFIG=$config \
-ZT_MODEL=$root/configs/models/gpt2-demo.json ZT_TRAIN_DATA="$data/train_*.bin" ZT_EVAL_DATA="$data/val_*.bin" \
+ZT_HOME=$home ZT_BIN=$bin ZT_OUT=$out_root ZT_OUTPUT_DIR=$out ZT_RANKS=$ranks ZT_CONFIG=$config \
+ZT_MODEL=$home/configs/models/gpt2-demo.json ZT_TRAIN_DATA="$data/train_*.bin" ZT_EVAL_DATA="$data/val_*.bin" \
 ZT_MAX_STEPS=$steps ZT_SAVE_STEPS=$steps ZT_ARGS="" \
   ./jobs/train_mpirun.sh --overwrite_output_dir --per_device_train_batch_size $((16 / ranks)) --block_size 128 \
   --learning_rate 3e-3 --warmup_steps 20 --weight_decay 0.1 \
@@ -79,7 +78,7 @@ echo "metrics:     $out/metrics.jsonl   (one JSON object per line: start, step, 
 echo "checkpoint:  $out/$(cat "$out/latest")"
 echo "data:        $data"
 jobs=jobs  # as the user runs them: from the checkout, or by their installed path
-((zt_installed)) && jobs=$root/jobs
+((zt_installed)) && jobs=$home/jobs
 echo "next:        $jobs/train_mpirun.sh                             train on the same data, in $out_root/mpirun"
 echo "             ZT_OUTPUT_DIR=$out $jobs/consolidate.sh   export an HF model to $out/hf"
 echo "             $jobs/estimate.sh                                 memory needed for a bigger run"

@@ -11,7 +11,8 @@
 #                      folder or a build tree);
 #                      in a checkout: its build/release/src or build/release/tools;
 #                      installed: PREFIX/bin/NAME, else NAME on PATH.
-#   zt_bin_hint      "under $ZT_BIN", "under the checkout's build/release" or "on PATH", for errors
+#   zt_bin_hint      where zt_program looked, for errors: "under $ZT_BIN", "under HOME/build/release"
+#                    or "beside HOME or on PATH"
 
 if [[ -f $home/CMakeLists.txt ]]; then
   zt_installed=0
