@@ -110,6 +110,7 @@ struct Args {
       nvme_path = "/local_nvme";
   std::string accelerator = "cpu";
   bool checkpointing = false, bf16 = false, fp16 = false, as_json = false;
+  std::string activation_dtype = "auto";
   bool cuda() const { return accelerator == "cuda"; }
   /// The recommender: host memory or NVMe given, or a GPU's memory outside the GPU view (where
   /// --gpu_memory alone checks the estimate instead).
@@ -171,6 +172,8 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("per_device_eval_batch_size", po::value(&a.eval_batch), "eval batch per rank (default 8)")
     ("block_size", po::value(&a.block), "sequence length (default: the model's positions, at most 1024)")
     ("gradient_checkpointing", po::bool_switch(&a.checkpointing), "recompute each block in backward")
+    ("activation_dtype", po::value(&a.activation_dtype),
+     "auto (default: bf16 in a bf16 run on cuda, else fp32), fp32 or bf16: what the activations are held in")
     ("bf16", po::bool_switch(&a.bf16), "bf16 parameters and gradients")
     ("fp16", po::bool_switch(&a.fp16), "fp16 parameters and gradients")
     ("accelerator", po::value(&a.accelerator),
@@ -240,6 +243,7 @@ RunShape make_run_shape(const Args& a, const ModelConfig& model) {
   run.eval_batch = int(a.eval_batch);
   run.seq_len = int(a.block > 0 ? a.block : default_block_size(model));
   run.gradient_checkpointing = a.checkpointing;
+  run.activation_dtype = a.activation_dtype;
   run.cuda = a.cuda();
   ZT_USAGE_CHECK(run.seq_len <= model.n_positions, "--block_size ", run.seq_len, " exceeds n_positions ",
                  model.n_positions);

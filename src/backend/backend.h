@@ -80,6 +80,12 @@ class Backend {
   virtual void synchronize(Stream& stream) = 0;
   /// Blocks the host until every stream is idle.
   virtual void synchronize() = 0;
+  /// An event that also notes when its stream reaches it, for elapsed_ms (the self-profile,
+  /// --profile_steps). Recording one may cost more than a plain event's (a CUDA timing event).
+  virtual std::unique_ptr<Event> create_timing_event() = 0;
+  /// Milliseconds from when the stream reached `start` to when it reached `end`, two recorded
+  /// timing events; waits for them to complete first (nothing to wait for after a synchronize).
+  virtual double elapsed_ms(Event& start, Event& end) = 0;
 
   // ---- data movement, enqueued on a stream ----
   /// Copies `bytes` between any two kinds of memory (device, pinned, host, or plain host memory
@@ -99,17 +105,27 @@ class Backend {
   // ---- kernels, enqueued on the compute stream ----
   /// Compute kernels in fp32.
   virtual KernelOps<float>& ops() = 0;
+  /// Compute kernels over bf16 activations (kernel_ops.h: fp32 where the numerics need it).
+  virtual KernelOps<bf16>& ops_bf16() = 0;
   /// Compute kernels in fp64, for gradient checks; null when the backend has none.
   virtual KernelOps<double>* ops_f64() = 0;
   /// Optimizer and mixed-precision kernels over flat buffers.
   virtual OptimizerOps& optimizer_ops() = 0;
 
   // ---- conveniences over the calls above ----
+  /// ops() or ops_bf16() by activation type.
+  template <typename T>
+  KernelOps<T>& kernels();
   /// Copies device (or any) memory into host memory and waits for it: for reads the host needs now.
   void copy_to_host(void* host_dst, const void* src, size_t bytes);
   /// Copies host memory to `dst` (any kind) and waits for it.
   void copy_from_host(void* dst, const void* host_src, size_t bytes);
 };
+
+template <>
+inline KernelOps<float>& Backend::kernels<float>() { return ops(); }
+template <>
+inline KernelOps<bf16>& Backend::kernels<bf16>() { return ops_bf16(); }
 
 /// The CPU backend (OpenBLAS + OpenMP + SIMD, AVX2 or AVX-512 chosen at run time).
 std::unique_ptr<Backend> make_cpu_backend();

@@ -1,6 +1,11 @@
 // The compute kernels the model and optimizer need, one signature per op (as ggml's op table).
-// Every backend implements KernelOps<float>; the CPU backend also implements KernelOps<double>,
-// which the gradient checks use (central differences need double precision).
+// T is the activation dtype: what the activations, their gradients and the weights' working
+// copies are stored in. Every backend implements KernelOps<float> and KernelOps<bf16> (a bf16
+// model: DeepSpeed's bf16 mode, PyTorch's bf16 autocast); the CPU backend also implements
+// KernelOps<double>, which the gradient checks use (central differences need double precision).
+// In KernelOps<bf16> every op reads bf16, computes in fp32 and rounds its output to bf16 once,
+// while what the numerics need in fp32 stays fp32 (KernelTypes): parameter gradients (GEMMs
+// accumulate them in fp32), norm statistics, attention probabilities, losses, rotary tables.
 //
 // Conventions: row-major; "rows" = batch x time (BT); C = channels. matmul_* weights use HF GPT-2
 // Conv1D layout [in, out]; linear_* weights use nn.Linear's [out, in] (the Llama family, lm_heads). Backward ops ACCUMULATE into parameter gradients (+=), so that gradient
@@ -15,37 +20,66 @@
 
 namespace zt {
 
+/// The types beside the activation type T: G for parameter gradients, S for the statistics a
+/// forward saves (norm means and rstd, attention probabilities, per-row losses, rotary tables).
+template <typename T>
+struct KernelTypes {
+  using Grad = T;
+  using Stat = T;
+};
+template <>
+struct KernelTypes<bf16> {
+  using Grad = float;
+  using Stat = float;
+};
+template <typename T>
+using GradOf = typename KernelTypes<T>::Grad;
+template <typename T>
+using StatOf = typename KernelTypes<T>::Stat;
+
+/// V rounded up to a multiple of 64: a logits row stride at which every bf16 or fp32 row starts
+/// 16-byte aligned, as tensor-core GEMMs want their leading dimension (llm.c pads GPT-2's 50257
+/// to 50304 for the same reason). The CUDA bf16 table's logits_stride.
+inline int aligned_logits_stride(int V) { return (V + 63) / 64 * 64; }
+
 template <typename T>
 class KernelOps {
  public:
+  using G = GradOf<T>;
+  using S = StatOf<T>;
   virtual ~KernelOps() = default;
 
   /// out[BT,C] = wte[tokens] + wpe[t]; wpe may be null (no learned positions: the Llama family)
   virtual void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
                                  int C) = 0;
   /// dwte[tokens] += dout; dwpe[t] += dout (summed over the batch; skipped when dwpe is null)
-  virtual void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_,
+  virtual void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int B, int T_,
                                   int C) = 0;
 
   /// out = (x - mean) * rstd * weight + bias per row; saves mean and rstd for backward.
-  virtual void layernorm_forward(T* out, T* mean, T* rstd, const T* x, const T* weight, const T* bias,
+  virtual void layernorm_forward(T* out, S* mean, S* rstd, const T* x, const T* weight, const T* bias,
                                  int rows, int C, double eps) = 0;
   /// dx += ..., dweight += ..., dbias += ...
-  virtual void layernorm_backward(T* dx, T* dweight, T* dbias, const T* dout, const T* x, const T* weight,
-                                  const T* mean, const T* rstd, int rows, int C) = 0;
+  virtual void layernorm_backward(T* dx, G* dweight, G* dbias, const T* dout, const T* x, const T* weight,
+                                  const S* mean, const S* rstd, int rows, int C) = 0;
 
   /// out[rows,out_dim] = x[rows,in_dim] @ weight[in_dim,out_dim] + bias (bias may be null)
   virtual void matmul_forward(T* out, const T* x, const T* weight, const T* bias, int rows, int in_dim,
                               int out_dim) = 0;
   /// dx = dout @ weight^T (overwrites; skipped when dx is null); dweight += x^T @ dout;
   /// dbias += column sums of dout (when dbias is not null)
-  virtual void matmul_backward(T* dx, T* dweight, T* dbias, const T* dout, const T* x, const T* weight,
+  virtual void matmul_backward(T* dx, G* dweight, G* dbias, const T* dout, const T* x, const T* weight,
                                int rows, int in_dim, int out_dim) = 0;
 
-  /// Causal multi-head attention. qkv[B,T,3C] -> out[B,T,C]; saves probabilities att[B,NH,T,T].
-  virtual void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH) = 0;
+  /// What attention_forward and gqa_attention_forward save for their backward in `att`: false, the
+  /// probabilities att[B,NH,Tq,Tk]; true, only the logsumexp of each row's scaled, masked scores,
+  /// att[B,NH,Tq] (flash attention: O(T) memory, the backward recomputes the probabilities).
+  virtual bool attention_saves_lse() const { return false; }
+
+  /// Causal multi-head attention. qkv[B,T,3C] -> out[B,T,C]; saves att (attention_saves_lse).
+  virtual void attention_forward(T* out, S* att, const T* qkv, int B, int T_, int C, int NH) = 0;
   /// dqkv (overwritten) from dout, using the saved att and qkv.
-  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
+  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const S* att, int B, int T_, int C,
                                   int NH) = 0;
 
   /// out = gelu_tanh(x), elementwise
@@ -61,11 +95,32 @@ class KernelOps {
   /// logits[rows,V] @ -> probabilities in place; losses[row] = -log p[target]. Targets < 0 are
   /// ignored (loss 0). Adds weight x (the sum of the losses) to *loss_sum, a device double: the
   /// loss stays on the device until the host reads it once per step.
-  virtual void softmax_xent_forward(T* logits_to_probs, T* losses, const int32_t* targets, int rows, int V,
+  virtual void softmax_xent_forward(T* logits_to_probs, S* losses, const int32_t* targets, int rows, int V,
                                     double* loss_sum, double weight) = 0;
   /// probs -> dlogits in place: (p - onehot) * dloss (dloss is d(total loss)/d(each row's loss)).
   virtual void softmax_xent_backward(T* probs_to_dlogits, const int32_t* targets, int rows, int V,
                                      double dloss) = 0;
+
+  // ---- the classifier: the lm_head GEMM and the loss together --------------------------------
+
+  /// The row stride, in elements, of the logits the classifier ops read and write: V, or V rounded
+  /// up so that every row starts 16-byte aligned (a tensor-core GEMM's leading dimension; GPT-2's
+  /// V = 50257 is odd). The caller allocates rows x logits_stride(V).
+  virtual int logits_stride(int V) const { return V; }
+  /// logits[rows, V] (row stride logits_stride(V)) = x[rows, C] @ head[V, C]^T, then
+  /// softmax_xent_forward on them in place: probabilities, losses, the weighted loss sum.
+  virtual void classifier_forward(T* logits, S* losses, const T* x, const T* head, const int32_t* targets, int rows,
+                                  int C, int V, double* loss_sum, double weight) {
+    linear_forward(logits, x, head, nullptr, rows, C, V);
+    softmax_xent_forward(logits, losses, targets, rows, V, loss_sum, weight);
+  }
+  /// Its backward from the saved probabilities: dlogits in place (softmax_xent_backward), then
+  /// dx = dlogits @ head (overwritten), dhead += dlogits^T @ x.
+  virtual void classifier_backward(T* dx, G* dhead, T* logits, const T* x, const T* head, const int32_t* targets,
+                                   int rows, int C, int V, double dloss) {
+    softmax_xent_backward(logits, targets, rows, V, dloss);
+    linear_backward(dx, dhead, nullptr, logits, x, head, rows, C, V, false);
+  }
 
   /// The dtype GEMM inputs (matmul_*, linear_*) are rounded to: kF32 (the default) or kBF16
   /// (DeepSpeed's bf16 mode runs its matmuls in bf16: inputs rounded to bf16, products summed
@@ -76,36 +131,43 @@ class KernelOps {
     return DType::kF32;
   }
 
+  /// fp32 GEMMs on TF32 tensor cores when `allow` (HF's --tf32; PyTorch's allow_tf32): returns
+  /// whether this table has them (the CUDA fp32 table). Elsewhere fp32 GEMMs stay exact fp32.
+  virtual bool set_allow_tf32(bool allow) {
+    (void)allow;
+    return false;
+  }
+
   /// out[rows,out_dim] = x[rows,in_dim] @ weight[out_dim,in_dim]^T + bias: HF's nn.Linear (bias may
   /// be null). The tied GPT-2 lm_head is one too: weight = wte[V,C].
   virtual void linear_forward(T* out, const T* x, const T* weight, const T* bias, int rows, int in_dim,
                               int out_dim) = 0;
   /// dx = dout @ weight (overwrites, or adds when accumulate_dx: q, k and v projections read the same
   /// input); dweight += dout^T @ x; dbias += column sums of dout (when dbias is not null).
-  virtual void linear_backward(T* dx, T* dweight, T* dbias, const T* dout, const T* x, const T* weight, int rows,
+  virtual void linear_backward(T* dx, G* dweight, G* dbias, const T* dout, const T* x, const T* weight, int rows,
                                int in_dim, int out_dim, bool accumulate_dx) = 0;
 
   // ---- the Llama family ----------------------------------------------------------------------
 
   /// out = x / sqrt(mean(x^2) + eps) * weight per row (HF LlamaRMSNorm); saves rstd for backward.
-  virtual void rmsnorm_forward(T* out, T* rstd, const T* x, const T* weight, int rows, int C, double eps) = 0;
+  virtual void rmsnorm_forward(T* out, S* rstd, const T* x, const T* weight, int rows, int C, double eps) = 0;
   /// dx += ..., dweight += ...
-  virtual void rmsnorm_backward(T* dx, T* dweight, const T* dout, const T* x, const T* weight, const T* rstd,
+  virtual void rmsnorm_backward(T* dx, G* dweight, const T* dout, const T* x, const T* weight, const S* rstd,
                                 int rows, int C) = 0;
 
   /// Rotary position embedding in place on x[B,T,heads,hs], HF's rotate_half pairing (i, i + hs/2):
   /// (x_i, x_j) -> (x_i cos - x_j sin, x_j cos + x_i sin) with cos[t, hs/2] and sin[t, hs/2] the
   /// angles of position t. `inverse` rotates the other way: the gradient of the forward rotation.
-  virtual void rotary(T* x, const T* cos, const T* sin, int B, int T_, int heads, int hs, bool inverse) = 0;
+  virtual void rotary(T* x, const S* cos, const S* sin, int B, int T_, int heads, int hs, bool inverse) = 0;
 
   /// Causal grouped-query attention. q[B,Tq,NH,hs]; k, v [B,Tk,NKV,hs] with Tk >= Tq (a KV cache
   /// holds Tk - Tq earlier positions); query head h reads kv head h / (NH / NKV); query i sits at
-  /// position Tk - Tq + i. -> out[B,Tq,NH,hs]; saves probabilities att[B,NH,Tq,Tk].
-  virtual void gqa_attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int B, int Tq, int Tk,
+  /// position Tk - Tq + i. -> out[B,Tq,NH,hs]; saves att (attention_saves_lse).
+  virtual void gqa_attention_forward(T* out, S* att, const T* q, const T* k, const T* v, int B, int Tq, int Tk,
                                      int NH, int NKV, int hs) = 0;
   /// dq, dk, dv (overwritten) from dout, using the saved att (training: Tq = Tk = T_).
   virtual void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                                      const T* att, int B, int T_, int NH, int NKV, int hs) = 0;
+                                      const S* att, int B, int T_, int NH, int NKV, int hs) = 0;
 
   /// out = silu(gate) * up, elementwise (HF's LlamaMLP activation)
   virtual void swiglu_forward(T* out, const T* gate, const T* up, size_t n) = 0;

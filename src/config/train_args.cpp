@@ -44,10 +44,21 @@ AutoValues TrainArgs::auto_values(int world_size, int64_t hidden_size) const {
   return a;
 }
 
+DType resolve_activation_dtype(const std::string& choice, DType param_dtype, bool on_gpu) {
+  if (choice == "fp32") return DType::kF32;
+  if (choice == "bf16") {
+    ZT_USAGE_CHECK(param_dtype != DType::kF16,
+                   "--activation_dtype bf16 with fp16 training is not implemented: train in bf16 or fp32");
+    return DType::kBF16;
+  }
+  ZT_USAGE_CHECK(choice == "auto", "--activation_dtype must be auto, fp32 or bf16, got '", choice, "'");
+  return param_dtype == DType::kBF16 && on_gpu ? DType::kBF16 : DType::kF32;
+}
+
 std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   TrainArgs a;
   std::string bf16 = "false", fp16 = "false", overwrite = "false", do_eval = "false";
-  std::string checkpointing = "false", disable_tqdm = "false", eval_on_start = "false";
+  std::string checkpointing = "false", disable_tqdm = "false", eval_on_start = "false", tf32 = "false";
   int64_t local_rank = -1;
   po::options_description opts("zerotrain options (HF Trainer names)");
   auto flag = [](std::string& target) {  // --flag, --flag=true, --flag=false
@@ -78,6 +89,7 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     ("max_grad_norm", po::value(&a.max_grad_norm), "global-norm clipping threshold (default 1.0, 0 disables)")
     ("bf16", flag(bf16), "train in bf16 with fp32 master weights")
     ("fp16", flag(fp16), "train in fp16 with fp32 master weights and loss scaling")
+    ("tf32", flag(tf32), "fp32 GEMMs on TF32 tensor cores (a GPU, Ampere or newer); off: exact fp32")
     ("save_steps", po::value(&a.save_steps), "checkpoint every N steps (and always at the end)")
     ("save_strategy", po::value(&a.save_strategy), "steps (default: every --save_steps and at the end) or no")
     ("save_total_limit", po::value(&a.save_total_limit), "keep only the N newest checkpoints (default: all)")
@@ -90,7 +102,17 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     ("eval_on_start", flag(eval_on_start), "evaluate once before training starts")
     ("max_eval_samples", po::value(&a.max_eval_samples), "evaluate on the first N windows only")
     ("gradient_checkpointing", flag(checkpointing), "recompute each block's activations in backward")
+    ("activation_dtype", po::value(&a.activation_dtype),
+     "auto (default: bf16 in a bf16 run on a GPU, else fp32), fp32, or bf16 (a bf16 model: activations and "
+     "GEMMs in bf16, fp32 statistics and gradients)")
     ("disable_tqdm", flag(disable_tqdm), "no live progress line")
+    ("profile_steps", po::value(&a.profile_steps),
+     "time N steps after the first (a warm-up) by op class with the backend's events (CUDA events on a GPU), then "
+     "print a table and write a profile line to metrics.jsonl (default 0: off). gemm, attention, norm, classifier "
+     "(the lm_head's GEMMs, softmax, cross-entropy), elementwise (gelu, swiglu, residual, rotary, embedding): the kernels' time on the "
+     "compute stream; optimizer: the engine's step there, less its collective waits; communication: the compute "
+     "stream held up waiting for collectives (overlapped ones cost nothing); host gaps: the rest of the step's "
+     "wall time (host work, launch gaps, copies and casts outside the kernels and the engine's step)")
     ("accelerator", po::value(&a.accelerator),
      "auto (default: cuda when a GPU is visible, else cpu), cpu, emulated (the CPU behind a device's "
      "contract, checked), cuda")
@@ -138,6 +160,7 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   a.gradient_checkpointing = parse_bool_flag("gradient_checkpointing", checkpointing);
   a.disable_tqdm = parse_bool_flag("disable_tqdm", disable_tqdm);
   a.eval_on_start = parse_bool_flag("eval_on_start", eval_on_start);
+  a.tf32 = parse_bool_flag("tf32", tf32);
 
   ZT_USAGE_CHECK(!a.deepspeed.empty(), "--deepspeed CONFIG is required");
   ZT_USAGE_CHECK(!a.config_name.empty() || !a.model_name_or_path.empty(),
@@ -175,10 +198,12 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
                  "--save_strategy no saves nothing; drop --save_steps/--save_total_limit or the strategy");
   ZT_USAGE_CHECK(a.save_total_limit >= 0, "--save_total_limit must be >= 1 (or 0 for all), got ", a.save_total_limit);
   ZT_USAGE_CHECK(a.eval_steps >= 0, "--eval_steps must be >= 0");
+  ZT_USAGE_CHECK(a.profile_steps >= 0, "--profile_steps must be >= 0 (0: no profile), got ", a.profile_steps);
   ZT_USAGE_CHECK(a.max_eval_samples >= 0, "--max_eval_samples must be >= 0");
   ZT_USAGE_CHECK(a.block_size >= 0 && a.block_size <= INT32_MAX, "--block_size must be in [0, ", INT32_MAX, "], got ",
                  a.block_size);
   ZT_USAGE_CHECK(!(a.bf16 && a.fp16), "--bf16 and --fp16 are exclusive");
+  resolve_activation_dtype(a.activation_dtype, DType::kF32, false);  // only checks the word
   ZT_USAGE_CHECK(!a.do_eval || !a.eval_data.empty(), "--do_eval needs --eval_data GLOB");
   ZT_USAGE_CHECK(!a.eval_on_start || !a.eval_data.empty(), "--eval_on_start needs --eval_data GLOB");
   return a;

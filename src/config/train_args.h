@@ -30,6 +30,7 @@ struct TrainArgs {
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;
   bool bf16 = false, fp16 = false;
+  bool tf32 = false;  ///< fp32 GEMMs on TF32 tensor cores (HF's --tf32)
   int64_t save_steps = 0;
   /// HF's --save_strategy: "steps" saves every --save_steps (when > 0) and at the end of
   /// training; "no" saves nothing, not even on SIGINT/SIGTERM.
@@ -44,7 +45,10 @@ struct TrainArgs {
   bool eval_on_start = false;  ///< evaluate once before the first step
   int64_t max_eval_samples = 0;  ///< 0: every window of the eval data
   bool gradient_checkpointing = false;
+  /// What the model computes with: "auto" (bf16 in a bf16 run on a GPU, else fp32), "fp32", "bf16".
+  std::string activation_dtype = "auto";
   bool disable_tqdm = false;  ///< no live progress line
+  int64_t profile_steps = 0;  ///< the self-profile: time per op class over N steps after the first (0: off)
   std::string accelerator = "auto";  ///< auto, cpu, emulated, cuda (backend/accelerator.h)
   std::set<std::string> explicit_flags;
 
@@ -56,6 +60,12 @@ struct TrainArgs {
 /// Parses argv. Returns std::nullopt after printing --help or --version. Throws UsageError on a bad flag,
 /// naming it (and the closest known flag for a misspelling).
 std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv);
+
+/// What --activation_dtype resolves to ("auto", "fp32" or "bf16") for a run training in
+/// `param_dtype` on a GPU or not: auto is bf16 in a bf16 run on a GPU (a bf16 model, where the
+/// speed is) and fp32 elsewhere (on a CPU the bf16 path widens each op, and the fp32 path with
+/// bf16 GEMM inputs is the faster one). bf16 with fp16 training is a UsageError.
+DType resolve_activation_dtype(const std::string& choice, DType param_dtype, bool on_gpu);
 
 /// Parses "true"/"false"/"1"/"0"/"yes"/"no" (any case), as HF's argument parser does.
 bool parse_bool_flag(const std::string& flag, const std::string& text);

@@ -51,23 +51,24 @@ double CausalLM<T>::take_loss() {
 }
 
 template <typename T>
-void CausalLM<T>::head_forward(ParamSource<T>& params, int head_unit, const T* normed, T* logits, T* losses, int C,
+void CausalLM<T>::head_forward(ParamSource<T>& params, int head_unit, const T* normed, T* logits, S* losses, int C,
                                int V, double loss_weight) {
   const int BT = batch_ * seq_;
   const T* head = params.acquire_weights(head_unit);
-  ops_.linear_forward(logits, normed, head, nullptr, BT, C, V);
+  ops_.classifier_forward(logits, losses, normed, head, targets_.data(), BT, C, V, loss_sum_.data(),
+                          per_position(loss_weight));
   params.release_weights(head_unit);
-  ops_.softmax_xent_forward(logits, losses, targets_.data(), BT, V, loss_sum_.data(), per_position(loss_weight));
 }
 
 template <typename T>
-T* CausalLM<T>::head_backward(ParamSource<T>& params, int head_unit, int embedding_unit, const T* normed, T* logits,
+GradOf<T>* CausalLM<T>::head_backward(ParamSource<T>& params, int head_unit, int embedding_unit, const T* normed,
+                                      T* logits,
                               T* dnormed, int C, int V, double dloss_scale) {
   const int BT = batch_ * seq_;
-  ops_.softmax_xent_backward(logits, targets_.data(), BT, V, per_position(dloss_scale));
-  T* g_head = params.grad_accumulator(head_unit);
+  G* g_head = params.grad_accumulator(head_unit);
   const T* head = params.acquire_weights(head_unit);
-  ops_.linear_backward(dnormed, g_head, nullptr, logits, normed, head, BT, C, V, false);
+  ops_.classifier_backward(dnormed, g_head, logits, normed, head, targets_.data(), BT, C, V,
+                           per_position(dloss_scale));
   params.release_weights(head_unit);
   if (head_unit != embedding_unit) params.grads_done(head_unit);
   return g_head;
@@ -86,9 +87,12 @@ std::unique_ptr<CausalLM<T>> make_causal_lm(const ModelLayout& layout, Backend& 
 
 template class CausalLM<float>;
 template class CausalLM<double>;
+template class CausalLM<bf16>;
 template std::unique_ptr<CausalLM<float>> make_causal_lm(const ModelLayout&, Backend&, KernelOps<float>&, int, int,
                                                          bool);
 template std::unique_ptr<CausalLM<double>> make_causal_lm(const ModelLayout&, Backend&, KernelOps<double>&, int, int,
                                                           bool);
+template std::unique_ptr<CausalLM<bf16>> make_causal_lm(const ModelLayout&, Backend&, KernelOps<bf16>&, int, int,
+                                                        bool);
 
 }  // namespace zt

@@ -2,7 +2,8 @@
 // architecture: forward with a loss, backward into the ParamSource's gradients, and the figures a
 // run reports. CausalLM also owns what every architecture shares: the batch's tokens on the
 // device (uploaded through pinned staging) and the loss accumulated on the device.
-// T is the compute type: float in training, double in the gradient checks.
+// T is the activation dtype (kernel_ops.h): float or bf16 in training, double in the gradient
+// checks. Weights come as T working copies; gradients, losses and statistics are fp32 in bf16.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,9 @@ namespace zt {
 template <typename T>
 class CausalLM {
  public:
+  using G = GradOf<T>;
+  using S = StatOf<T>;
+
   virtual ~CausalLM() = default;
   CausalLM(const CausalLM&) = delete;
   CausalLM& operator=(const CausalLM&) = delete;
@@ -50,14 +54,15 @@ class CausalLM {
   double per_position(double weight) const { return loss_count_ > 0 ? weight / loss_count_ : 0.0; }
 
   // What every architecture's end looks like: the final norm's output `normed` [BT, C] through the
-  // lm_head (weights [V, C] in `head_unit`) to logits [BT, V] and the cross-entropy.
+  // lm_head (weights [V, C] in `head_unit`) to logits [BT, V] (row stride KernelOps::logits_stride)
+  // and the cross-entropy, through the kernels' classifier ops.
   /// logits = normed head^T, then loss_weight x the mean cross-entropy into the loss sum.
-  void head_forward(ParamSource<T>& params, int head_unit, const T* normed, T* logits, T* losses, int C, int V,
+  void head_forward(ParamSource<T>& params, int head_unit, const T* normed, T* logits, S* losses, int C, int V,
                     double loss_weight);
   /// Its backward: d(logits) in place, the head's gradient accumulated, d(normed) into `dnormed`.
   /// The head's unit finishes here unless it is the embedding's (tied): then the caller finishes
   /// it after embedding_backward, into the accumulator returned.
-  T* head_backward(ParamSource<T>& params, int head_unit, int embedding_unit, const T* normed, T* logits, T* dnormed,
+  G* head_backward(ParamSource<T>& params, int head_unit, int embedding_unit, const T* normed, T* logits, T* dnormed,
                    int C, int V, double dloss_scale);
   /// The blocks' backward, last to first: block_unit(l)'s weights acquired and its gradient
   /// accumulator open around block(l, weights, grads), which recomputes what checkpointing dropped
@@ -67,7 +72,7 @@ class CausalLM {
     for (int l = n_layer - 1; l >= 0; --l) {
       const int unit = block_unit(l);
       const T* w = params.acquire_weights(unit);
-      T* g = params.grad_accumulator(unit);
+      G* g = params.grad_accumulator(unit);
       block(l, w, g);
       params.release_weights(unit);
       params.grads_done(unit);

@@ -96,7 +96,8 @@ class LlamaDecoder final : public Decoder {
 
   LlamaBlockActs<float> acts(int n) {
     float* p = acts_.data();
-    return carve_llama_block_acts(p, cfg_, size_t(n), size_t(cfg_.n_head) * size_t(n) * size_t(position_ + n), false);
+    const size_t att = size_t(cfg_.n_head) * size_t(n) * size_t(position_ + n);
+    return carve_llama_block_acts(p, p, cfg_, size_t(n), att, false);
   }
 
   const LlamaLayout& layout_;

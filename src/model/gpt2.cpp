@@ -15,15 +15,19 @@ Gpt2Model<T>::Gpt2Model(const Gpt2Layout& layout, Backend& backend, KernelOps<T>
   ZT_USAGE_CHECK(max_seq_len <= cfg.n_positions, "block_size ", max_seq_len, " exceeds n_positions ",
                  cfg.n_positions);
   // The arrays zero_estimate counts (model_memory.h), allocated one by one.
-  const Gpt2ActivationArrays a = gpt2_activation_arrays(cfg, size_t(max_batch), size_t(max_seq_len), checkpointing_);
+  const Gpt2ActivationArrays a =
+      gpt2_activation_arrays(cfg, size_t(max_batch), size_t(max_seq_len), checkpointing_, ops.attention_saves_lse(),
+                             size_t(ops.logits_stride(cfg.vocab_size)));
   per_block_elems_ = a.per_block;
+  per_block_stats_ = a.per_block_stats;
   block_inputs_ = DeviceArray<T>(backend, a.block_inputs);
   acts_ = DeviceArray<T>(backend, a.acts);
+  act_stats_ = DeviceArray<S>(backend, a.act_stats);
   lnf_ = DeviceArray<T>(backend, a.lnf);
-  lnf_mean_ = DeviceArray<T>(backend, a.lnf_mean);
-  lnf_rstd_ = DeviceArray<T>(backend, a.lnf_rstd);
+  lnf_mean_ = DeviceArray<S>(backend, a.lnf_mean);
+  lnf_rstd_ = DeviceArray<S>(backend, a.lnf_rstd);
   logits_ = DeviceArray<T>(backend, a.logits);
-  losses_ = DeviceArray<T>(backend, a.losses);
+  losses_ = DeviceArray<S>(backend, a.losses);
   dres_ = DeviceArray<T>(backend, a.dres);
   dln_ = DeviceArray<T>(backend, a.dln);
   dqkv_ = DeviceArray<T>(backend, a.dqkv);
@@ -34,9 +38,8 @@ Gpt2Model<T>::Gpt2Model(const Gpt2Layout& layout, Backend& backend, KernelOps<T>
 
 template <typename T>
 size_t Gpt2Model<T>::activation_bytes() const {
-  size_t total = 0;
-  for (const auto* a : {&block_inputs_, &acts_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &dres_, &dln_,
-                        &dqkv_, &datty_, &dfch_, &dfch_gelu_}) {
+  size_t total = act_stats_.bytes() + lnf_mean_.bytes() + lnf_rstd_.bytes() + losses_.bytes();
+  for (const auto* a : {&block_inputs_, &acts_, &lnf_, &logits_, &dres_, &dln_, &dqkv_, &datty_, &dfch_, &dfch_gelu_}) {
     total += a->bytes();
   }
   return total;
@@ -56,25 +59,27 @@ typename Gpt2Model<T>::BlockActs Gpt2Model<T>::block_acts(int layer) {
   const auto& cfg = layout_.config();
   const size_t BT = size_t(batch_) * seq_, C = cfg.n_embd;
   // Slices are laid out for the current (B, T), inside a slot sized for the maximum.
-  T* p = acts_.data() + size_t(checkpointing_ ? 0 : layer) * per_block_elems_;
-  BlockActs a{};
-  auto take = [&](size_t n) {
-    T* out = p;
-    p += n;
+  const size_t slot = size_t(checkpointing_ ? 0 : layer);
+  T* p = acts_.data() + slot * per_block_elems_;
+  S* ps = act_stats_.data() + slot * per_block_stats_;
+  auto take = [](auto*& from, size_t n) {
+    auto* out = from;
+    from += n;
     return out;
   };
-  a.ln1 = take(BT * C);
-  a.ln1_mean = take(BT);
-  a.ln1_rstd = take(BT);
-  a.qkv = take(BT * 3 * C);
-  a.att = take(size_t(batch_) * cfg.n_head * seq_ * seq_);
-  a.atty = take(BT * C);
-  a.res2 = take(BT * C);
-  a.ln2 = take(BT * C);
-  a.ln2_mean = take(BT);
-  a.ln2_rstd = take(BT);
-  a.fch = take(BT * 4 * C);
-  a.fch_gelu = take(BT * 4 * C);
+  BlockActs a{};
+  a.ln1 = take(p, BT * C);
+  a.qkv = take(p, BT * 3 * C);
+  a.atty = take(p, BT * C);
+  a.res2 = take(p, BT * C);
+  a.ln2 = take(p, BT * C);
+  a.fch = take(p, BT * 4 * C);
+  a.fch_gelu = take(p, BT * 4 * C);
+  a.ln1_mean = take(ps, BT);
+  a.ln1_rstd = take(ps, BT);
+  a.ln2_mean = take(ps, BT);
+  a.ln2_rstd = take(ps, BT);
+  a.att = take(ps, size_t(batch_) * cfg.n_head * seq_ * (ops_.attention_saves_lse() ? 1 : seq_));
   return a;
 }
 
@@ -98,7 +103,7 @@ void Gpt2Model<T>::block_forward(const T* w, const T* x, T* out, const BlockActs
 
 // dres holds d(block output) on entry and d(block input) on return.
 template <typename T>
-void Gpt2Model<T>::block_backward(const T* w, T* g, const T* x, const BlockActs& a, T* dres, int B, int T_) {
+void Gpt2Model<T>::block_backward(const T* w, G* g, const T* x, const BlockActs& a, T* dres, int B, int T_) {
   const auto& cfg = layout_.config();
   const BlockOffsets& o = layout_.block();
   const int BT = B * T_, C = cfg.n_embd;
@@ -154,11 +159,11 @@ void Gpt2Model<T>::backward(ParamSource<T>& params, double dloss_scale) {
   const int emb_unit = layout_.embedding_unit(), final_unit = layout_.final_norm_unit();
 
   // lm_head (tied): the embedding unit's gradients start here and finish at the embedding.
-  T* g_emb = this->head_backward(params, emb_unit, emb_unit, lnf_.data(), logits_.data(), dln_.data(), C,
+  G* g_emb = this->head_backward(params, emb_unit, emb_unit, lnf_.data(), logits_.data(), dln_.data(), C,
                                  cfg.vocab_size, dloss_scale);
 
   const T* wf = params.acquire_weights(final_unit);
-  T* gf = params.grad_accumulator(final_unit);
+  G* gf = params.grad_accumulator(final_unit);
   backend_.zero_async(dres_.data(), BTC * sizeof(T), backend_.compute_stream());
   ops_.layernorm_backward(dres_.data(), gf, gf + layout_.lnf_bias_offset(), dln_.data(),
                           block_inputs_.data() + cfg.n_layer * BTC, wf, lnf_mean_.data(), lnf_rstd_.data(), BT, C);
@@ -166,7 +171,7 @@ void Gpt2Model<T>::backward(ParamSource<T>& params, double dloss_scale) {
   params.grads_done(final_unit);
 
   this->blocks_backward(params, cfg.n_layer, [&](int l) { return layout_.block_unit(l); },
-                        [&](int l, const T* w, T* g) {
+                        [&](int l, const T* w, G* g) {
                           const T* x = block_inputs_.data() + l * BTC;
                           BlockActs a = block_acts(l);
                           if (checkpointing_) {
@@ -184,5 +189,6 @@ void Gpt2Model<T>::backward(ParamSource<T>& params, double dloss_scale) {
 
 template class Gpt2Model<float>;
 template class Gpt2Model<double>;
+template class Gpt2Model<bf16>;
 
 }  // namespace zt

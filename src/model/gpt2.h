@@ -21,23 +21,28 @@ class Gpt2Model final : public CausalLM<T> {
   double flops_per_token_forward(int seq_len) const override;
 
  private:
+  using G = GradOf<T>;
+  using S = StatOf<T>;
   struct BlockActs {  // what one block's backward needs
-    T *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+    T *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu;
+    S *ln1_mean, *ln1_rstd, *att, *ln2_mean, *ln2_rstd;
   };
   BlockActs block_acts(int layer);
   void block_forward(const T* w, const T* x, T* out, const BlockActs& a, int B, int T_);
-  void block_backward(const T* w, T* g, const T* x, const BlockActs& a, T* dres, int B, int T_);
+  void block_backward(const T* w, G* g, const T* x, const BlockActs& a, T* dres, int B, int T_);
 
   using CausalLM<T>::backend_, CausalLM<T>::ops_, CausalLM<T>::batch_, CausalLM<T>::seq_, CausalLM<T>::inputs_,
       CausalLM<T>::targets_, CausalLM<T>::loss_sum_;
 
   const Gpt2Layout& layout_;
   bool checkpointing_;
-  size_t per_block_elems_ = 0;
+  size_t per_block_elems_ = 0, per_block_stats_ = 0;
 
   DeviceArray<T> block_inputs_;  // (L + 1) x [B T C]: each block's input, and the final output
   DeviceArray<T> acts_;          // L blocks (or 1 with checkpointing) x per_block_elems_
-  DeviceArray<T> lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  DeviceArray<S> act_stats_;     // L blocks (or 1) x per_block_stats_: norm statistics, attention
+  DeviceArray<T> lnf_, logits_;
+  DeviceArray<S> lnf_mean_, lnf_rstd_, losses_;
   DeviceArray<T> dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
 };
 

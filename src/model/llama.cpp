@@ -23,16 +23,19 @@ LlamaModel<T>::LlamaModel(const LlamaLayout& layout, Backend& backend, KernelOps
   kv_dim_ = cfg.n_kv_head * cfg.head_size();
   // The arrays zero_estimate counts (model_memory.h), allocated one by one.
   const LlamaActivationArrays a =
-      llama_activation_arrays(cfg, size_t(max_batch), size_t(max_seq_len), checkpointing_);
+      llama_activation_arrays(cfg, size_t(max_batch), size_t(max_seq_len), checkpointing_, ops.attention_saves_lse(),
+                              size_t(ops.logits_stride(cfg.vocab_size)));
   per_block_elems_ = a.per_block;
+  per_block_stats_ = a.per_block_stats;
   block_inputs_ = DeviceArray<T>(backend, a.block_inputs);
   acts_ = DeviceArray<T>(backend, a.acts);
+  act_stats_ = DeviceArray<S>(backend, a.act_stats);
   lnf_ = DeviceArray<T>(backend, a.lnf);
-  lnf_rstd_ = DeviceArray<T>(backend, a.lnf_rstd);
+  lnf_rstd_ = DeviceArray<S>(backend, a.lnf_rstd);
   logits_ = DeviceArray<T>(backend, a.logits);
-  losses_ = DeviceArray<T>(backend, a.losses);
-  rope_cos_ = DeviceArray<T>(backend, a.rope_cos);
-  rope_sin_ = DeviceArray<T>(backend, a.rope_sin);
+  losses_ = DeviceArray<S>(backend, a.losses);
+  rope_cos_ = DeviceArray<S>(backend, a.rope_cos);
+  rope_sin_ = DeviceArray<S>(backend, a.rope_sin);
   dres_ = DeviceArray<T>(backend, a.dres);
   dln_ = DeviceArray<T>(backend, a.dln);
   datty_ = DeviceArray<T>(backend, a.datty);
@@ -46,22 +49,22 @@ LlamaModel<T>::LlamaModel(const LlamaLayout& layout, Backend& backend, KernelOps
   // The rotary tables, once: computed on the host, copied through pinned staging.
   std::vector<double> cos, sin;
   rope_tables(cfg, max_seq_len, cos, sin);
-  DeviceArray<T> staging(backend, 2 * cos.size(), Pool::kPinned);
+  DeviceArray<S> staging(backend, 2 * cos.size(), Pool::kPinned);
   for (size_t i = 0; i < cos.size(); ++i) {
-    staging.data()[i] = T(cos[i]);
-    staging.data()[cos.size() + i] = T(sin[i]);
+    staging.data()[i] = S(cos[i]);
+    staging.data()[cos.size() + i] = S(sin[i]);
   }
   Stream& compute = backend.compute_stream();
-  backend.copy_async(rope_cos_.data(), staging.data(), cos.size() * sizeof(T), compute);
-  backend.copy_async(rope_sin_.data(), staging.data() + cos.size(), sin.size() * sizeof(T), compute);
+  backend.copy_async(rope_cos_.data(), staging.data(), cos.size() * sizeof(S), compute);
+  backend.copy_async(rope_sin_.data(), staging.data() + cos.size(), sin.size() * sizeof(S), compute);
   backend.synchronize(compute);  // before the staging is freed
 }
 
 template <typename T>
 size_t LlamaModel<T>::activation_bytes() const {
-  size_t total = 0;
-  for (const auto* a : {&block_inputs_, &acts_, &lnf_, &lnf_rstd_, &logits_, &losses_, &rope_cos_, &rope_sin_, &dres_,
-                        &dln_, &datty_, &dq_, &dk_, &dv_, &dh_, &dgate_, &dup_}) {
+  size_t total = act_stats_.bytes() + lnf_rstd_.bytes() + losses_.bytes() + rope_cos_.bytes() + rope_sin_.bytes();
+  for (const auto* a : {&block_inputs_, &acts_, &lnf_, &logits_, &dres_, &dln_, &datty_, &dq_, &dk_, &dv_, &dh_,
+                        &dgate_, &dup_}) {
     total += a->bytes();
   }
   return total;
@@ -80,13 +83,16 @@ double LlamaModel<T>::flops_per_token_forward(int seq_len) const {
 template <typename T>
 LlamaBlockActs<T> LlamaModel<T>::block_acts(int layer) {
   const auto& cfg = layout_.config();
-  T* p = acts_.data() + size_t(checkpointing_ ? 0 : layer) * per_block_elems_;
+  const size_t slot = size_t(checkpointing_ ? 0 : layer);
+  T* p = acts_.data() + slot * per_block_elems_;
+  S* ps = act_stats_.data() + slot * per_block_stats_;
   // Slices are laid out for the current (B, T), inside a slot sized for the maximum.
-  return carve_llama_block_acts(p, cfg, size_t(batch_) * seq_, size_t(batch_) * cfg.n_head * seq_ * seq_, true);
+  const size_t att = size_t(batch_) * cfg.n_head * seq_ * (ops_.attention_saves_lse() ? 1 : seq_);
+  return carve_llama_block_acts(p, ps, cfg, size_t(batch_) * seq_, att, true);
 }
 
 template <typename T>
-void LlamaModel<T>::project_backward(T* dx, T* g, const T* dout, const T* x, const T* w, size_t weight, size_t bias,
+void LlamaModel<T>::project_backward(T* dx, G* g, const T* dout, const T* x, const T* w, size_t weight, size_t bias,
                                      int rows, int in, int out_dim, bool accumulate_dx) {
   ops_.linear_backward(dx, g + weight, bias == LlamaBlockOffsets::kNone ? nullptr : g + bias, dout, x, w + weight,
                        rows, in, out_dim, accumulate_dx);
@@ -104,8 +110,8 @@ void project(KernelOps<T>& ops, T* out, const T* x, const T* w, size_t weight, s
 
 template <typename T>
 void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
-                         const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past, const T* cos,
-                         const T* sin) {
+                         const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past,
+                         const StatOf<T>* cos, const StatOf<T>* sin) {
   const int BT = B * T_, C = cfg.n_embd, I = cfg.intermediate_size, hs = cfg.head_size();
   const int q_dim = cfg.n_head * hs, kv_dim = cfg.n_kv_head * hs;
   const size_t half = size_t(hs / 2);
@@ -128,7 +134,7 @@ void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaB
 
 // dres holds d(block output) on entry and d(block input) on return.
 template <typename T>
-void LlamaModel<T>::block_backward(const T* w, T* g, const T* x, const LlamaBlockActs<T>& a, T* dres, int B,
+void LlamaModel<T>::block_backward(const T* w, G* g, const T* x, const LlamaBlockActs<T>& a, T* dres, int B,
                                    int T_) {
   const auto& cfg = layout_.config();
   const LlamaBlockOffsets& o = layout_.block();
@@ -189,11 +195,11 @@ void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
   const int final_unit = layout_.final_norm_unit();
 
   // lm_head: its own unit finishes here; a tied one finishes at the embedding.
-  T* g_head = this->head_backward(params, head_unit, emb_unit, lnf_.data(), logits_.data(), dln_.data(), C,
+  G* g_head = this->head_backward(params, head_unit, emb_unit, lnf_.data(), logits_.data(), dln_.data(), C,
                                   cfg.vocab_size, dloss_scale);
 
   const T* wf = params.acquire_weights(final_unit);
-  T* gf = params.grad_accumulator(final_unit);
+  G* gf = params.grad_accumulator(final_unit);
   backend_.zero_async(dres_.data(), BTC * sizeof(T), backend_.compute_stream());
   ops_.rmsnorm_backward(dres_.data(), gf, dln_.data(), block_inputs_.data() + cfg.n_layer * BTC, wf, lnf_rstd_.data(),
                         BT, C);
@@ -201,7 +207,7 @@ void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
   params.grads_done(final_unit);
 
   this->blocks_backward(params, cfg.n_layer, [&](int l) { return layout_.block_unit(l); },
-                        [&](int l, const T* w, T* g) {
+                        [&](int l, const T* w, G* g) {
                           const T* x = block_inputs_.data() + l * BTC;
                           const LlamaBlockActs<T> a = block_acts(l);
                           if (checkpointing_) {
@@ -213,7 +219,7 @@ void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
                           block_backward(w, g, x, a, dres_.data(), B, T_);
                         });
 
-  T* g_emb = head_unit == emb_unit ? g_head : params.grad_accumulator(emb_unit);
+  G* g_emb = head_unit == emb_unit ? g_head : params.grad_accumulator(emb_unit);
   ops_.embedding_backward(g_emb, nullptr, dres_.data(), inputs_.data(), B, T_, C);
   params.grads_done(emb_unit);
   params.backward_done();
@@ -227,5 +233,6 @@ template void llama_block_forward(KernelOps<double>&, const ModelConfig&, const 
                                   const double*);
 template class LlamaModel<float>;
 template class LlamaModel<double>;
+template class LlamaModel<bf16>;
 
 }  // namespace zt

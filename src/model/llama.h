@@ -23,10 +23,12 @@ class LlamaModel final : public CausalLM<T> {
   double flops_per_token_forward(int seq_len) const override;
 
  private:
+  using G = GradOf<T>;
+  using S = StatOf<T>;
   LlamaBlockActs<T> block_acts(int layer);
-  void block_backward(const T* w, T* g, const T* x, const LlamaBlockActs<T>& a, T* dres, int B, int T_);
+  void block_backward(const T* w, G* g, const T* x, const LlamaBlockActs<T>& a, T* dres, int B, int T_);
   /// The gradients of a projection at block offsets (weight, bias).
-  void project_backward(T* dx, T* g, const T* dout, const T* x, const T* w, size_t weight, size_t bias, int rows,
+  void project_backward(T* dx, G* g, const T* dout, const T* x, const T* w, size_t weight, size_t bias, int rows,
                         int in, int out_dim, bool accumulate_dx);
 
   using CausalLM<T>::backend_, CausalLM<T>::ops_, CausalLM<T>::batch_, CausalLM<T>::seq_, CausalLM<T>::inputs_,
@@ -35,11 +37,13 @@ class LlamaModel final : public CausalLM<T> {
   const LlamaLayout& layout_;
   bool checkpointing_;
   int q_dim_, kv_dim_;  // NH x head size, NKV x head size
-  size_t per_block_elems_ = 0;
+  size_t per_block_elems_ = 0, per_block_stats_ = 0;
 
   DeviceArray<T> block_inputs_;  // (L + 1) x [B T C]: each block's input, and the final output
   DeviceArray<T> acts_;          // L blocks (or 1 with checkpointing) x per_block_elems_
-  DeviceArray<T> lnf_, lnf_rstd_, logits_, losses_, rope_cos_, rope_sin_;
+  DeviceArray<S> act_stats_;     // L blocks (or 1) x per_block_stats_: rstd, attention
+  DeviceArray<T> lnf_, logits_;
+  DeviceArray<S> lnf_rstd_, losses_, rope_cos_, rope_sin_;
   DeviceArray<T> dres_, dln_, datty_, dq_, dk_, dv_, dh_, dgate_, dup_;
 };
 

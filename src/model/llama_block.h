@@ -9,40 +9,44 @@
 namespace zt {
 
 /// What one block's forward writes, and its backward reads. k and v are where this call's keys
-/// and values go: rows [past, past + T) of the sequence whose keys start at k_all / v_all.
+/// and values go: rows [past, past + T) of the sequence whose keys start at k_all / v_all. The
+/// norm statistics and attention probabilities are StatOf<T> (fp32 in a bf16 model).
 template <typename T>
 struct LlamaBlockActs {
-  T *xn1, *rstd1, *q, *k, *v, *att, *atty, *res2, *xn2, *rstd2, *gate, *up, *h;
+  T *xn1, *q, *k, *v, *atty, *res2, *xn2, *gate, *up, *h;
+  StatOf<T> *rstd1, *att, *rstd2;
   const T *k_all, *v_all;
 };
 
-/// Carves one block's arrays for `rows` tokens out of p (advanced past them), the attention
+/// Carves one block's arrays for `rows` tokens out of p, and its statistics out of ps (each
+/// advanced past what it gave; they may be the same pointer when the types are), the attention
 /// probabilities taking att_elems; k and v only when `with_kv` (generation keeps them in its cache).
 template <typename T>
-LlamaBlockActs<T> carve_llama_block_acts(T*& p, const ModelConfig& cfg, size_t rows, size_t att_elems, bool with_kv) {
+LlamaBlockActs<T> carve_llama_block_acts(T*& p, StatOf<T>*& ps, const ModelConfig& cfg, size_t rows,
+                                         size_t att_elems, bool with_kv) {
   const size_t C = size_t(cfg.n_embd), I = size_t(cfg.intermediate_size);
   const size_t q = size_t(cfg.n_head) * size_t(cfg.head_size()), kv = size_t(cfg.n_kv_head) * size_t(cfg.head_size());
-  auto take = [&](size_t n) {
-    T* out = p;
-    p += n;
+  auto take = [](auto*& from, size_t n) {
+    auto* out = from;
+    from += n;
     return out;
   };
   LlamaBlockActs<T> a{};
-  a.xn1 = take(rows * C);
-  a.rstd1 = take(rows);
-  a.q = take(rows * q);
+  a.xn1 = take(p, rows * C);
+  a.q = take(p, rows * q);
   if (with_kv) {
-    a.k = take(rows * kv);
-    a.v = take(rows * kv);
+    a.k = take(p, rows * kv);
+    a.v = take(p, rows * kv);
   }
-  a.att = take(att_elems);
-  a.atty = take(rows * q);
-  a.res2 = take(rows * C);
-  a.xn2 = take(rows * C);
-  a.rstd2 = take(rows);
-  a.gate = take(rows * I);
-  a.up = take(rows * I);
-  a.h = take(rows * I);
+  a.atty = take(p, rows * q);
+  a.res2 = take(p, rows * C);
+  a.xn2 = take(p, rows * C);
+  a.gate = take(p, rows * I);
+  a.up = take(p, rows * I);
+  a.h = take(p, rows * I);
+  a.rstd1 = take(ps, rows);
+  a.att = take(ps, att_elems);
+  a.rstd2 = take(ps, rows);
   a.k_all = a.k;
   a.v_all = a.v;
   return a;
@@ -52,7 +56,7 @@ LlamaBlockActs<T> carve_llama_block_acts(T*& p, const ModelConfig& cfg, size_t r
 /// position 0 (rope.h). Training passes past = 0 and k_all = k.
 template <typename T>
 void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
-                         const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past, const T* cos,
-                         const T* sin);
+                         const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past,
+                         const StatOf<T>* cos, const StatOf<T>* sin);
 
 }  // namespace zt

@@ -6,48 +6,55 @@
 namespace zt {
 
 // Gpt2Model. Per block (kept for all L, or for one with checkpointing, which recomputes): ln1,
-// qkv, attention output, residual, ln2 (7C per token), the MLP's two 4C intermediates, four
-// layernorm statistics per token and the attention probabilities (H T per token), all in one
-// array. Plus every block's input (one array), ln_f with its statistics, the logits and losses,
+// qkv, attention output, residual, ln2 (7C per token) and the MLP's two 4C intermediates in one
+// array; four layernorm statistics per token and the attention probabilities (H T per token) in
+// another. Plus every block's input (one array), ln_f with its statistics, the logits and losses,
 // and backward's scratch (14C per token), each its own array.
 Gpt2ActivationArrays gpt2_activation_arrays(const ModelConfig& m, size_t batch, size_t seq_len,
-                                            bool gradient_checkpointing) {
+                                            bool gradient_checkpointing, bool attention_lse, size_t logits_stride) {
   const size_t B = batch, T = seq_len, BT = B * T;
   const size_t C = size_t(m.n_embd), V = size_t(m.vocab_size), H = size_t(m.n_head), L = size_t(m.n_layer);
   Gpt2ActivationArrays a;
-  a.per_block = BT * (C + 3 * C + C + C + C + 4 * C + 4 * C) + 4 * BT + B * H * T * T;
+  a.per_block = BT * (C + 3 * C + C + C + C + 4 * C + 4 * C);
+  a.per_block_stats = 4 * BT + B * H * T * (attention_lse ? 1 : T);
   a.block_inputs = (L + 1) * BT * C;
   a.acts = (gradient_checkpointing ? 1 : L) * a.per_block;
+  a.act_stats = (gradient_checkpointing ? 1 : L) * a.per_block_stats;
   a.lnf = BT * C;
   a.lnf_mean = a.lnf_rstd = a.losses = BT;
-  a.logits = BT * V;
+  a.logits = BT * (logits_stride ? logits_stride : V);
   a.dres = a.dln = a.datty = BT * C;
   a.dqkv = BT * 3 * C;
   a.dfch = a.dfch_gelu = BT * 4 * C;
   return a;
 }
 
-std::vector<size_t> Gpt2ActivationArrays::elements() const {
-  return {block_inputs, acts, lnf, lnf_mean, lnf_rstd, logits, losses, dres, dln, dqkv, datty, dfch, dfch_gelu};
+std::vector<ActivationArray> Gpt2ActivationArrays::arrays() const {
+  return {{block_inputs}, {acts}, {act_stats, true}, {lnf}, {lnf_mean, true}, {lnf_rstd, true}, {logits},
+          {losses, true}, {dres}, {dln}, {dqkv}, {datty}, {dfch}, {dfch_gelu}};
 }
 
-// LlamaModel. Per block: the two RMSNorm outputs with their rstd, q, k and v after the rotary,
-// the attention probabilities and output, the residual, and the MLP's gate, up and product.
+// LlamaModel. Per block: the two RMSNorm outputs, q, k and v after the rotary, the attention
+// output, the residual, and the MLP's gate, up and product in one array; the two rstd and the
+// attention probabilities in another.
 // Plus every block's input, the final norm, logits and losses, the rotary tables, and
 // backward's scratch, each its own array.
 LlamaActivationArrays llama_activation_arrays(const ModelConfig& m, size_t batch, size_t seq_len,
-                                              bool gradient_checkpointing) {
+                                              bool gradient_checkpointing, bool attention_lse,
+                                              size_t logits_stride) {
   const size_t B = batch, T = seq_len, BT = B * T;
   const size_t C = size_t(m.n_embd), V = size_t(m.vocab_size), H = size_t(m.n_head), L = size_t(m.n_layer);
   const size_t q = H * size_t(m.head_size()), kv = size_t(m.n_kv_head) * size_t(m.head_size());
   const size_t I = size_t(m.intermediate_size);
   LlamaActivationArrays a;
-  a.per_block = BT * (C + q + 2 * kv + q + C + C + 3 * I) + 2 * BT + B * H * T * T;
+  a.per_block = BT * (C + q + 2 * kv + q + C + C + 3 * I);
+  a.per_block_stats = 2 * BT + B * H * T * (attention_lse ? 1 : T);
   a.block_inputs = (L + 1) * BT * C;
   a.acts = (gradient_checkpointing ? 1 : L) * a.per_block;
+  a.act_stats = (gradient_checkpointing ? 1 : L) * a.per_block_stats;
   a.lnf = BT * C;
   a.lnf_rstd = a.losses = BT;
-  a.logits = BT * V;
+  a.logits = BT * (logits_stride ? logits_stride : V);
   a.rope_cos = a.rope_sin = T * size_t(m.head_size() / 2);
   a.dres = a.dln = BT * C;
   a.datty = a.dq = BT * q;
@@ -56,24 +63,67 @@ LlamaActivationArrays llama_activation_arrays(const ModelConfig& m, size_t batch
   return a;
 }
 
-std::vector<size_t> LlamaActivationArrays::elements() const {
-  return {block_inputs, acts, lnf, lnf_rstd, logits, losses, rope_cos, rope_sin,
-          dres, dln,  datty, dq,       dk,     dv,     dh,       dgate,    dup};
+std::vector<ActivationArray> LlamaActivationArrays::arrays() const {
+  return {{block_inputs}, {acts},  {act_stats, true}, {lnf},           {lnf_rstd, true}, {logits},
+          {losses, true}, {rope_cos, true}, {rope_sin, true}, {dres}, {dln}, {datty}, {dq}, {dk}, {dv},
+          {dh},           {dgate}, {dup}};
 }
 
 std::vector<size_t> activation_allocations(const ModelConfig& m, size_t batch, size_t seq_len,
-                                           bool gradient_checkpointing) {
-  std::vector<size_t> bytes = m.architecture() == Architecture::kLlama
-                                  ? llama_activation_arrays(m, batch, seq_len, gradient_checkpointing).elements()
-                                  : gpt2_activation_arrays(m, batch, seq_len, gradient_checkpointing).elements();
-  for (size_t& b : bytes) b *= sizeof(float);  // the model computes in fp32
+                                           bool gradient_checkpointing, DType activation_dtype, bool attention_lse,
+                                           size_t logits_stride) {
+  const std::vector<ActivationArray> arrays =
+      m.architecture() == Architecture::kLlama
+          ? llama_activation_arrays(m, batch, seq_len, gradient_checkpointing, attention_lse, logits_stride).arrays()
+          : gpt2_activation_arrays(m, batch, seq_len, gradient_checkpointing, attention_lse, logits_stride).arrays();
+  std::vector<size_t> bytes;
+  for (const ActivationArray& a : arrays) {
+    bytes.push_back(a.elements * (a.stat ? sizeof(float) : dtype_size(activation_dtype)));
+  }
   return bytes;
 }
 
-size_t activation_bytes(const ModelConfig& m, size_t batch, size_t seq_len, bool gradient_checkpointing) {
+size_t activation_bytes(const ModelConfig& m, size_t batch, size_t seq_len, bool gradient_checkpointing,
+                        DType activation_dtype, bool attention_lse, size_t logits_stride) {
   size_t total = 0;
-  for (size_t b : activation_allocations(m, batch, seq_len, gradient_checkpointing)) total += b;
+  for (size_t b :
+       activation_allocations(m, batch, seq_len, gradient_checkpointing, activation_dtype, attention_lse, logits_stride)) {
+    total += b;
+  }
   return total;
+}
+
+// The floats each op of widened_bf16_kernels.cpp declares (its widened inputs and outputs),
+// for every op the model runs; the arena is the largest.
+size_t widened_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len) {
+  const size_t T = seq_len, BT = batch * seq_len, C = size_t(m.n_embd), V = size_t(m.vocab_size);
+  // A GEMM's forward (out, x, weight, bias) and backward (dx, dout, x, weight).
+  auto gemm = [&](size_t in, size_t out, bool bias) {
+    return std::max(BT * out + BT * in + in * out + (bias ? out : 0), BT * in + BT * out + BT * in + in * out);
+  };
+  std::vector<size_t> ops{
+      BT * V + BT * C + V * C,          // lm_head forward
+      BT * C + BT * V + BT * C + V * C,  // lm_head backward
+      2 * BT * C,                       // residual accumulate
+      3 * BT * C + C,                   // norm backward (layernorm's forward 2 BT C + 2 C is smaller)
+  };
+  if (m.architecture() == Architecture::kLlama) {
+    const size_t q = size_t(m.n_head) * size_t(m.head_size()), kv = size_t(m.n_kv_head) * size_t(m.head_size());
+    const size_t I = size_t(m.intermediate_size);
+    const bool qkv_bias = m.attention_bias || m.qkv_bias;
+    ops.insert(ops.end(), {(BT + V) * C,                 // embedding forward
+                           gemm(C, q, qkv_bias), gemm(C, kv, qkv_bias), gemm(q, C, m.attention_bias),
+                           gemm(C, I, m.mlp_bias), gemm(I, C, m.mlp_bias),
+                           2 * BT * q + 2 * BT * kv,      // attention forward
+                           3 * BT * q + 4 * BT * kv,      // attention backward
+                           5 * BT * I});                  // SwiGLU backward
+  } else {
+    ops.insert(ops.end(), {(BT + V + T) * C,  // embedding forward, with positions
+                           gemm(C, 3 * C, true), gemm(C, C, true), gemm(C, 4 * C, true), gemm(4 * C, C, true),
+                           7 * BT * C,        // attention backward (forward: 4 BT C)
+                           12 * BT * C});     // GELU backward on the 4C intermediate
+  }
+  return *std::max_element(ops.begin(), ops.end()) * sizeof(float);
 }
 
 int64_t largest_layer_params(const ModelConfig& m) {

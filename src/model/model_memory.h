@@ -9,39 +9,64 @@
 #include <vector>
 
 #include "config/model_config.h"
+#include "core/dtype.h"
 
 namespace zt {
 
-/// The arrays of activations and backward scratch Gpt2Model allocates on the device, in elements
-/// of its compute type, one field per allocation: its constructor allocates exactly these, so the
-/// estimate and the model cannot disagree.
-struct Gpt2ActivationArrays {
-  size_t per_block = 0;  ///< elements one block keeps (acts holds per_block x the kept blocks)
-  size_t block_inputs = 0, acts = 0, lnf = 0, lnf_mean = 0, lnf_rstd = 0, logits = 0, losses = 0;
-  size_t dres = 0, dln = 0, dqkv = 0, datty = 0, dfch = 0, dfch_gelu = 0;
-  /// Every allocation's elements, in the constructor's order.
-  std::vector<size_t> elements() const;
+/// One device allocation of a model's activations: `elements` of the activation dtype, or of the
+/// statistics type when `stat` (fp32 in a bf16 model: kernel_ops.h's KernelTypes).
+struct ActivationArray {
+  size_t elements = 0;
+  bool stat = false;
 };
-Gpt2ActivationArrays gpt2_activation_arrays(const ModelConfig& config, size_t batch, size_t seq_len,
-                                            bool gradient_checkpointing);
 
-/// The same for LlamaModel (the Llama family).
+/// The arrays of activations and backward scratch Gpt2Model allocates on the device, one field per
+/// allocation: its constructor allocates exactly these, so the estimate and the model cannot
+/// disagree. Fields are in activation elements except the statistics (act_stats, lnf_mean,
+/// lnf_rstd, losses), which are in statistics elements.
+struct Gpt2ActivationArrays {
+  size_t per_block = 0, per_block_stats = 0;  ///< what one block keeps, of each type
+  size_t block_inputs = 0, acts = 0, act_stats = 0, lnf = 0, lnf_mean = 0, lnf_rstd = 0, logits = 0, losses = 0;
+  size_t dres = 0, dln = 0, dqkv = 0, datty = 0, dfch = 0, dfch_gelu = 0;
+  /// Every allocation, in the constructor's order.
+  std::vector<ActivationArray> arrays() const;
+};
+/// `attention_lse`: the kernels save each attention row's logsumexp instead of its probabilities
+/// (KernelOps::attention_saves_lse); `logits_stride`: the row stride of the logits
+/// (KernelOps::logits_stride; 0: the vocabulary).
+Gpt2ActivationArrays gpt2_activation_arrays(const ModelConfig& config, size_t batch, size_t seq_len,
+                                            bool gradient_checkpointing, bool attention_lse = false,
+                                            size_t logits_stride = 0);
+
+/// The same for LlamaModel (the Llama family); statistics: act_stats, lnf_rstd, losses and the
+/// rotary tables.
 struct LlamaActivationArrays {
-  size_t per_block = 0;
-  size_t block_inputs = 0, acts = 0, lnf = 0, lnf_rstd = 0, logits = 0, losses = 0, rope_cos = 0, rope_sin = 0;
+  size_t per_block = 0, per_block_stats = 0;
+  size_t block_inputs = 0, acts = 0, act_stats = 0, lnf = 0, lnf_rstd = 0, logits = 0, losses = 0, rope_cos = 0,
+         rope_sin = 0;
   size_t dres = 0, dln = 0, datty = 0, dq = 0, dk = 0, dv = 0, dh = 0, dgate = 0, dup = 0;
-  std::vector<size_t> elements() const;
+  std::vector<ActivationArray> arrays() const;
 };
 LlamaActivationArrays llama_activation_arrays(const ModelConfig& config, size_t batch, size_t seq_len,
-                                              bool gradient_checkpointing);
+                                              bool gradient_checkpointing, bool attention_lse = false,
+                                              size_t logits_stride = 0);
 
 /// Bytes of each activation array the model allocates for a forward and backward of `batch`
-/// sequences of `seq_len` tokens (fp32), with one block kept at a time under gradient
-/// checkpointing: one entry per device allocation (the CUDA allocator rounds each).
+/// sequences of `seq_len` tokens with activations in `activation_dtype` (fp32 or bf16;
+/// statistics fp32), with one block kept at a time under gradient checkpointing: one entry per
+/// device allocation (the CUDA allocator rounds each).
 std::vector<size_t> activation_allocations(const ModelConfig& config, size_t batch, size_t seq_len,
-                                           bool gradient_checkpointing);
+                                           bool gradient_checkpointing, DType activation_dtype = DType::kF32,
+                                           bool attention_lse = false, size_t logits_stride = 0);
 /// Their sum.
-size_t activation_bytes(const ModelConfig& config, size_t batch, size_t seq_len, bool gradient_checkpointing);
+size_t activation_bytes(const ModelConfig& config, size_t batch, size_t seq_len, bool gradient_checkpointing,
+                        DType activation_dtype = DType::kF32, bool attention_lse = false, size_t logits_stride = 0);
+
+/// The fp32 scratch the CPU's bf16 kernels hold (backend/cpu/widened_bf16_kernels.cpp: each op
+/// widens its bf16 operands into one arena, which grows to the largest op's): the largest op of
+/// a forward and backward of `batch` x `seq_len`, counting the whole embedding table (the
+/// kernels widen its rows up to the batch's largest token).
+size_t widened_bf16_scratch_bytes(const ModelConfig& config, size_t batch, size_t seq_len);
 
 /// DeepSpeed's "largest layer": the most parameters held directly by one module of the HF model
 /// (the token embedding or the lm_head, or an MLP projection when the model is wide).

@@ -1,5 +1,5 @@
-// OUTPUT/metrics.jsonl: one JSON object per line, each with an "event" (start, step, eval,
-// checkpoint, preempted, interrupted, end; every field in docs/formats.md), written by rank 0
+// OUTPUT/metrics.jsonl: one JSON object per line, each with an "event" (start, step, profile,
+// eval, checkpoint, preempted, interrupted, end; every field in docs/formats.md), written by rank 0
 // and flushed line by line so a crashed run keeps everything before the crash.
 // A NaN or infinite value is written as null and its key listed in "nonfinite", so that every
 // line is valid JSON.

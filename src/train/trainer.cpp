@@ -8,7 +8,7 @@
 //   3. the training loop (train): per step this rank's slice of the global batch, forward,
 //      backward, the ZeRO engine's step (train_step), logging (log_step), checkpointing
 //      (save_checkpoint_if_due) and a stop by a signal (stop_after_signal); evaluation (run_eval)
-//      at --eval_steps;
+//      at --eval_steps; with --profile_steps, the self-profile's table (train/step_profile.h);
 //   4. the end: the final evaluation, metrics.jsonl's end line and the closing log (finish_run).
 #include "train/trainer.h"
 
@@ -40,11 +40,12 @@
 #include "core/timer.h"
 #include "data/sampler.h"
 #include "data/token_shard.h"
-#include "model/causal_lm.h"
+#include "model/bound_model.h"
 #include "model/model_layout.h"
 #include "train/metrics.h"
 #include "train/monitor.h"
 #include "train/output_dir.h"
+#include "train/step_profile.h"
 #include "train/stop_signals.h"
 #include "core/progress.h"
 #include "zero/engine.h"
@@ -162,7 +163,7 @@ Batches make_batches(const Setup& setup, const TrainArgs& args) {
 // The engine holding the model states, the model computing with them, and DeepSpeed's monitors.
 struct EngineParts {
   std::unique_ptr<ZeroEngine> engine;
-  std::unique_ptr<CausalLM<float>> model;
+  std::unique_ptr<BoundModel> model;
   std::unique_ptr<MonitorMaster> monitors;
 };
 
@@ -170,15 +171,28 @@ struct EngineParts {
 // opened (truncating it under --overwrite_output_dir) or a step is written: the engine reserves
 // its memory and NVMe swap files (a bad nvme_path, a full disk), the model its activations (a
 // micro-batch too large for memory), and rank 0 creates the monitors' directories and files.
+// Both are built over the profiler's kernels and communicator (the backend's own unless profiling).
 EngineParts build_engine(const Setup& setup, const TrainArgs& args, const ModelLayout& layout, Backend& backend,
-                         DataComm& data_comm, HostComm& comm) {
+                         StepProfiler& profiler, HostComm& comm) {
   const int micro_batch = int(setup.ds.train_micro_batch_size_per_gpu);
   const int eval_batch = int(args.per_device_eval_batch_size);
   EngineParts parts;
   try {
-    parts.engine = std::make_unique<ZeroEngine>(layout, backend, data_comm, comm, setup.ds);
-    parts.model = make_causal_lm<float>(layout, backend, backend.ops(), std::max(micro_batch, eval_batch),
-                                                     setup.seq_len, args.gradient_checkpointing);
+    const DType activations =
+        resolve_activation_dtype(args.activation_dtype, setup.ds.param_dtype(), backend.name() == "cuda");
+    // As HF's --tf32, which raises where the hardware has no TF32.
+    ZT_USAGE_CHECK(!args.tf32 || backend.ops().set_allow_tf32(true), "--tf32 needs a GPU with TF32 (Ampere or "
+                   "newer); the ", backend.name(), " backend computes fp32 GEMMs in exact fp32");
+    parts.engine = std::make_unique<ZeroEngine>(layout, backend, profiler.data_comm(), comm, setup.ds, activations);
+    const int max_batch = std::max(micro_batch, eval_batch);
+    ZeroEngine& engine = *parts.engine;
+    parts.model = activations == DType::kBF16
+                      ? bind_model(make_causal_lm<bf16>(layout, backend, profiler.kernels<bf16>(), max_batch,
+                                                        setup.seq_len, args.gradient_checkpointing),
+                                   engine.params<bf16>())
+                      : bind_model(make_causal_lm<float>(layout, backend, profiler.kernels<float>(), max_batch,
+                                                         setup.seq_len, args.gradient_checkpointing),
+                                   engine.params<float>());
     parts.monitors = std::make_unique<MonitorMaster>(setup.ds.tensorboard, setup.ds.csv_monitor, comm.rank() == 0);
   } catch (const OutOfMemory& e) {
     // A run that does not fit is bad input like any other here: agreed on, one line, exit 2.
@@ -256,7 +270,9 @@ void log_run_config(const Setup& setup, const TrainArgs& args, const ModelLayout
            m.kv_heads() != m.n_head ? cat(" (", m.kv_heads(), " kv)") : std::string(), ", ", human_count(double(layout.num_params())),
            " parameters, vocab ", m.vocab_size, ", block ", setup.seq_len);
   log_info("backend: ", backend.describe(), "; ", world_size, " rank(s) on ", place.num_nodes, " node(s)");
-  log_info("training: ", dtype_name(ds.param_dtype()), " (matmuls in ", dtype_name(engine.matmul_dtype()),
+  log_info("training: ", dtype_name(ds.param_dtype()), " (activations in ", dtype_name(engine.activation_dtype()),
+           ", matmuls in ", dtype_name(engine.matmul_dtype()),
+           args.tf32 && engine.matmul_dtype() == DType::kF32 ? " on TF32 tensor cores" : "",
            ", gradients accumulated in ", dtype_name(ds.grad_dtype()), "), ZeRO stage ", ds.zero.stage,
            ", batch ", ds.train_batch_size, " = ", ds.train_micro_batch_size_per_gpu, " x ",
            ds.gradient_accumulation_steps, " x ", world_size,
@@ -270,7 +286,7 @@ void log_run_config(const Setup& setup, const TrainArgs& args, const ModelLayout
 
 // metrics.jsonl's first line: the run's shape and the bytes each rank holds, reported as the max
 // over ranks (ranks differ only by padding), so that memory per stage reads without a profiler.
-void write_start_event(MetricsWriter& metrics, const ZeroEngine& engine, const CausalLM<float>& model,
+void write_start_event(MetricsWriter& metrics, const ZeroEngine& engine, const BoundModel& model,
                        HostComm& comm, const Setup& setup, const ModelLayout& layout, const ProcessPlace& place,
                        const TrainArgs& args) {
   const DsConfig& ds = setup.ds;
@@ -294,6 +310,7 @@ void write_start_event(MetricsWriter& metrics, const ZeroEngine& engine, const C
                           {"num_nodes", place.num_nodes},
                           {"stage", ds.zero.stage},
                           {"dtype", dtype_name(ds.param_dtype())},
+                          {"activation_dtype", dtype_name(engine.activation_dtype())},
                           {"num_params", layout.num_params()},
                           {"model_state_bytes", state_bytes(0)},
                           {"offloaded_state_bytes", state_bytes(8)},
@@ -322,11 +339,12 @@ struct Trainer {
   DataComm& data_comm;  ///< the model states' collectives (their bytes are in each step line)
   const ModelLayout& layout;
   ZeroEngine& engine;
-  CausalLM<float>& model;
+  BoundModel& model;
   const Batches& batches;
   MetricsWriter& metrics;
   MonitorMaster& monitors;
   const StopSignals& stop;
+  StepProfiler& profiler;  ///< --profile_steps; does nothing without
 };
 
 boost::json::object pool_json(const std::vector<double>& bytes) {
@@ -351,8 +369,7 @@ void note_run_peaks(std::array<size_t, kNumPools>& run_peaks) {
 // The mean loss over every prediction of the eval windows (docs/design.md's fixed definition). Ranks
 // take turns by batch; every rank runs the same number of forwards (stage 3 gathers are
 // collective), padding with empty ones.
-double evaluate(CausalLM<float>& model, ZeroEngine& engine, HostComm& comm, const EvalWindows& windows,
-                int batch, int seq_len) {
+double evaluate(BoundModel& model, HostComm& comm, const EvalWindows& windows, int batch, int seq_len) {
   model.take_loss();  // start from zero
   std::vector<int32_t> inputs(size_t(batch) * seq_len), targets(size_t(batch) * seq_len);
   const int64_t per_round = int64_t(batch) * comm.size();
@@ -370,7 +387,7 @@ double evaluate(CausalLM<float>& model, ZeroEngine& engine, HostComm& comm, cons
     int64_t predictions = 0;
     for (int i = 0; i < rows * seq_len; ++i) predictions += targets[size_t(i)] >= 0;
     // Weighted by its predictions, each forward adds its loss sum: one read at the end.
-    model.forward(engine, inputs.data(), targets.data(), rows, seq_len, double(predictions));
+    model.forward(inputs.data(), targets.data(), rows, seq_len, double(predictions));
     sums[1] += double(predictions);
   }
   sums[0] = model.take_loss();
@@ -382,7 +399,7 @@ double evaluate(CausalLM<float>& model, ZeroEngine& engine, HostComm& comm, cons
 double run_eval(const Trainer& t, TrainerState& state, int64_t step) {
   Stopwatch clock;
   const EvalWindows& windows = *t.batches.eval_windows;
-  state.last_eval = evaluate(t.model, t.engine, t.comm, windows, int(t.args.per_device_eval_batch_size), t.seq_len);
+  state.last_eval = evaluate(t.model, t.comm, windows, int(t.args.per_device_eval_batch_size), t.seq_len);
   t.metrics.write("eval", {{"step", step}, {"eval_loss", state.last_eval}, {"windows", windows.count()},
                            {"seconds", clock.seconds()}});
   t.monitors.write_events({{kMonitorEvalLoss, state.last_eval, int64_t(state.position.next_sample)}});
@@ -424,11 +441,11 @@ void forward_backward(const Trainer& t, const TrainerState& state, int64_t step,
     t.batches.sampler->fill(rank_first + uint64_t(micro * micro_batch), micro_batch, batch.inputs.data(),
                             batch.targets.data());
     timers.start("forward");
-    t.model.forward(t.engine, batch.inputs.data(), batch.targets.data(), micro_batch, t.seq_len);
+    t.model.forward(batch.inputs.data(), batch.targets.data(), micro_batch, t.seq_len);
     timers.stop("forward");
     maybe_inject_fault(t.comm.rank(), step);
     timers.start("backward");
-    t.model.backward(t.engine, t.engine.backward_scale());
+    t.model.backward(t.engine.backward_scale());
     timers.stop("backward");
   }
 }
@@ -437,13 +454,16 @@ void forward_backward(const Trainer& t, const TrainerState& state, int64_t step,
 // the step's one reduction, of its loss and of whether any rank was told to stop.
 StepResult train_step(const Trainer& t, TrainerState& state, int64_t step, TokenBatch& batch) {
   Stopwatch clock;
+  t.profiler.begin_step(step);
   note_run_peaks(state.run_peaks);  // the previous step's window (its eval and checkpoint included)
   reset_pool_peaks();
   t.data_comm.reset_stats();
   StepResult r;
   forward_backward(t, state, step, batch, r.timers);
   r.timers.start("optimizer_step");
+  t.profiler.begin_optimizer();
   r.outcome = t.engine.step();
+  t.profiler.end_optimizer();
   const double loss_sum = t.model.take_loss();  // the step's one read of the loss
   r.timers.stop("optimizer_step");
   state.position.next_sample += uint64_t(t.ds.train_batch_size);
@@ -455,6 +475,7 @@ StepResult train_step(const Trainer& t, TrainerState& state, int64_t step, Token
   state.global_step = step;
   r.preempted = reduced[1] > 0;
   r.interrupted = reduced[2] > 0;
+  t.profiler.end_step();
   r.ms = clock.ms();
   return r;
 }
@@ -574,6 +595,7 @@ std::optional<int> train(const Trainer& t, TrainerState& state, ProgressLine& pr
   for (int64_t step = state.global_step + 1; step <= t.args.max_steps; ++step) {
     const StepResult r = train_step(t, state, step, batch);
     const std::string summary = log_step(t, state, step, r);
+    t.profiler.report_if_done(step, t.args.max_steps, t.comm, t.metrics);
     const bool stopping = r.preempted || r.interrupted;
     const std::string saved_path = save_checkpoint_if_due(t, state, step, stopping);
     if (stopping) return stop_after_signal(t, step, r.interrupted, saved_path);
@@ -668,8 +690,9 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, HostComm& comm
   const std::unique_ptr<DataComm> data_comm = make_data_comm(*backend, comm);
   const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(setup.model);
   const ModelLayout& layout = *layout_ptr;
+  StepProfiler profiler(*backend, *data_comm, args.profile_steps);
   EngineParts parts;
-  if (any_rank_fails(comm, [&] { parts = build_engine(setup, args, layout, *backend, *data_comm, comm); })) return 2;
+  if (any_rank_fails(comm, [&] { parts = build_engine(setup, args, layout, *backend, profiler, comm); })) return 2;
 
   // ---- 2. the starting state, and what the run says about itself ----
   MetricsWriter metrics(first ? args.output_dir + "/metrics.jsonl" : std::string(), setup.resume.has_value());
@@ -679,7 +702,7 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, HostComm& comm
 
   // ---- 3. training, evaluating on the way ----
   const Trainer trainer{args,          setup.ds,     setup.seq_len, place,   comm,            *data_comm, layout,
-                        *parts.engine, *parts.model, batches,       metrics, *parts.monitors, stop};
+                        *parts.engine, *parts.model, batches,       metrics, *parts.monitors, stop,       profiler};
   ProgressLine progress(args.max_steps, !args.disable_tqdm && first);
   Stopwatch run_clock;
   if (batches.eval_windows && args.eval_on_start) log_info("step 0: eval_loss ", run_eval(trainer, state, 0));

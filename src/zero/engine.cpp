@@ -9,9 +9,11 @@
 namespace zt {
 
 ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& comm, HostComm& control,
-                       const DsConfig& config)
+                       const DsConfig& config, DType activation_dtype)
     : layout_(layout), backend_(backend), compute_(backend.compute_stream()), comm_(comm), control_(control),
-      config_(config), plan_(config, layout.flat_size(), comm.size(), comm.rank(), backend.kernels_reach_host_memory()),
+      config_(config),
+      plan_(config, layout.flat_size(), comm.size(), comm.rank(), backend.kernels_reach_host_memory(),
+            activation_dtype),
       buffers_(plan_, layout, backend, comm),
       coordinator_(!plan_.params_replicated() ? std::make_unique<PartitionedParameterCoordinator>(plan_, layout, backend, comm,
                                                                                         buffers_.params(), config)
@@ -24,10 +26,13 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
   reducer_.on_reduced([this](size_t lo, size_t hi) {
     if (gradients_final()) optimizer_.gradient_final(lo, hi);
   });
-  // DeepSpeed's bf16 mode is a bf16 model: its matmuls take bf16 inputs. The backend's kernels do
-  // so where that is faster (bf16 instructions) and stay fp32 elsewhere; fp32 and fp16 runs keep
-  // fp32 GEMMs (fp16 training computes in fp32 here, as before).
-  matmul_dtype_ = backend.ops().set_matmul_dtype(plan_.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32);
+  // DeepSpeed's bf16 mode is a bf16 model: its matmuls take bf16 inputs. With bf16 activations
+  // they are bf16 values already. With fp32 activations the backend's kernels round them where
+  // that is faster (bf16 instructions) and stay fp32 elsewhere; fp32 and fp16 runs keep fp32
+  // GEMMs (fp16 training computes in fp32 here, as before).
+  matmul_dtype_ = plan_.working_dtype == DType::kBF16
+                      ? backend.ops_bf16().set_matmul_dtype(DType::kBF16)
+                      : backend.ops().set_matmul_dtype(plan_.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32);
 }
 
 StateSource init_source(const ParamLayout& layout, uint64_t seed) {
@@ -39,9 +44,15 @@ double ZeroEngine::backward_scale() const {
   return scaler_.scale() / double(config_.gradient_accumulation_steps);
 }
 
-const float* ZeroEngine::acquire_weights(int unit) {
+const void* ZeroEngine::acquire_working(int unit) {
   if (coordinator_) return coordinator_->acquire(unit);
   return buffers_.working_weights(unit);
+}
+
+const float* ZeroEngine::acquire_weights(int unit) {
+  ZT_CHECK(plan_.working_dtype == DType::kF32, "fp32 weights asked of an engine whose model computes in ",
+           dtype_name(plan_.working_dtype));
+  return static_cast<const float*>(acquire_working(unit));
 }
 
 void ZeroEngine::release_weights(int unit) {

@@ -3,7 +3,8 @@
 //
 //   ZeroPlan                         what this rank holds at its stage, and where (zero_plan.h:
 //                                    the per-stage table)
-//   MixedPrecisionBuffers            16-bit parameters and gradients, fp32 working copies
+//   MixedPrecisionBuffers            16-bit parameters and gradients, working copies in the
+//                                    activation dtype
 //   GradientReducer                  one bucket path for every stage; the stage picks the policy
 //   PartitionedParameterCoordinator  stage 3: gather, prefetch, release, persistence, the store
 //   OptimizerPartition               fp32 master and moments of this rank's range, device and
@@ -20,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/device_array.h"
+#include "core/error.h"
 #include "comm/communicator.h"
 #include "comm/data_comm.h"
 #include "config/ds_config.h"
@@ -52,8 +54,10 @@ StateSource init_source(const ParamLayout& layout, uint64_t seed);
 class ZeroEngine final : public ParamSource<float> {
  public:
   /// Collectives on the model states go through `comm`; the few host doubles a step agrees on
-  /// (the gradient norm) through `control`.
-  ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& comm, HostComm& control, const DsConfig& config);
+  /// (the gradient norm) through `control`. The model computes with `activation_dtype` (fp32 or
+  /// bf16, kernel_ops.h): its weights are handed out in that dtype (params<T>()).
+  ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& comm, HostComm& control, const DsConfig& config,
+             DType activation_dtype = DType::kF32);
   // The components hold references to plan_: an engine stays where it was built.
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
@@ -83,6 +87,8 @@ class ZeroEngine final : public ParamSource<float> {
   double loss_scale() const { return scaler_.scale(); }
   int stage() const { return plan_.stage; }
   DType param_dtype() const { return plan_.dtype; }
+  /// The dtype the model computes with (the constructor's activation_dtype).
+  DType activation_dtype() const { return plan_.working_dtype; }
   /// The dtype the model's GEMM inputs are rounded to (KernelOps::set_matmul_dtype): bf16 in a
   /// bf16 run on a CPU with bf16 instructions, else fp32.
   DType matmul_dtype() const { return matmul_dtype_; }
@@ -108,7 +114,12 @@ class ZeroEngine final : public ParamSource<float> {
   /// may have written what the source serves: the flat layout is the same. Collective.
   void load(const StateSource& source);
 
-  // ParamSource<float>
+  /// The hooks for a model whose activations are T, which must be activation_dtype(): the engine
+  /// itself for fp32, an adapter over the same state for bf16.
+  template <typename T>
+  ParamSource<T>& params();
+
+  // ParamSource<float>, for an fp32 model
   const float* acquire_weights(int unit) override;
   void release_weights(int unit) override;
   float* grad_accumulator(int unit) override;
@@ -123,6 +134,21 @@ class ZeroEngine final : public ParamSource<float> {
   void share_parameters();
   /// Elements per all-gather of a flat buffer (allgather_bucket_size, capped).
   size_t allgather_chunk() const;
+  /// The unit's weights in the working dtype (ParamSource::acquire_weights, untyped).
+  const void* acquire_working(int unit);
+  /// ParamSource<bf16> over this engine: a bf16 model reads bf16 weights, writes fp32 gradients.
+  class Bf16Params final : public ParamSource<bf16> {
+   public:
+    explicit Bf16Params(ZeroEngine& e) : e_(e) {}
+    const bf16* acquire_weights(int unit) override { return static_cast<const bf16*>(e_.acquire_working(unit)); }
+    void release_weights(int unit) override { e_.release_weights(unit); }
+    float* grad_accumulator(int unit) override { return e_.grad_accumulator(unit); }
+    void grads_done(int unit) override { e_.grads_done(unit); }
+    void backward_done() override { e_.backward_done(); }
+
+   private:
+    ZeroEngine& e_;
+  };
   /// True during the last backward of a step and at the step: reduced gradients are final.
   bool gradients_final() const { return micro_step_ + 1 >= config_.gradient_accumulation_steps; }
 
@@ -146,6 +172,20 @@ class ZeroEngine final : public ParamSource<float> {
   Adam adam_;
   LrScheduler scheduler_;
   LossScaler scaler_;
+  Bf16Params bf16_params_{*this};
 };
+
+template <>
+inline ParamSource<float>& ZeroEngine::params<float>() {
+  ZT_CHECK(activation_dtype() == DType::kF32, "an fp32 model on an engine that hands out ",
+           dtype_name(activation_dtype()), " weights");
+  return *this;
+}
+template <>
+inline ParamSource<bf16>& ZeroEngine::params<bf16>() {
+  ZT_CHECK(activation_dtype() == DType::kBF16, "a bf16 model on an engine that hands out ",
+           dtype_name(activation_dtype()), " weights");
+  return bf16_params_;
+}
 
 }  // namespace zt

@@ -5,8 +5,10 @@
 #include <cstdio>
 
 #include "backend/cuda/caching_allocator_rules.h"
+#include "backend/kernel_ops.h"
 #include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
+#include "config/train_args.h"
 #include "core/error.h"
 #include "model/model_layout.h"
 #include "model/model_memory.h"
@@ -122,7 +124,9 @@ std::string deepspeed_table(int stage, double total, double largest, int gpus_pe
 // arithmetic lives with the allocation it describes.
 MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config, const RunShape& run) {
   const std::unique_ptr<ModelLayout> layout = make_model_layout(model);
-  const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda);
+  const DType activation_dtype = resolve_activation_dtype(run.activation_dtype, config.param_dtype(), run.cuda);
+  const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda,
+                      activation_dtype);
   const size_t max_collective = run.cuda ? kNcclMaxCollectiveElements : kMpiMaxCollectiveElements;
   MemoryEstimate est;
   auto add = [&](Pool p, size_t bytes) { est.by_pool[int(p)] += bytes; };
@@ -176,11 +180,32 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   list_devices(PartitionedParameterCoordinator::gather_allocations(plan, *layout, config.zero));
   // Activations are sized for the larger of the train and eval batches.
   const size_t batch = size_t(std::max(run.micro_batch, run.eval_batch));
-  std::vector<size_t> activations =
-      activation_allocations(model, batch, size_t(run.seq_len), run.gradient_checkpointing);
-  // On a GPU, attention's backward keeps its softmax gradient in the backend's scratch buffer
-  // (backend/cuda/cuda_attention.cu): as large as one layer's saved probabilities.
-  if (run.cuda) activations.push_back(sizeof(float) * batch * size_t(model.n_head) * run.seq_len * run.seq_len);
+  // The CUDA bf16 kernels' attention is flash attention for head sizes 64 and 128: it saves each
+  // row's logsumexp, not the probabilities (KernelOps::attention_saves_lse, cuda_kernels_bf16.h),
+  // and its backward keeps D = rowsum(dO * O) in the backend's scratch, B NH T floats.
+  const size_t BT = batch * size_t(run.seq_len);
+  const size_t probabilities = batch * size_t(model.n_head) * run.seq_len * run.seq_len;
+  const bool cuda_bf16 = run.cuda && activation_dtype == DType::kBF16;
+  const bool flash = cuda_bf16 && (model.head_size() == 64 || model.head_size() == 128);
+  // Its logits rows are padded to 16-byte alignment for the lm_head's tensor-core GEMMs.
+  const size_t logits_stride = cuda_bf16 ? size_t(aligned_logits_stride(model.vocab_size)) : 0;
+  std::vector<size_t> activations = activation_allocations(model, batch, size_t(run.seq_len),
+                                                           run.gradient_checkpointing, activation_dtype, cuda_bf16,
+                                                           logits_stride);
+  if (flash) {
+    activations.push_back(sizeof(float) * batch * size_t(model.n_head) * run.seq_len);
+  } else if (cuda_bf16) {
+    // Other head sizes: fp32 copies of q, k, v, dout and the gradients (at most 8 C per token,
+    // C >= NH hs) and two layers' worth of probabilities, rebuilt from the logsumexp, in scratch.
+    activations.push_back(sizeof(float) * (8 * BT * size_t(model.n_embd) + 2 * probabilities));
+  } else if (run.cuda) {
+    // The fp32 attention's backward keeps its softmax gradient in the backend's scratch buffer
+    // (backend/cuda/cuda_attention.cu): as large as one layer's saved probabilities.
+    activations.push_back(sizeof(float) * probabilities);
+  } else if (activation_dtype == DType::kBF16) {
+    // The CPU's bf16 kernels widen their operands into an fp32 arena (widened_bf16_kernels.cpp).
+    activations.push_back(widened_bf16_scratch_bytes(model, batch, size_t(run.seq_len)));
+  }
   for (size_t bytes : activations) est.activations += bytes;
   add(Pool::kDevice, est.activations);
   list_devices(activations);

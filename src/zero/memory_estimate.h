@@ -57,6 +57,8 @@ struct RunShape {
   int eval_batch = 8;  ///< --per_device_eval_batch_size: activations are sized for the larger batch
   int seq_len = 1024;
   bool gradient_checkpointing = false;
+  /// --activation_dtype: auto, fp32 or bf16 (resolve_activation_dtype, with the config's dtype).
+  std::string activation_dtype = "auto";
   /// On CUDA GPUs: the gradients stay on the device (ZeroPlan's kernels_reach_host is false) and
   /// the data path is NCCL's, whose collectives are not cut at MPI's limit.
   bool cuda = false;

@@ -8,10 +8,11 @@ namespace zt {
 
 namespace {
 
-// The slots each kind needs: fp32 weight copies in 16-bit training below stage 3 (stage 3's
-// come gathered), fp32 gradient slots unless stages 0/1 accumulate fp32 gradients in place (fp32
-// training, and bf16 with fp32 gradient accumulation, DeepSpeed's default at stage 0).
-bool needs_weight_slots(const ZeroPlan& plan) { return plan.dtype != DType::kF32 && plan.stage < 3; }
+// The slots each kind needs: weight copies where the parameters are not in the working dtype,
+// below stage 3 (stage 3's come gathered); fp32 gradient slots unless stages 0/1 accumulate fp32
+// gradients in place (fp32 training, and bf16 with fp32 gradient accumulation, DeepSpeed's
+// default at stage 0).
+bool needs_weight_slots(const ZeroPlan& plan) { return plan.working_copies() && plan.stage < 3; }
 bool needs_grad_slots(const ZeroPlan& plan) { return plan.grad_dtype != DType::kF32 || plan.stage >= 2; }
 
 // The tied unit's slot, then the others'.
@@ -27,15 +28,15 @@ MixedPrecisionBuffers::Bytes MixedPrecisionBuffers::sizes(const ZeroPlan& plan, 
   Bytes b;
   b.params = plan.params_on_nvme ? 0 : plan.params_count * plan.elem();
   b.grads = plan.grads_count * plan.grad_elem();
-  auto add_slots = [&](int others) {
+  auto add_slots = [&](int others, size_t elem) {
     for (size_t n : slot_sizes(layout, others)) {
       if (n == 0) continue;  // an empty DeviceArray allocates nothing
-      b.working_arrays.push_back(n * sizeof(float));
-      b.working += n * sizeof(float);
+      b.working_arrays.push_back(n * elem);
+      b.working += n * elem;
     }
   };
-  if (needs_weight_slots(plan)) add_slots(2);
-  if (needs_grad_slots(plan)) add_slots(1);
+  if (needs_weight_slots(plan)) add_slots(2, plan.working_elem());
+  if (needs_grad_slots(plan)) add_slots(1, sizeof(float));
   return b;
 }
 
@@ -47,14 +48,16 @@ MixedPrecisionBuffers::MixedPrecisionBuffers(const ZeroPlan& plan, const ParamLa
   grads_ = plan.grads_reduced_in_place() ? CommBuffer(comm, backend, grad_bytes, plan.grad_pool)
                                          : CommBuffer(backend, grad_bytes, plan.grad_pool);
   zero_grads();
-  auto make_slots = [&](std::vector<Slot>& slots, int others) {
-    for (size_t n : slot_sizes(layout, others)) slots.push_back(Slot{-1, DeviceArray<float>(backend, n)});
+  auto make_slots = [&](std::vector<Slot>& slots, int others, size_t elem) {
+    for (size_t n : slot_sizes(layout, others)) {
+      slots.push_back(Slot{-1, DeviceArray<unsigned char>(backend, n * elem)});
+    }
   };
-  if (needs_weight_slots(plan)) make_slots(weight_slots_, 2);
-  if (needs_grad_slots(plan)) make_slots(grad_slots_, 1);
+  if (needs_weight_slots(plan)) make_slots(weight_slots_, 2, plan.working_elem());
+  if (needs_grad_slots(plan)) make_slots(grad_slots_, 1, sizeof(float));
 }
 
-float* MixedPrecisionBuffers::working_slot(std::vector<Slot>& slots, int unit, bool& fresh) {
+void* MixedPrecisionBuffers::working_slot(std::vector<Slot>& slots, int unit, bool& fresh) {
   fresh = false;
   if (unit == layout_.tied_unit()) {
     fresh = slots[0].unit != unit;
@@ -71,19 +74,21 @@ float* MixedPrecisionBuffers::working_slot(std::vector<Slot>& slots, int unit, b
   return slots[1].data.data();
 }
 
-const float* MixedPrecisionBuffers::working_weights(int unit) {
+const void* MixedPrecisionBuffers::working_weights(int unit) {
   const size_t offset = layout_.unit_offset(unit);
-  if (weight_slots_.empty()) return reinterpret_cast<const float*>(param_at(offset));  // fp32: in place
+  if (weight_slots_.empty()) return param_at(offset);  // already in the working dtype
   bool fresh = false;
-  float* slot = working_slot(weight_slots_, unit, fresh);
-  if (fresh) backend_.cast_async(param_at(offset), plan_.dtype, slot, DType::kF32, layout_.unit_size(unit), compute_);
+  void* slot = working_slot(weight_slots_, unit, fresh);
+  if (fresh) {
+    backend_.cast_async(param_at(offset), plan_.dtype, slot, plan_.working_dtype, layout_.unit_size(unit), compute_);
+  }
   return slot;
 }
 
 float* MixedPrecisionBuffers::grad_slot(int unit) {
   if (grad_slots_.empty()) return reinterpret_cast<float*>(grad_at(layout_.unit_offset(unit)));
   bool fresh = false;
-  float* slot = working_slot(grad_slots_, unit, fresh);
+  auto* slot = static_cast<float*>(working_slot(grad_slots_, unit, fresh));
   backend_.zero_async(slot, layout_.unit_size(unit) * sizeof(float), compute_);
   return slot;
 }
@@ -91,7 +96,7 @@ float* MixedPrecisionBuffers::grad_slot(int unit) {
 float* MixedPrecisionBuffers::finished_grad_slot(int unit) {
   if (grad_slots_.empty()) return nullptr;
   bool fresh = false;
-  float* slot = working_slot(grad_slots_, unit, fresh);
+  auto* slot = static_cast<float*>(working_slot(grad_slots_, unit, fresh));
   ZT_CHECK(!fresh, "the gradient of unit ", unit, " finished without a slot (grads_done without grad_accumulator)");
   return slot;
 }

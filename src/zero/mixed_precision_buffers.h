@@ -1,14 +1,17 @@
 // The mixed-precision buffers of the ZeRO engine: the flat parameters in the training dtype
 // (DeepSpeed's bit16 groups), the flat gradients in the accumulation dtype (ZeroPlan::grad_dtype),
-// and the fp32 working copies the model computes with.
+// and the working copies the model computes with.
 //
-// The model computes in fp32. In 16-bit training working_weights() hands out an fp32 copy of a
-// unit (stages 0-2; stage 3's come from the parameter coordinator), and a unit's gradient comes
-// back in an fp32 slot that is rounded into the 16-bit accumulator (stages 0, 1) or handed to the
+// The model reads its weights in the plan's working dtype (its activation dtype: fp32, or bf16
+// in a bf16 model) and writes fp32 gradients. Where the parameters are in another dtype,
+// working_weights() hands out a copy of a unit cast to the working dtype (stages 0-2; stage 3's
+// come from the parameter coordinator); where they are the same (fp32 training, or bf16 training
+// with bf16 activations) the model reads the parameters themselves. A unit's gradient comes back
+// in an fp32 slot that is rounded into the 16-bit accumulator (stages 0, 1) or handed to the
 // gradient reducer (stages 2, 3). Where stages 0/1 accumulate in fp32 (fp32 training; bf16 with
-// fp32 accumulation, DeepSpeed's BF16_Optimizer) the gradient slot is the flat buffer itself, and
-// in fp32 training so are the weights: nothing is copied. Slots: one for the tied unit (used at
-// both ends of a step), two for the others (the one in use and the next).
+// fp32 accumulation, DeepSpeed's BF16_Optimizer) the gradient slot is the flat buffer itself:
+// nothing is copied. Slots: one for the tied unit (used at both ends of a step), two for the
+// others (the one in use and the next).
 #pragma once
 
 #include <vector>
@@ -27,7 +30,7 @@ class MixedPrecisionBuffers {
   struct Bytes {
     size_t params = 0;   ///< the parameter buffer (0 when ParamSwapper holds the partition)
     size_t grads = 0;    ///< the gradient buffer
-    size_t working = 0;  ///< fp32 working copies of weights and unit gradients (device)
+    size_t working = 0;  ///< working copies of weights and fp32 unit gradients (device)
     std::vector<size_t> working_arrays;  ///< bytes of each working slot, one device allocation each
   };
   /// What a MixedPrecisionBuffers for this plan and model allocates.
@@ -45,8 +48,9 @@ class MixedPrecisionBuffers {
   /// The gradients are in the data communicator's shared memory.
   bool grads_shared() const { return grads_.shared(); }
 
-  /// Stages 0-2: the unit's weights in fp32 on the compute stream, valid until the next step.
-  const float* working_weights(int unit);
+  /// Stages 0-2: the unit's weights in the working dtype on the compute stream, valid until the
+  /// next step.
+  const void* working_weights(int unit);
   /// The fp32 slot backward accumulates the unit's gradient into, zeroed on the compute stream
   /// (the gradient buffer itself in fp32 at stages 0/1).
   float* grad_slot(int unit);
@@ -65,9 +69,9 @@ class MixedPrecisionBuffers {
  private:
   struct Slot {
     int unit = -1;
-    DeviceArray<float> data;
+    DeviceArray<unsigned char> data;
   };
-  float* working_slot(std::vector<Slot>& slots, int unit, bool& fresh);
+  void* working_slot(std::vector<Slot>& slots, int unit, bool& fresh);
 
   const ZeroPlan& plan_;
   const ParamLayout& layout_;

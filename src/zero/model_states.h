@@ -22,7 +22,7 @@ struct ModelStateBytes {
 struct BufferBytes {
   size_t buckets = 0;  ///< gradient buckets
   size_t gather = 0;   ///< stage 3 gather buffers allocated so far (gathered, prefetched or kept for reuse)
-  size_t working = 0;  ///< fp32 working copies of 16-bit units and unit gradient slots
+  size_t working = 0;  ///< working copies (activation dtype) of units and fp32 unit gradient slots
   size_t offload = 0;  ///< NVMe swap buffers and the staging of updated parameters (host)
 };
 

@@ -33,7 +33,7 @@ size_t gathered_elements_bound(const ParamLayout& layout, const ZeroConfig& conf
 size_t PartitionedParameterCoordinator::gather_bytes(const ZeroPlan& plan, const ParamLayout& layout,
                                                     const ZeroConfig& config) {
   if (plan.stage != 3) return 0;
-  return gathered_elements_bound(layout, config) * (plan.elem() + (plan.dtype != DType::kF32 ? sizeof(float) : 0));
+  return gathered_elements_bound(layout, config) * (plan.elem() + (plan.working_copies() ? plan.working_elem() : 0));
 }
 
 std::vector<size_t> PartitionedParameterCoordinator::gather_allocations(const ZeroPlan& plan,
@@ -48,8 +48,8 @@ std::vector<size_t> PartitionedParameterCoordinator::gather_allocations(const Ze
   for (size_t n : units) {
     if (n == 0 || n > room) continue;
     room -= n;
-    bytes.push_back(n * plan.elem());                                // take_buffer<unsigned char>
-    if (plan.dtype != DType::kF32) bytes.push_back(n * sizeof(float));  // take_buffer<float>
+    bytes.push_back(n * plan.elem());                                          // the gathered unit
+    if (plan.working_copies()) bytes.push_back(n * plan.working_elem());  // its working copy
   }
   return bytes;
 }
@@ -80,7 +80,7 @@ PartitionedParameterCoordinator::PartitionedParameterCoordinator(const ZeroPlan&
                                                                  Backend& backend, DataComm& comm, void* params,
                                                                  const DsConfig& config)
     : layout_(layout), backend_(backend), comm_(comm), partition_(plan.partition), dtype_(plan.dtype),
-      store_owner_(make_store(plan, layout, backend, params, config)),
+      working_dtype_(plan.working_dtype), store_owner_(make_store(plan, layout, backend, params, config)),
       swapper_(plan.params_on_nvme ? static_cast<ParamSwapper*>(store_owner_.get()) : nullptr),
       store_(*store_owner_),
       max_live_(size_t(config.zero.stage3_max_live_parameters)),
@@ -115,35 +115,29 @@ void PartitionedParameterCoordinator::gather_params(size_t lo, size_t hi, void* 
 
 bool PartitionedParameterCoordinator::persistent(int unit) const { return layout_.unit_size(unit) <= persistence_; }
 
-template <typename T>
-DeviceArray<T> PartitionedParameterCoordinator::take_buffer(size_t count) {
-  auto& pool = [&]() -> auto& {
-    if constexpr (std::is_same_v<T, float>) return free_fp32_;
-    else return free_raw_;
-  }();
-  auto it = pool.find(count);
+DeviceArray<unsigned char> PartitionedParameterCoordinator::take_buffer(size_t bytes, bool working) {
+  auto& pool = working ? free_working_ : free_raw_;
+  auto it = pool.find(bytes);
   if (it == pool.end()) {
-    allocated_bytes_ += count * sizeof(T);
-    return DeviceArray<T>(backend_, count);
+    allocated_bytes_ += bytes;
+    return DeviceArray<unsigned char>(backend_, bytes);
   }
-  DeviceArray<T> buffer = std::move(it->second);
+  DeviceArray<unsigned char> buffer = std::move(it->second);
   pool.erase(it);
   return buffer;
 }
 
-template <typename T>
-void PartitionedParameterCoordinator::give_back(DeviceArray<T>&& buffer) {
+void PartitionedParameterCoordinator::give_back(DeviceArray<unsigned char>&& buffer, bool working) {
   if (buffer.size() == 0) return;
-  if constexpr (std::is_same_v<T, float>) free_fp32_.emplace(buffer.size(), std::move(buffer));
-  else free_raw_.emplace(buffer.size(), std::move(buffer));
+  (working ? free_working_ : free_raw_).emplace(buffer.size(), std::move(buffer));
 }
 
 void PartitionedParameterCoordinator::gather(int unit) {
   const size_t lo = layout_.unit_offset(unit), n = layout_.unit_size(unit), elem = dtype_size(dtype_);
   make_room(n, unit);
   Gathered& g = live_[unit];
-  g.raw = take_buffer<unsigned char>(n * elem);
-  if (dtype_ != DType::kF32) g.fp32 = take_buffer<float>(n);
+  g.raw = take_buffer(n * elem, false);
+  if (dtype_ != working_dtype_) g.working = take_buffer(n * dtype_size(working_dtype_), true);
   live_elements_ += n;
   peak_live_elements_ = std::max(peak_live_elements_, live_elements_);
   // Every rank contributes the part of [lo, lo + n) it owns, straight from its partition's store
@@ -184,8 +178,8 @@ void PartitionedParameterCoordinator::drop(int unit) {
   if (it == live_.end()) return;
   complete(it->second);
   live_elements_ -= layout_.unit_size(unit);
-  give_back(std::move(it->second.raw));
-  give_back(std::move(it->second.fp32));
+  give_back(std::move(it->second.raw), false);
+  give_back(std::move(it->second.working), true);
   live_.erase(it);
 }
 
@@ -221,7 +215,7 @@ size_t PartitionedParameterCoordinator::distance_to_next_use(int unit) const {
   return SIZE_MAX;
 }
 
-const float* PartitionedParameterCoordinator::acquire(int unit) {
+const void* PartitionedParameterCoordinator::acquire(int unit) {
   if (!trace_complete_) {
     trace_.push_back(unit);
   } else if (!trace_.empty()) {
@@ -241,13 +235,13 @@ const float* PartitionedParameterCoordinator::acquire(int unit) {
   g.in_use = true;
   complete(g);
   prefetch();
-  if (dtype_ == DType::kF32) return reinterpret_cast<const float*>(g.raw.data());
+  if (dtype_ == working_dtype_) return g.raw.data();
   if (!g.converted) {
-    backend_.cast_async(g.raw.data(), dtype_, g.fp32.data(), DType::kF32, layout_.unit_size(unit),
+    backend_.cast_async(g.raw.data(), dtype_, g.working.data(), working_dtype_, layout_.unit_size(unit),
                         backend_.compute_stream());
     g.converted = true;
   }
-  return g.fp32.data();
+  return g.working.data();
 }
 
 void PartitionedParameterCoordinator::prefetch() {

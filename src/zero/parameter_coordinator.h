@@ -38,11 +38,12 @@ size_t largest_owned_slice(const ParamLayout& layout, const PartitionMap& partit
 class PartitionedParameterCoordinator {
  public:
   /// Device bytes of gather buffers at most: stage3_max_live_parameters (or the model) in the
-  /// training dtype, plus an fp32 copy in mixed precision, plus one unit's worth kept for reuse.
+  /// training dtype, plus a working copy where the model computes in another dtype (fp32 in
+  /// mixed precision with fp32 activations), plus one unit's worth kept for reuse.
   /// With the default reuse distance every unit stays gathered until the step.
   static size_t gather_bytes(const ZeroPlan& plan, const ParamLayout& layout, const ZeroConfig& config);
   /// The gather buffers behind that bound, one entry of bytes per device allocation: each
-  /// gathered unit's buffer in the training dtype and its fp32 copy, for the largest units whose
+  /// gathered unit's buffer in the training dtype and its working copy, for the largest units whose
   /// elements fit under the bound (which units are live changes as the step runs; the CUDA view
   /// rounds each allocation of this worst case).
   static std::vector<size_t> gather_allocations(const ZeroPlan& plan, const ParamLayout& layout,
@@ -55,8 +56,8 @@ class PartitionedParameterCoordinator {
   PartitionedParameterCoordinator(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend, DataComm& comm,
                                   void* params, const DsConfig& config);
 
-  /// The unit's full weights in fp32, valid until release(unit).
-  const float* acquire(int unit);
+  /// The unit's full weights in the plan's working dtype, valid until release(unit).
+  const void* acquire(int unit);
   void release(int unit);
   /// Drops every gathered copy (the partitions changed).
   void invalidate();
@@ -70,14 +71,14 @@ class PartitionedParameterCoordinator {
 
   size_t live_elements() const { return live_elements_; }
   size_t peak_live_elements() const { return peak_live_elements_; }
-  /// Bytes of gather buffers allocated (in use or kept for reuse): 16-bit staging and fp32
+  /// Bytes of gather buffers allocated (in use or kept for reuse): the gathered units and their
   /// working copies.
   size_t buffer_bytes() const { return allocated_bytes_; }
 
  private:
   struct Gathered {
-    DeviceArray<unsigned char> raw;  // the unit in `dtype`
-    DeviceArray<float> fp32;         // converted working copy (16-bit training only)
+    DeviceArray<unsigned char> raw;      // the unit in `dtype`
+    DeviceArray<unsigned char> working;  // its copy in the working dtype, where that differs
     std::shared_ptr<DataWork> pending;
     const void* source = nullptr;  // this rank's slice, held in the store until `pending` is done
     bool converted = false, in_use = false;
@@ -88,12 +89,11 @@ class PartitionedParameterCoordinator {
   /// The part of `unit` this rank owns, as [lo, hi) of its partition (empty: lo == hi).
   std::pair<size_t, size_t> owned_slice(int unit) const;
   void drop(int unit);
-  /// A buffer of exactly `bytes` from the free list, or a new one: gather buffers are reused,
-  /// since writing into freshly allocated pages runs at a fraction of the speed (docs/design.md).
-  template <typename T>
-  DeviceArray<T> take_buffer(size_t count);
-  template <typename T>
-  void give_back(DeviceArray<T>&& buffer);
+  /// A buffer of exactly `bytes` from the free list of its kind (gathered units, working
+  /// copies), or a new one: gather buffers are reused, since writing into freshly allocated pages
+  /// runs at a fraction of the speed (docs/design.md).
+  DeviceArray<unsigned char> take_buffer(size_t bytes, bool working);
+  void give_back(DeviceArray<unsigned char>&& buffer, bool working);
   void make_room(size_t elements, int keep_unit);
   size_t distance_to_next_use(int unit) const;
   void prefetch();
@@ -103,14 +103,13 @@ class PartitionedParameterCoordinator {
   Backend& backend_;
   DataComm& comm_;
   PartitionMap partition_;
-  DType dtype_;
+  DType dtype_, working_dtype_;
   std::unique_ptr<ParamStore> store_owner_;
   ParamSwapper* swapper_ = nullptr;  // store_owner_ with offload_param nvme
   ParamStore& store_;
   size_t max_live_, prefetch_limit_, max_reuse_, persistence_;
   std::map<int, Gathered> live_;
-  std::multimap<size_t, DeviceArray<unsigned char>> free_raw_;  // by bytes
-  std::multimap<size_t, DeviceArray<float>> free_fp32_;         // by elements
+  std::multimap<size_t, DeviceArray<unsigned char>> free_raw_, free_working_;  // by bytes
 
   size_t live_elements_ = 0, peak_live_elements_ = 0, allocated_bytes_ = 0;
   std::vector<int> trace_;

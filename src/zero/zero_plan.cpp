@@ -6,9 +6,15 @@
 
 namespace zt {
 
-ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank_, bool kernels_reach_host)
+ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank_, bool kernels_reach_host,
+                   DType working)
     : stage(config.zero.stage), world(world_size), rank(rank_), dtype(config.param_dtype()),
-      grad_dtype(config.grad_dtype()), comm_dtype(config.communication_data_type.value_or(config.param_dtype())), partition(flat_size, world_size) {
+      grad_dtype(config.grad_dtype()), comm_dtype(config.communication_data_type.value_or(config.param_dtype())),
+      working_dtype(working), partition(flat_size, world_size) {
+  ZT_USAGE_CHECK(working == DType::kF32 || working == DType::kBF16, "activations in ", dtype_name(working),
+                 " are not implemented (fp32 or bf16)");
+  ZT_USAGE_CHECK(!(dtype == DType::kF16 && working == DType::kBF16),
+                 "bf16 activations with fp16 parameters are not implemented: train in bf16 or fp32");
   const size_t padded = partition.padded_size, part = partition.partition_size;
   opt_begin = stage == 0 ? 0 : partition.begin(rank);
   opt_count = stage == 0 ? padded : part;

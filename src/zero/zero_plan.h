@@ -28,12 +28,17 @@ namespace zt {
 struct ZeroPlan {
   /// `kernels_reach_host` (Backend::kernels_reach_host_memory): whether the backend's kernels and
   /// collectives may write host memory; without it the gradients stay on the device.
-  ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank, bool kernels_reach_host = true);
+  /// `working_dtype`: the dtype the model computes with (its activation dtype, kernel_ops.h).
+  ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank, bool kernels_reach_host = true,
+           DType working_dtype = DType::kF32);
 
   int stage, world, rank;
   DType dtype;       ///< parameters (bf16, fp16 or fp32)
   DType grad_dtype;  ///< gradients (DsConfig::grad_dtype: fp32 for bf16 at stage 0 by default)
   DType comm_dtype;  ///< communication_data_type, else dtype
+  /// The weights as the model reads them (fp32 or bf16): where it differs from dtype, each unit is
+  /// cast into a working copy before use; where it is the same, the model reads the parameters.
+  DType working_dtype;
   PartitionMap partition;
 
   size_t opt_begin = 0, opt_count = 0;  ///< the optimizer's flat range
@@ -54,6 +59,9 @@ struct ZeroPlan {
 
   size_t elem() const { return dtype_size(dtype); }
   size_t grad_elem() const { return dtype_size(grad_dtype); }
+  size_t working_elem() const { return dtype_size(working_dtype); }
+  /// Units are cast to working copies before the model reads them.
+  bool working_copies() const { return dtype != working_dtype; }
   size_t offload_begin() const { return opt_begin + device_count; }
   size_t opt_end() const { return opt_begin + opt_count; }
   /// Every rank holds every parameter (stages 0-2); stage 3 gathers units before use.

@@ -54,6 +54,12 @@ expect_usage_error "--weight_decay nan" "^zerotrain: error: --weight_decay must 
   train --weight_decay nan --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9b"
 expect_usage_error "--adam_beta1 1.5" "^zerotrain: error: --adam_beta1 and --adam_beta2 must be below 1, got 1.5 and 0.999" \
   train --adam_beta1 1.5 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9c"
+expect_usage_error "--activation_dtype fp8" "^zerotrain: error: --activation_dtype must be auto, fp32 or bf16, got 'fp8'" \
+  train --activation_dtype fp8 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9d"
+expect_usage_error "bf16 activations, fp16 training" "--activation_dtype bf16 with fp16 training is not implemented" \
+  train --activation_dtype bf16 --fp16 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9e"
+expect_usage_error "--tf32 on the CPU" "--tf32 needs a GPU with TF32 \(Ampere or newer\); the cpu backend" \
+  train --tf32 --accelerator cpu --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9f"
 expect_usage_error "missing config" "nope.json: cannot open file" \
   train --deepspeed "$WORK/nope.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o10"
 expect_usage_error "block_size > n_positions" "block_size 4096 exceeds n_positions" \

@@ -55,6 +55,28 @@ if sys.argv[2] == "fp16":
 PY
 done
 
+# A bf16 model (bf16 activations; on the CPU only when asked) trains as the bf16 run with fp32
+# activations does, to within bf16's noise.
+if run "$WORK/bf16act" --max_steps 60 --bf16 --activation_dtype bf16 2>"$WORK/bf16act.log"; then
+  pass "bf16-activation run exits 0"
+else
+  fail "bf16-activation run: $(tail -3 "$WORK/bf16act.log")"
+fi
+grep -q "activations in bf16, matmuls in bf16" "$WORK/bf16act.log" && pass "the log names bf16 activations" ||
+  fail "no 'activations in bf16' in the log: $(grep training: "$WORK/bf16act.log")"
+/usr/bin/python3 - "$WORK/bf16act/metrics.jsonl" "$WORK/bf16/metrics.jsonl" <<'PY' && pass "bf16 activations train" || fail "bf16-activation metrics"
+import json, sys
+act = [json.loads(l) for l in open(sys.argv[1])]
+ref = [json.loads(l) for l in open(sys.argv[2])]
+assert act[0]["activation_dtype"] == "bf16" and ref[0]["activation_dtype"] == "fp32", (act[0], ref[0])
+assert act[0]["activation_bytes"] < ref[0]["activation_bytes"] * 0.8, (act[0]["activation_bytes"], ref[0]["activation_bytes"])
+ea = [l["eval_loss"] for l in act if l["event"] == "eval"]
+er = [l["eval_loss"] for l in ref if l["event"] == "eval"]
+print(f"bf16 activations: eval_loss {ea[0]:.3f} -> {ea[-1]:.3f} (fp32 activations {er[0]:.3f} -> {er[-1]:.3f})")
+assert ea[-1] < ea[0] - 1.5, ea
+assert abs(ea[-1] - er[-1]) < 0.1, (ea, er)
+PY
+
 # Gradient checkpointing trains the same model to the same losses.
 run "$WORK/ckpt_on" --max_steps 5 --gradient_checkpointing 2>/dev/null
 run "$WORK/ckpt_off" --max_steps 5 2>/dev/null
@@ -64,4 +86,35 @@ def losses(p): return [l["loss"] for l in map(json.loads, open(p)) if l["event"]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 assert len(a) == 5 and a == b, (a, b)
 PY
+
+# The self-profile (--profile_steps): 3 steps, the first a warm-up, the other 2 profiled; one table
+# on stderr (every class, its ms and % adding up to the step) and one `profile` line.
+if run "$WORK/profile" --max_steps 3 --profile_steps 2 2>"$WORK/profile.log"; then
+  pass "--profile_steps run exits 0"
+else
+  fail "--profile_steps run: $(tail -3 "$WORK/profile.log")"
+fi
+/usr/bin/python3 - "$WORK/profile.log" "$WORK/profile/metrics.jsonl" <<'PY' && pass "profile table and metrics line" || fail "profile: $(grep -A12 'profile:' "$WORK/profile.log")"
+import json, re, sys
+log = open(sys.argv[1]).read()
+assert "profile: steps 2-3 (2 step(s)" in log, log[-3000:]
+percent = 0.0
+for row in ("gemm", "attention", "norm", "classifier", "elementwise", "optimizer", "communication", "host gaps"):
+    m = re.search(r"^zerotrain:\s+" + re.escape(row) + r"\s+(\d+|-)\s+(-?[0-9.]+)\s+(-?[0-9.]+)\s+(-?[0-9.]+)$", log, re.M)
+    assert m, f"no table row {row!r}"
+    percent += float(m.group(3))
+assert re.search(r"^zerotrain:\s+step \(wall\)\s+-\s+[0-9.]+\s+100\.0\s+[0-9.]+$", log, re.M), "no step row"
+assert abs(percent - 100) < 0.5, percent
+profiles = [l for l in map(json.loads, open(sys.argv[2])) if l["event"] == "profile"]
+assert len(profiles) == 1, profiles
+p = profiles[0]
+assert (p["first_step"], p["last_step"], p["steps"]) == (2, 3, 2), p
+for c in ("gemm", "attention", "norm", "classifier", "elementwise", "optimizer"):
+    assert p["classes"][c]["calls"] > 0 and p["classes"][c]["ms"] >= 0, (c, p["classes"][c])
+assert set(p["classes"]) == {"gemm", "attention", "norm", "classifier", "elementwise", "optimizer", "communication",
+                             "host_gaps"}, p["classes"]
+print(" ".join(f"{c} {v['percent']:.0f}%" for c, v in p["classes"].items()))
+PY
+expect_usage_error "--profile_steps -1: one line, exit 2" "^zerotrain: error: --profile_steps must be >= 0" \
+  run "$WORK/profile_negative" --max_steps 3 --profile_steps -1
 finish

@@ -92,6 +92,38 @@ TEST(ZeroLlama, StagesMatchOneRankOfTheSameGlobalBatch) {
   }
 }
 
+// A bf16 model (bf16 activations, kernel_ops.h) at every stage, GPT-2 and the Llama family: its
+// losses track the fp32-activation run of the same bf16 training within bf16's precision and equal
+// a one-rank bf16-activation run of the same global batch as closely as bf16 stages match. Also
+// under fp32 parameters (PyTorch's bf16 autocast: bf16 working copies cast from fp32).
+TEST(ZeroBf16Activations, EveryStageTracksFp32Activations) {
+  MpiComm world(MPI_COMM_WORLD), self(MPI_COMM_SELF);
+  for (const ModelConfig& model : {tiny_model(), tiny_llama()}) {
+    const std::string arch = model.model_type;
+    for (DType params : {DType::kBF16, DType::kF32}) {
+      const DsConfig one = make_config(0, params, 1, 2);
+      const std::vector<double> fp32_acts = train(self, one, nullptr, nullptr, nullptr, model, DType::kF32);
+      const std::vector<double> reference = train(self, one, nullptr, nullptr, nullptr, model, DType::kBF16);
+      EXPECT_LT(reference.back(), reference.front() - 0.3) << arch << ": the bf16 model does not learn";
+      double differs = 0;
+      for (size_t i = 0; i < reference.size(); ++i) {
+        EXPECT_NEAR(reference[i], fp32_acts[i], 3e-2) << arch << " " << dtype_name(params) << " step " << i + 1;
+        differs = std::max(differs, std::fabs(reference[i] - fp32_acts[i]));
+      }
+      EXPECT_GT(differs, 0) << arch << ": bf16 activations gave the fp32 activations' losses exactly";
+      for (int stage = 0; stage <= 3; ++stage) {
+        const std::vector<double> losses = train(world, make_config(stage, params, world.size(), 2), nullptr, nullptr,
+                                                 nullptr, model, DType::kBF16);
+        ASSERT_EQ(losses.size(), reference.size());
+        for (size_t i = 0; i < losses.size(); ++i) {
+          EXPECT_NEAR(losses[i], reference[i], 1e-2)
+              << arch << " " << dtype_name(params) << " stage " << stage << " step " << i + 1;
+        }
+      }
+    }
+  }
+}
+
 // An fp16 overflow on any rank's gradients is seen by every rank: all skip the same step and
 // lower the scale alike.
 TEST(ZeroFp16, OverflowSkipsTheSameStepOnEveryRank) {

@@ -8,7 +8,7 @@
 #include "backend/backend.h"
 #include "comm/data_comm.h"
 #include "comm/mpi_runtime.h"
-#include "model/causal_lm.h"
+#include "model/bound_model.h"
 
 namespace zt {
 
@@ -66,22 +66,27 @@ int32_t token(int64_t step, int64_t g, int t) {
 }
 
 std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live, ModelStateBytes* states,
-                          std::vector<float>* master, const ModelConfig& model) {
+                          std::vector<float>* master, const ModelConfig& model, DType activations) {
   auto backend = test_backend();
-  return train_on(*backend, comm, cfg, peak_live, states, master, model);
+  return train_on(*backend, comm, cfg, peak_live, states, master, model, nullptr, nullptr, activations);
 }
 
 std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& cfg, size_t* peak_live,
                              ModelStateBytes* states, std::vector<float>* master, const ModelConfig& config,
-                             std::string* data_comm, CommStats* data_stats) {
+                             std::string* data_comm, CommStats* data_stats, DType activations) {
   const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(config);
   const ModelLayout& layout = *layout_ptr;
   auto engine_comm = make_data_comm(backend, comm);
-  ZeroEngine engine(layout, backend, *engine_comm, comm, cfg);
+  ZeroEngine engine(layout, backend, *engine_comm, comm, cfg, activations);
   engine.init_params(5);
   const int micro = int(cfg.train_micro_batch_size_per_gpu);
-  const auto model_ptr = make_causal_lm<float>(layout, backend, backend.ops(), micro, kSeq, false);
-  CausalLM<float>& model = *model_ptr;
+  const std::unique_ptr<BoundModel> model_ptr =
+      activations == DType::kBF16
+          ? bind_model(make_causal_lm<bf16>(layout, backend, backend.ops_bf16(), micro, kSeq, false),
+                       engine.params<bf16>())
+          : bind_model(make_causal_lm<float>(layout, backend, backend.ops(), micro, kSeq, false),
+                       engine.params<float>());
+  BoundModel& model = *model_ptr;
   std::vector<int32_t> in(size_t(micro) * kSeq), tg(size_t(micro) * kSeq);
   std::vector<double> losses;
   for (int64_t step = 0; step < kSteps; ++step) {
@@ -94,8 +99,8 @@ std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& c
           tg[size_t(b) * kSeq + t] = (token(step, first + b, t) + 1 + (token(step, first + b, t + 100) % 5 == 0)) % 97;
         }
       }
-      model.forward(engine, in.data(), tg.data(), micro, kSeq);
-      model.backward(engine, engine.backward_scale());
+      model.forward(in.data(), tg.data(), micro, kSeq);
+      model.backward(engine.backward_scale());
     }
     engine.step();
     const double loss = model.take_loss();

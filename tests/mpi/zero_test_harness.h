@@ -28,14 +28,15 @@ int32_t token(int64_t step, int64_t g, int t);
 /// Trains kSteps on `comm` (each rank takes its contiguous slice of the global batch) and returns
 /// the mean loss of every step. Optionally reports stage 3's peak live parameters, the model-state
 /// bytes, and the final fp32 master weights.
+/// `activations`: the model's activation dtype (fp32 or bf16, kernel_ops.h).
 std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
                           ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr,
-                          const ModelConfig& model = tiny_model());
+                          const ModelConfig& model = tiny_model(), DType activations = DType::kF32);
 /// The same on a given backend (the GPU tests train on the CUDA and the CPU backend in one process),
 /// optionally reporting the engine's data communicator's name and counts.
 std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& cfg, size_t* peak_live = nullptr,
                              ModelStateBytes* states = nullptr, std::vector<float>* master = nullptr,
                              const ModelConfig& model = tiny_model(), std::string* data_comm = nullptr,
-                             CommStats* data_stats = nullptr);
+                             CommStats* data_stats = nullptr, DType activations = DType::kF32);
 
 }  // namespace zt

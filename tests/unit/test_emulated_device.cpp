@@ -8,11 +8,13 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -54,6 +56,22 @@ TEST(EmulatedDevice, OnlyTheBackendTouchesDeviceMemory) {
   volatile uint32_t* host_view = buffer.data();
   EXPECT_EXIT({ (void)host_view[kTouched]; }, testing::KilledBySignal(SIGSEGV), kFaultLine) << "a host read";
   EXPECT_EXIT({ host_view[kTouched] = 1; }, testing::KilledBySignal(SIGSEGV), kFaultLine) << "a host write";
+}
+
+// Timing events (the self-profile's, --profile_steps) time the stream, not the host: the host
+// enqueues both events and a 100 ms task between them at once; the stream takes the 100 ms.
+TEST(EmulatedDevice, TimingEventsTimeTheStream) {
+  auto backend = make_emulated_backend();
+  Stream& stream = backend->compute_stream();
+  auto start = backend->create_timing_event(), end = backend->create_timing_event();
+  const auto host_start = std::chrono::steady_clock::now();
+  backend->record(*start, stream);
+  backend->launch_host_func(stream, [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
+  backend->record(*end, stream);
+  const double enqueue_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start).count();
+  EXPECT_GE(backend->elapsed_ms(*start, *end), 100.0);
+  EXPECT_LT(enqueue_ms, 100.0) << "record and launch_host_func do not wait for the stream";
 }
 
 // ---- ops through the emulated device ------------------------------------------------------------

@@ -10,21 +10,13 @@
 #include "comm/self_comm.h"
 #include "model/causal_lm.h"
 #include "model/model_memory.h"
+#include "tiny_models.h"
 #include "zero/engine.h"
 #include "zero/memory_estimate.h"
 
 namespace zt {
 namespace {
 
-ModelConfig small_model() {
-  ModelConfig c;
-  c.n_layer = 2;
-  c.n_embd = 32;
-  c.n_head = 2;
-  c.n_positions = 16;
-  c.vocab_size = 64;
-  return c;
-}
 
 DsConfig config_for(DType dtype, int64_t accumulation = 1) {
   DsConfig c;
@@ -46,7 +38,7 @@ struct TrainRun {
 
 TrainRun train(DType dtype, int steps, int64_t accumulation = 1, int micro = 2) {
   auto backend = make_cpu_backend();
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(small_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(testing::tiny_gpt2());
   const ModelLayout& layout = *layout_ptr;
   DsConfig cfg = config_for(dtype, accumulation);
   cfg.train_micro_batch_size_per_gpu = micro;
@@ -76,7 +68,7 @@ TrainRun train(DType dtype, int steps, int64_t accumulation = 1, int micro = 2) 
 
 TEST(Engine, ModelStateBytesFollowTheStage0Table) {
   auto backend = make_cpu_backend();
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(small_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(testing::tiny_gpt2());
   const ModelLayout& layout = *layout_ptr;
   const double psi = double(layout.num_params());
   for (DType dtype : {DType::kBF16, DType::kF16}) {
@@ -105,7 +97,7 @@ TEST(Engine, ModelStateBytesFollowTheStage0Table) {
 // not run holds none).
 TEST(Engine, AllocatesWhatZeroEstimateSays) {
   auto backend = make_cpu_backend();
-  const ModelConfig model = small_model();
+  const ModelConfig model = testing::tiny_gpt2();
   const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(model);
   const ModelLayout& layout = *layout_ptr;
   SelfComm comm;
@@ -119,55 +111,66 @@ TEST(Engine, AllocatesWhatZeroEstimateSays) {
                               {"optimizer and params", 1, true}};
   for (int stage = 0; stage <= 3; ++stage) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
-      for (const Offload& off : offloads) {
-        if ((off.ratio > 0 && stage == 0) || (off.params && stage != 3)) continue;
-        DsConfig cfg = config_for(dtype);
-        cfg.zero.stage = stage;
-        cfg.communication_data_type = DType::kF32;  // a cast into the buckets at every stage
-        if (off.ratio > 0) {
-          cfg.zero.offload_optimizer.device = OffloadConfig::Device::kCpu;
-          cfg.zero.offload_optimizer.ratio = off.ratio;
-        }
-        if (off.params) cfg.zero.offload_param.device = OffloadConfig::Device::kCpu;
-        const std::string where = cat("stage ", stage, " ", dtype_name(dtype), ", offload ", off.name);
-        const MemoryEstimate e = estimate_memory(model, cfg, RunShape{});
-        ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg);
-        const ModelStateBytes dev = engine.model_state_bytes(), moved = engine.offloaded_state_bytes();
-        const BufferBytes buf = engine.buffer_bytes();
-        const auto same = [&](const ModelStateBytes& a, const ModelStateBytes& b, const char* kind) {
-          EXPECT_EQ(a.params, b.params) << where << ": " << kind << " params";
-          EXPECT_EQ(a.grads, b.grads) << where << ": " << kind << " grads";
-          EXPECT_EQ(a.master, b.master) << where << ": " << kind << " master";
-          EXPECT_EQ(a.exp_avg, b.exp_avg) << where << ": " << kind << " exp_avg";
-          EXPECT_EQ(a.exp_avg_sq, b.exp_avg_sq) << where << ": " << kind << " exp_avg_sq";
-        };
-        same(dev, e.device_states, "device");
-        same(moved, e.offloaded_states, "offloaded");
-        EXPECT_EQ(buf.buckets, e.buckets) << where;
-        EXPECT_EQ(buf.working, e.working) << where;
-        EXPECT_EQ(buf.offload, e.offload_buffers) << where;
-        EXPECT_GT(dev.total() + moved.total(), 0u) << where;
-        // The GPU view rounds the device pool's allocations one by one: listed, they add up to
-        // the pool (stage 3's gathered units: the largest that fit under the bound, no more).
-        size_t listed = 0;
-        for (size_t bytes : e.device_allocations) listed += bytes;
-        if (stage < 3) {
-          EXPECT_EQ(listed, e.device_total()) << where;
-        } else {
-          EXPECT_LE(listed, e.device_total()) << where;
-          EXPECT_GE(listed + e.gather, e.device_total()) << where;
+      for (DType activations : {DType::kF32, DType::kBF16}) {
+        for (const Offload& off : offloads) {
+          if ((off.ratio > 0 && stage == 0) || (off.params && stage != 3)) continue;
+          DsConfig cfg = config_for(dtype);
+          cfg.zero.stage = stage;
+          cfg.communication_data_type = DType::kF32;  // a cast into the buckets at every stage
+          if (off.ratio > 0) {
+            cfg.zero.offload_optimizer.device = OffloadConfig::Device::kCpu;
+            cfg.zero.offload_optimizer.ratio = off.ratio;
+          }
+          if (off.params) cfg.zero.offload_param.device = OffloadConfig::Device::kCpu;
+          const std::string where = cat("stage ", stage, " ", dtype_name(dtype), ", activations ",
+                                        dtype_name(activations), ", offload ", off.name);
+          RunShape run;
+          run.activation_dtype = dtype_name(activations);
+          const MemoryEstimate e = estimate_memory(model, cfg, run);
+          ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg, activations);
+          const ModelStateBytes dev = engine.model_state_bytes(), moved = engine.offloaded_state_bytes();
+          const BufferBytes buf = engine.buffer_bytes();
+          const auto same = [&](const ModelStateBytes& a, const ModelStateBytes& b, const char* kind) {
+            EXPECT_EQ(a.params, b.params) << where << ": " << kind << " params";
+            EXPECT_EQ(a.grads, b.grads) << where << ": " << kind << " grads";
+            EXPECT_EQ(a.master, b.master) << where << ": " << kind << " master";
+            EXPECT_EQ(a.exp_avg, b.exp_avg) << where << ": " << kind << " exp_avg";
+            EXPECT_EQ(a.exp_avg_sq, b.exp_avg_sq) << where << ": " << kind << " exp_avg_sq";
+          };
+          same(dev, e.device_states, "device");
+          same(moved, e.offloaded_states, "offloaded");
+          EXPECT_EQ(buf.buckets, e.buckets) << where;
+          EXPECT_EQ(buf.working, e.working) << where;
+          EXPECT_EQ(buf.offload, e.offload_buffers) << where;
+          EXPECT_GT(dev.total() + moved.total(), 0u) << where;
+          // The GPU view rounds the device pool's allocations one by one: listed, they add up to
+          // the pool (stage 3's gathered units: the largest that fit under the bound, no more).
+          size_t listed = 0;
+          for (size_t bytes : e.device_allocations) listed += bytes;
+          if (stage < 3) {
+            EXPECT_EQ(listed, e.device_total()) << where;
+          } else {
+            EXPECT_LE(listed, e.device_total()) << where;
+            EXPECT_GE(listed + e.gather, e.device_total()) << where;
+          }
         }
       }
     }
   }
-  // The activations the estimate lists are the arrays the model allocates.
+  // The activations the estimate lists are the arrays the model allocates, in either dtype.
   for (bool checkpointing : {false, true}) {
-    const auto m_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), 3, 16, checkpointing);
-    CausalLM<float>& m = *m_ptr;
-    const std::vector<size_t> arrays = activation_allocations(model, 3, 16, checkpointing);
-    EXPECT_EQ(arrays.size(), 13u);
-    EXPECT_EQ(m.activation_bytes(), activation_bytes(model, 3, 16, checkpointing)) << checkpointing;
+    const auto f = make_causal_lm<float>(layout, *backend, backend->ops(), 3, 16, checkpointing);
+    const auto b = make_causal_lm<bf16>(layout, *backend, backend->ops_bf16(), 3, 16, checkpointing);
+    EXPECT_EQ(activation_allocations(model, 3, 16, checkpointing).size(), 14u);
+    EXPECT_EQ(f->activation_bytes(), activation_bytes(model, 3, 16, checkpointing)) << checkpointing;
+    EXPECT_EQ(b->activation_bytes(), activation_bytes(model, 3, 16, checkpointing, DType::kBF16)) << checkpointing;
+    EXPECT_LT(b->activation_bytes(), f->activation_bytes()) << checkpointing;
   }
+  // The flash attention's saved state (the logsumexp of each row) is T times smaller.
+  const size_t probabilities = size_t(model.n_layer) * 3 * model.n_head * 16 * 16 * sizeof(float);
+  EXPECT_EQ(activation_bytes(model, 3, 16, false, DType::kBF16, false) -
+                activation_bytes(model, 3, 16, false, DType::kBF16, true),
+            probabilities - probabilities / 16);
 }
 
 // Adam's first moment after one step of a global batch of 4 sequences split into `accumulation`
@@ -175,7 +178,7 @@ TEST(Engine, AllocatesWhatZeroEstimateSays) {
 // data_types.grad_accum_dtype `grad_accum` (null: DeepSpeed's default).
 std::vector<float> first_moment(int64_t accumulation, std::optional<DType> grad_accum) {
   auto backend = make_cpu_backend();
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(small_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(testing::tiny_gpt2());
   const ModelLayout& layout = *layout_ptr;
   const int micro = int(4 / accumulation), T = 16;
   DsConfig cfg = config_for(DType::kBF16, accumulation);
@@ -255,7 +258,7 @@ TEST(Engine, MixedPrecisionTracksFp32) {
 
 TEST(Engine, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   auto backend = make_cpu_backend();
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(small_model());
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(testing::tiny_gpt2());
   const ModelLayout& layout = *layout_ptr;
   DsConfig cfg = config_for(DType::kF16);
   cfg.fp16.initial_scale_power = 40;  // 2^40 x gradients overflow fp16 for sure

@@ -1,27 +1,33 @@
 // Each architecture's whole-model gradient against central finite differences in double
-// precision, activation checkpointing against the plain backward, and fp32 against fp64: GPT-2,
-// and the Llama family with grouped-query attention, every bias switch, tied and untied heads.
+// precision, activation checkpointing against the plain backward, fp32 against fp64, and bf16
+// activations against fp32: GPT-2, and the Llama family with grouped-query attention, every bias
+// switch, tied and untied heads.
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/memory_pool.h"
 #include "grad_check.h"
 #include "model/causal_lm.h"
 #include "model/llama_layout.h"
+#include "model/model_memory.h"
 
 namespace zt {
 namespace {
 
-// Parameters and gradients in plain flat arrays, as a ZeRO engine would hold them in fp32.
+// Parameters and gradients in plain flat arrays, as a ZeRO engine would hold them: weights in the
+// model's activation dtype, gradients in GradOf<T> (fp32 for a bf16 model).
 template <typename T>
 class FlatParams : public ParamSource<T> {
  public:
   explicit FlatParams(const ModelLayout& layout) : layout_(layout), weights(layout.flat_size()), grads(layout.flat_size(), 0) {}
   const T* acquire_weights(int unit) override { return weights.data() + layout_.unit_offset(unit); }
   void release_weights(int) override {}
-  T* grad_accumulator(int unit) override { return grads.data() + layout_.unit_offset(unit); }
+  GradOf<T>* grad_accumulator(int unit) override { return grads.data() + layout_.unit_offset(unit); }
   void grads_done(int unit) override { ++done_count; }
   const ModelLayout& layout_;
-  std::vector<T> weights, grads;
+  std::vector<T> weights;
+  std::vector<GradOf<T>> grads;
   int done_count = 0;
 };
 
@@ -158,6 +164,66 @@ TEST_P(ArchGradient, FloatModelAgreesWithDouble) {
     ref += pd.grads[i] * pd.grads[i];
   }
   EXPECT_LT(err / ref, 1e-9);
+}
+
+// A bf16 model (bf16 activations and GEMM inputs, fp32 statistics and gradients) against the fp32
+// model on the same weights (rounded to bf16 for both): the loss and the gradients within bf16's
+// precision, yet not equal (the activations are rounded); with checkpointing, bit for bit the same.
+TEST_P(ArchGradient, Bf16ModelTracksFloat) {
+  auto backend = make_cpu_backend();
+  ModelConfig cfg = GetParam();
+  cfg.n_layer = 3;
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(cfg);
+  const ModelLayout& layout = *layout_ptr;
+  FlatParams<float> pf(layout);
+  FlatParams<bf16> pb(layout), pc(layout);
+  layout.init(7, pf.weights.data(), 0, layout.flat_size());
+  for (size_t i = 0; i < pf.weights.size(); ++i) {
+    pb.weights[i] = to_bf16(pf.weights[i]);
+    pf.weights[i] = to_float(pb.weights[i]);
+  }
+  pc.weights = pb.weights;
+  const int B = 2, T = 6;
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    inputs[i] = (i * 5 + 1) % cfg.vocab_size;
+    targets[i] = i == 3 ? -1 : (i * 3 + 2) % cfg.vocab_size;  // one ignored position
+  }
+  inputs[1] = cfg.vocab_size - 1;  // the whole embedding table is widened
+  const auto mf = make_causal_lm<float>(layout, *backend, backend->ops(), B, T, false);
+  const auto mb = make_causal_lm<bf16>(layout, *backend, backend->ops_bf16(), B, T, false);
+  const auto mc = make_causal_lm<bf16>(layout, *backend, backend->ops_bf16(), B, T, true);
+  // bf16 activations take half the bytes, statistics aside.
+  EXPECT_LT(mb->activation_bytes(), mf->activation_bytes() * 3 / 4);
+  EXPECT_EQ(mb->activation_bytes(), activation_bytes(cfg, B, T, false, DType::kBF16));
+  EXPECT_EQ(mc->activation_bytes(), activation_bytes(cfg, B, T, true, DType::kBF16));
+  mf->forward(pf, inputs.data(), targets.data(), B, T);
+  // The CPU's bf16 kernels widen into one fp32 arena, in the device pool, as large as
+  // zero_estimate says: their largest op's operands.
+  const size_t before = pool_counter(Pool::kDevice).in_use();
+  mb->forward(pb, inputs.data(), targets.data(), B, T);
+  mb->backward(pb, 1.0);
+  EXPECT_EQ(pool_counter(Pool::kDevice).in_use() - before, widened_bf16_scratch_bytes(cfg, B, T));
+  mb->take_loss();  // starts the sum again
+  std::fill(pb.grads.begin(), pb.grads.end(), 0.0f);
+  mb->forward(pb, inputs.data(), targets.data(), B, T);
+  mc->forward(pc, inputs.data(), targets.data(), B, T);
+  const double lf = mf->take_loss(), lb = mb->take_loss(), lc = mc->take_loss();
+  EXPECT_NEAR(lb, lf, 1e-2 * lf);
+  EXPECT_NE(lb, lf) << "the bf16 model computed in fp32";
+  EXPECT_EQ(lc, lb);
+  mf->backward(pf, 1.0);
+  mb->backward(pb, 1.0);
+  mc->backward(pc, 1.0);
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < pf.grads.size(); ++i) {
+    err += double(pb.grads[i] - pf.grads[i]) * double(pb.grads[i] - pf.grads[i]);
+    ref += double(pf.grads[i]) * pf.grads[i];
+  }
+  ASSERT_GT(ref, 0);
+  EXPECT_LT(std::sqrt(err / ref), 3e-2);
+  EXPECT_GT(err, 0) << "the bf16 model's gradients equal the fp32 model's";
+  EXPECT_EQ(0, std::memcmp(pb.grads.data(), pc.grads.data(), pb.grads.size() * sizeof(float)));
 }
 
 TEST(Gpt2Layout, HfNamesShapesAndCount) {

@@ -2,6 +2,7 @@
 // OpenMP team, and "asynchronous" copies are synchronous.
 #include <omp.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "backend/backend.h"
@@ -22,7 +23,14 @@ class CpuStream final : public Stream {
   std::string name_;
 };
 
-class CpuEvent final : public Event {};
+// A timing event notes when it was recorded: the stream reached it then, everything before it
+// having run.
+class CpuEvent final : public Event {
+ public:
+  explicit CpuEvent(bool timing = false) : timing(timing) {}
+  const bool timing;
+  std::chrono::steady_clock::time_point reached{};
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -35,6 +43,8 @@ class CpuBackend final : public Backend {
       optimizer_ = cpu::make_optimizer_kernels_avx2();
     }
     kernels_f64_ = cpu::make_kernels_f64();
+    kernels_bf16_ = cpu::make_widened_bf16_kernels(isa_ == CpuIsa::kAvx512 ? cpu::make_kernels_f32_avx512()
+                                                                           : cpu::make_kernels_f32_avx2());
   }
 
   std::string name() const override { return "cpu"; }
@@ -48,16 +58,25 @@ class CpuBackend final : public Backend {
   void* allocate(Pool pool, size_t bytes) override { return pool_alloc(pool, bytes); }
   void deallocate(Pool pool, void* ptr, size_t bytes) override { pool_free(pool, ptr, bytes); }
 
-  // Every operation has run when its call returns: streams are names, events are nothing, and
-  // waiting is free.
+  // Every operation has run when its call returns: streams are names, events are nothing (a
+  // timing event, a time), and waiting is free.
   Stream& compute_stream() override { return compute_; }
   std::unique_ptr<Stream> create_stream(const std::string& name) override { return std::make_unique<CpuStream>(name); }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
-  void record(Event&, Stream&) override {}
+  void record(Event& event, Stream&) override {
+    auto& e = static_cast<CpuEvent&>(event);
+    if (e.timing) e.reached = std::chrono::steady_clock::now();
+  }
   void wait(Stream&, Event&) override {}
   void synchronize(Event&) override {}
   void synchronize(Stream&) override {}
   void synchronize() override {}
+  std::unique_ptr<Event> create_timing_event() override { return std::make_unique<CpuEvent>(true); }
+  double elapsed_ms(Event& start, Event& end) override {
+    const auto &s = static_cast<CpuEvent&>(start), &e = static_cast<CpuEvent&>(end);
+    ZT_CHECK(s.timing && e.timing, "elapsed_ms needs two timing events (create_timing_event)");
+    return std::chrono::duration<double, std::milli>(e.reached - s.reached).count();
+  }
 
   void copy_async(void* dst, const void* src, size_t bytes, Stream&) override {
     if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
@@ -72,6 +91,7 @@ class CpuBackend final : public Backend {
   void launch_host_func(Stream&, std::function<void()> fn) override { fn(); }
 
   KernelOps<float>& ops() override { return *kernels_; }
+  KernelOps<bf16>& ops_bf16() override { return *kernels_bf16_; }
   KernelOps<double>* ops_f64() override { return kernels_f64_.get(); }
   OptimizerOps& optimizer_ops() override { return *optimizer_; }
 
@@ -80,6 +100,7 @@ class CpuBackend final : public Backend {
   CpuStream compute_{"compute"};
   std::unique_ptr<KernelOps<float>> kernels_;
   std::unique_ptr<KernelOps<double>> kernels_f64_;
+  std::unique_ptr<KernelOps<bf16>> kernels_bf16_;  // widens around fp32 kernels of its own
   std::unique_ptr<OptimizerOps> optimizer_;
 };
 

@@ -24,6 +24,9 @@ namespace zt::cpu {
 std::unique_ptr<KernelOps<float>> make_kernels_f32_avx2();
 std::unique_ptr<KernelOps<float>> make_kernels_f32_avx512();
 std::unique_ptr<KernelOps<double>> make_kernels_f64();
+/// KernelOps<bf16> over the fp32 kernels `f32` (its own: their matmul mode is its own too),
+/// widening each op's bf16 operands (host memory).
+std::unique_ptr<KernelOps<bf16>> make_widened_bf16_kernels(std::unique_ptr<KernelOps<float>> f32);
 std::unique_ptr<OptimizerOps> make_optimizer_kernels_avx2();
 std::unique_ptr<OptimizerOps> make_optimizer_kernels_avx512();
 

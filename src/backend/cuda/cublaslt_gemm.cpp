@@ -4,6 +4,14 @@
 // own transpose flag unchanged. The bias epilogue adds a vector over the rows of the column-major
 // D^T, which are the columns of our D: bias[n], as wanted.
 //
+// Leading dimensions: a row-major matrix stored with row stride ld is the column-major matrix of
+// the transposed shape with leading dimension ld, whichever operand it is and whether or not it is
+// transposed: cuBLASLt's layouts are [cols, rows] of what is stored, ld = the stored row stride.
+// So A stored [m,k] (or [k,m] when trans_a) is cuBLASLt's second operand [k,m] (or [m,k]) with
+// ld = lda; B stored [k,n] (or [n,k]) its first operand [n,k] (or [k,n]) with ld = ldb; D [m,n] is
+// [n,m] with ld = ldd. Densely packed (ld = 0 in GemmArgs), ld is the stored row length, the
+// layout's first dimension, as before leading dimensions could be given.
+//
 // Descriptors, layouts and the heuristic's algorithm are cached per shape (and per pointer
 // alignment, which decides which algorithms may run); only the bias pointer changes per call.
 #include "backend/cuda/cublaslt_gemm.h"
@@ -43,12 +51,13 @@ struct GemmKey {
   int m, n, k;
   DType ab_dtype, d_dtype;
   bool bias, accumulate, allow_tf32;
+  int lda, ldb, ldd;  // resolved: the stored row strides, never 0
   uint32_t align_a, align_b, align_d;
   int device;
   size_t workspace_bytes;  // the algorithm chosen may use up to this much
   auto tie() const {
-    return std::tie(trans_a, trans_b, m, n, k, ab_dtype, d_dtype, bias, accumulate, allow_tf32, align_a, align_b,
-                    align_d, device, workspace_bytes);
+    return std::tie(trans_a, trans_b, m, n, k, ab_dtype, d_dtype, bias, accumulate, allow_tf32, lda, ldb, ldd,
+                    align_a, align_b, align_d, device, workspace_bytes);
   }
   bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
@@ -73,11 +82,32 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-/// A column-major layout of `rows` x `cols`, leading dimension `rows` (densely packed).
-Layout make_layout(DType t, int rows, int cols) {
+/// A column-major layout of `rows` x `cols` with leading dimension ld >= rows (the row-major
+/// matrix stored [cols, rows] with row stride ld).
+Layout make_layout(DType t, int rows, int cols, int ld) {
   cublasLtMatrixLayout_t raw = nullptr;
-  ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, cuda_type(t), uint64_t(rows), uint64_t(cols), int64_t(rows)));
+  ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, cuda_type(t), uint64_t(rows), uint64_t(cols), int64_t(ld)));
   return Layout(raw);
+}
+
+/// The row stride of a row-major matrix whose rows hold `row_length` elements: `ld` when given
+/// (checked to be at least the row length), `row_length` when 0 (densely packed).
+int resolve_ld(int ld, int row_length, const char* name) {
+  ZT_CHECK(ld == 0 || ld >= row_length, "gemm: ", name, " = ", ld, " is less than the row length ", row_length);
+  return ld ? ld : row_length;
+}
+
+/// The alignment every row of an operand starts at: its pointer's, and, when a leading dimension
+/// was given, no more than its row stride in bytes keeps. Densely packed operands keep their
+/// pointer's alignment alone, as before leading dimensions could be given (cuBLASLt checks each
+/// layout's leading dimension itself; the explicit one is folded in as a bound that always holds).
+uint32_t row_alignment(const void* p, int ld_given, DType t) {
+  uint32_t align = alignment_of(p);
+  if (ld_given) {
+    const uint64_t row_bytes = uint64_t(ld_given) * dtype_size(t);
+    while (align > 1 && row_bytes % align != 0) align /= 2;
+  }
+  return align;
 }
 
 template <typename V>
@@ -109,9 +139,12 @@ std::unique_ptr<GemmPlan> make_plan(CudaContext& ctx, const GemmKey& key) {
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(key.d_dtype));  // the default, stated
   }
 
-  plan->first = key.trans_b ? make_layout(key.ab_dtype, key.k, key.n) : make_layout(key.ab_dtype, key.n, key.k);
-  plan->second = key.trans_a ? make_layout(key.ab_dtype, key.m, key.k) : make_layout(key.ab_dtype, key.k, key.m);
-  plan->d = make_layout(key.d_dtype, key.n, key.m);
+  // Each layout is [cols, rows] of the matrix as stored, with its row stride as the leading dimension.
+  plan->first = key.trans_b ? make_layout(key.ab_dtype, key.k, key.n, key.ldb)
+                            : make_layout(key.ab_dtype, key.n, key.k, key.ldb);
+  plan->second = key.trans_a ? make_layout(key.ab_dtype, key.m, key.k, key.lda)
+                             : make_layout(key.ab_dtype, key.k, key.m, key.lda);
+  plan->d = make_layout(key.d_dtype, key.n, key.m, key.ldd);
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
@@ -127,7 +160,8 @@ std::unique_ptr<GemmPlan> make_plan(CudaContext& ctx, const GemmKey& key) {
   ZT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc, plan->first.get(), plan->second.get(), plan->d.get(),
                                                  plan->d.get(), raw_pref, 1, &result, &found));
   ZT_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, "cuBLASLt has no algorithm for the GEMM m=", key.m,
-           " n=", key.n, " k=", key.k, " trans_a=", key.trans_a, " trans_b=", key.trans_b, " ",
+           " n=", key.n, " k=", key.k, " trans_a=", key.trans_a, " trans_b=", key.trans_b, " lda=", key.lda,
+           " ldb=", key.ldb, " ldd=", key.ldd, " ",
            dtype_name(key.ab_dtype), " -> ", dtype_name(key.d_dtype), key.bias ? " with bias" : "");
   plan->algo = result.algo;
   return plan;
@@ -146,12 +180,21 @@ void gemm(CudaContext& ctx, const GemmArgs& args) {
            "gemm: fp32 inputs write fp32 output (asked for ", dtype_name(args.d_dtype), ")");
   ZT_CHECK(args.d_dtype == DType::kF32 || args.d_dtype == args.ab_dtype, "gemm: ", dtype_name(args.ab_dtype),
            " inputs cannot write ", dtype_name(args.d_dtype));
+  // The stored row lengths: A [m,k] or, transposed, [k,m]; B [k,n] or [n,k]; D [m,n].
+  const int lda = resolve_ld(args.lda, args.trans_a ? args.m : args.k, "lda");
+  const int ldb = resolve_ld(args.ldb, args.trans_b ? args.k : args.n, "ldb");
+  const int ldd = resolve_ld(args.ldd, args.n, "ldd");
   if (args.m == 0 || args.n == 0) return;
   if (args.k == 0) {
     // An empty sum: D = 0 (+ bias), or D unchanged when accumulating. cuBLASLt rejects k = 0.
     ZT_CHECK(args.bias == nullptr, "gemm: k = 0 with a bias is not supported");
-    if (!args.accumulate)
-      ZT_CUDA_CHECK(cudaMemsetAsync(args.d, 0, size_t(args.m) * args.n * dtype_size(args.d_dtype), ctx.compute));
+    if (!args.accumulate) {
+      const size_t es = dtype_size(args.d_dtype);
+      if (ldd == args.n)
+        ZT_CUDA_CHECK(cudaMemsetAsync(args.d, 0, size_t(args.m) * args.n * es, ctx.compute));
+      else  // the m rows of n elements only: the padding past them may be another matrix's
+        ZT_CUDA_CHECK(cudaMemset2DAsync(args.d, size_t(ldd) * es, 0, size_t(args.n) * es, size_t(args.m), ctx.compute));
+    }
     return;
   }
 
@@ -165,9 +208,12 @@ void gemm(CudaContext& ctx, const GemmArgs& args) {
                     args.bias != nullptr,
                     args.accumulate,
                     args.allow_tf32,
-                    alignment_of(args.a),
-                    alignment_of(args.b),
-                    alignment_of(args.d),
+                    lda,
+                    ldb,
+                    ldd,
+                    row_alignment(args.a, args.lda, args.ab_dtype),
+                    row_alignment(args.b, args.ldb, args.ab_dtype),
+                    row_alignment(args.d, args.ldd, args.d_dtype),
                     ctx.device,
                     ctx.lt_workspace_bytes};
   // One lock over lookup and launch: the cached descriptor's bias pointer is set per call.

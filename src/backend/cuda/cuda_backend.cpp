@@ -76,7 +76,11 @@ class CudaStream final : public Stream {
 
 class CudaEvent final : public Event {
  public:
-  CudaEvent() { ZT_CUDA_CHECK(cudaEventCreateWithFlags(&handle_, cudaEventDisableTiming)); }
+  // Without timing an event is cheaper to record and to wait on; a timing event (the self-profile's)
+  // keeps when the stream reached it.
+  explicit CudaEvent(bool timing = false) {
+    ZT_CUDA_CHECK(cudaEventCreateWithFlags(&handle_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  }
   ~CudaEvent() override { cudaEventDestroy(handle_); }
   cudaEvent_t handle() const { return handle_; }
   CudaStream* stream = nullptr;  // where it was last recorded: its failures are this event's
@@ -151,12 +155,14 @@ class CudaBackend final : public Backend {
     ctx_.lt_workspace = allocate(Pool::kDevice, ctx_.lt_workspace_bytes);
     ctx_.scratch = [this](size_t bytes) { return scratch(bytes); };
     kernels_ = make_cuda_kernels(ctx_);
+    kernels_bf16_ = make_cuda_kernels_bf16(ctx_);
     optimizer_ = make_cuda_optimizer_ops(ctx_);
   }
 
   ~CudaBackend() override {
     cudaDeviceSynchronize();
     kernels_.reset();
+    kernels_bf16_.reset();
     optimizer_.reset();
     if (scratch_) deallocate(Pool::kDevice, scratch_, scratch_bytes_);
     deallocate(Pool::kDevice, ctx_.lt_workspace, ctx_.lt_workspace_bytes);
@@ -250,6 +256,14 @@ class CudaBackend final : public Backend {
     std::lock_guard<std::mutex> lock(streams_mutex_);
     for (CudaStream* s : streams_) s->rethrow();
   }
+  std::unique_ptr<Event> create_timing_event() override { return std::make_unique<CudaEvent>(true); }
+  double elapsed_ms(Event& start, Event& end) override {
+    synchronize(start);  // cudaEventElapsedTime fails on an event that has not completed
+    synchronize(end);
+    float ms = 0;
+    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, as_event(start).handle(), as_event(end).handle()));
+    return ms;
+  }
 
   // ---- data movement ----
   void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
@@ -302,6 +316,7 @@ class CudaBackend final : public Backend {
 
   // ---- kernels ----
   KernelOps<float>& ops() override { return *kernels_; }
+  KernelOps<bf16>& ops_bf16() override { return *kernels_bf16_; }
   KernelOps<double>* ops_f64() override { return nullptr; }
   OptimizerOps& optimizer_ops() override { return *optimizer_; }
 
@@ -369,6 +384,7 @@ class CudaBackend final : public Backend {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   std::unique_ptr<KernelOps<float>> kernels_;
+  std::unique_ptr<KernelOps<bf16>> kernels_bf16_;
   std::unique_ptr<OptimizerOps> optimizer_;
 };
 

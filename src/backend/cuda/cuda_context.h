@@ -28,8 +28,11 @@ struct CudaContext {
   std::function<void*(size_t bytes)> scratch;
 };
 
-/// KernelOps<float> on the device: cuBLASLt GEMMs (fp32, TF32 off) and .cu kernels.
+/// KernelOps<float> on the device: cuBLASLt GEMMs (fp32, TF32 off unless set_allow_tf32) and .cu kernels.
 std::unique_ptr<KernelOps<float>> make_cuda_kernels(CudaContext& ctx);
+/// KernelOps<bf16> on the device (cuda_kernels_bf16.cu): bf16 activations, cuBLASLt bf16 GEMMs
+/// with fp32 accumulation, fp32 statistics and parameter gradients, each bf16 output rounded once.
+std::unique_ptr<KernelOps<bf16>> make_cuda_kernels_bf16(CudaContext& ctx);
 /// OptimizerOps on device buffers: the fused Adam/AdamW, sum of squares, accumulation, zero.
 std::unique_ptr<OptimizerOps> make_cuda_optimizer_ops(CudaContext& ctx);
 

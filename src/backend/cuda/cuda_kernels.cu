@@ -1,7 +1,7 @@
 // KernelOps<float> on the device: the CPU kernels' semantics (cpu_kernels.inc) op for op, on
 // ctx.compute, never synchronising the host. Matmuls go through cuBLASLt (cublaslt_gemm.h), fp32
-// with TF32 off; attention is in cuda_attention.cu, the Llama family's kernels (RMSNorm, rotary,
-// grouped-query attention, SwiGLU) in cuda_llama_ops.cu.
+// with TF32 off unless set_allow_tf32 (--tf32); attention is in cuda_attention.cu, the Llama
+// family's kernels (RMSNorm, rotary, grouped-query attention, SwiGLU) in cuda_llama_ops.cu.
 //
 // Sums that cross rows (bias, layernorm parameter and embedding gradients) are computed per column
 // in a fixed order rather than with atomics (cuda_column_sums.cuh), so a run repeats bit for bit
@@ -283,6 +283,12 @@ class CudaKernels final : public KernelOps<float> {
  public:
   explicit CudaKernels(CudaContext& ctx) : ctx_(ctx) {}
 
+  // Every device this build runs on is sm_80 or newer (CMAKE_CUDA_ARCHITECTURES): TF32 is there.
+  bool set_allow_tf32(bool allow) override {
+    tf32_ = allow;
+    return true;
+  }
+
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T_,
                          int C) override {
     const size_t n = size_t(B) * T_ * C;
@@ -330,6 +336,7 @@ class CudaKernels final : public KernelOps<float> {
   void matmul_forward(float* out, const float* x, const float* weight, const float* bias, int rows, int in_dim,
                       int out_dim) override {
     GemmArgs args;  // out[rows,out] = x[rows,in] @ weight[in,out] + bias
+    args.allow_tf32 = tf32_;
     args.m = rows, args.n = out_dim, args.k = in_dim;
     args.a = x, args.b = weight, args.d = out;
     gemm_plus_bias(args, bias);
@@ -339,6 +346,7 @@ class CudaKernels final : public KernelOps<float> {
                        const float* weight, int rows, int in_dim, int out_dim) override {
     if (dx) {  // dx[rows,in] = dout[rows,out] @ weight[in,out]^T
       GemmArgs args;
+      args.allow_tf32 = tf32_;
       args.trans_b = true;
       args.m = rows, args.n = in_dim, args.k = out_dim;
       args.a = dout, args.b = weight, args.d = dx;
@@ -346,6 +354,7 @@ class CudaKernels final : public KernelOps<float> {
     }
     {  // dweight[in,out] += x[rows,in]^T @ dout[rows,out]
       GemmArgs args;
+      args.allow_tf32 = tf32_;
       args.trans_a = true;
       args.m = in_dim, args.n = out_dim, args.k = rows;
       args.a = x, args.b = dout, args.d = dweight;
@@ -405,6 +414,7 @@ class CudaKernels final : public KernelOps<float> {
   void linear_forward(float* out, const float* x, const float* weight, const float* bias, int rows, int in_dim,
                       int out_dim) override {
     GemmArgs args;  // out[rows,out] = x[rows,in] @ weight[out,in]^T + bias
+    args.allow_tf32 = tf32_;
     args.trans_b = true;
     args.m = rows, args.n = out_dim, args.k = in_dim;
     args.a = x, args.b = weight, args.d = out;
@@ -415,6 +425,7 @@ class CudaKernels final : public KernelOps<float> {
                        int rows, int in_dim, int out_dim, bool accumulate_dx) override {
     if (dx) {  // dx[rows,in] (+)= dout[rows,out] @ weight[out,in]: beta = 1 adds the q/k/v projections' parts
       GemmArgs args;
+      args.allow_tf32 = tf32_;
       args.m = rows, args.n = in_dim, args.k = out_dim;
       args.a = dout, args.b = weight, args.d = dx;
       args.accumulate = accumulate_dx;
@@ -422,6 +433,7 @@ class CudaKernels final : public KernelOps<float> {
     }
     {  // dweight[out,in] += dout[rows,out]^T @ x[rows,in]
       GemmArgs args;
+      args.allow_tf32 = tf32_;
       args.trans_a = true;
       args.m = out_dim, args.n = in_dim, args.k = rows;
       args.a = dout, args.b = x, args.d = dweight;
@@ -487,6 +499,7 @@ class CudaKernels final : public KernelOps<float> {
   static unsigned row_blocks(int rows) { return div_up(size_t(rows), kThreads / kWarp); }
 
   CudaContext& ctx_;
+  bool tf32_ = false;  // fp32 GEMMs on TF32 tensor cores (set_allow_tf32)
 };
 
 }  // namespace

@@ -124,6 +124,8 @@ class EmuEvent final : public Event {
   EmuStream* stream = nullptr;  // null: never recorded (complete, as in CUDA)
   uint64_t seq = 0;
   VectorClock clock;
+  // A timing event's: the time its stream reached it, written there by a task that record queues.
+  std::shared_ptr<std::chrono::steady_clock::time_point> reached;
 };
 
 int delay_from_env() {
@@ -136,6 +138,7 @@ class EmulatedBackend final : public Backend, public ComputeQueue {
   EmulatedBackend() : cpu_(make_cpu_backend()), delay_us_(delay_from_env()) {
     compute_ = new_stream("compute");
     kernels_ = make_queued_kernels(*this, cpu_->ops());
+    kernels_bf16_ = make_queued_kernels(*this, cpu_->ops_bf16());
     optimizer_ = make_queued_optimizer_ops(*this, cpu_->optimizer_ops());
   }
   ~EmulatedBackend() override {
@@ -174,6 +177,9 @@ class EmulatedBackend final : public Backend, public ComputeQueue {
   void record(Event& event, Stream& stream) override {
     EmuStream& s = resolve(stream);
     auto& e = static_cast<EmuEvent&>(event);
+    if (e.reached) {
+      enqueue(s, "timing event", {}, [reached = e.reached] { *reached = std::chrono::steady_clock::now(); });
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     merge(s.clock, host_clock_);
     e.stream = &s;
@@ -209,6 +215,18 @@ class EmulatedBackend final : public Backend, public ComputeQueue {
   void synchronize() override {
     for (EmuStream* s : streams_) synchronize(*s);
   }
+  std::unique_ptr<Event> create_timing_event() override {
+    auto e = std::make_unique<EmuEvent>();
+    e->reached = std::make_shared<std::chrono::steady_clock::time_point>();
+    return e;
+  }
+  double elapsed_ms(Event& start, Event& end) override {
+    auto &s = static_cast<EmuEvent&>(start), &e = static_cast<EmuEvent&>(end);
+    ZT_CHECK(s.reached && e.reached && s.stream && e.stream, "elapsed_ms needs two recorded timing events");
+    synchronize(start);
+    synchronize(end);
+    return std::chrono::duration<double, std::milli>(*e.reached - *s.reached).count();
+  }
 
   void copy_async(void* dst, const void* src, size_t bytes, Stream& stream) override {
     if (bytes == 0) return;
@@ -231,6 +249,7 @@ class EmulatedBackend final : public Backend, public ComputeQueue {
   }
 
   KernelOps<float>& ops() override { return *kernels_; }
+  KernelOps<bf16>& ops_bf16() override { return *kernels_bf16_; }
   KernelOps<double>* ops_f64() override { return nullptr; }
   OptimizerOps& optimizer_ops() override { return *optimizer_; }
 
@@ -300,6 +319,7 @@ class EmulatedBackend final : public Backend, public ComputeQueue {
   std::vector<std::string> names_;
   EmuStream* compute_ = nullptr;
   std::unique_ptr<KernelOps<float>> kernels_;
+  std::unique_ptr<KernelOps<bf16>> kernels_bf16_;
   std::unique_ptr<OptimizerOps> optimizer_;
 };
 

@@ -41,7 +41,8 @@ class ComputeQueue {
 };
 
 /// The CPU kernels `inner`, enqueued on the compute stream with their accesses declared.
-std::unique_ptr<KernelOps<float>> make_queued_kernels(ComputeQueue& queue, KernelOps<float>& inner);
+template <typename T>
+std::unique_ptr<KernelOps<T>> make_queued_kernels(ComputeQueue& queue, KernelOps<T>& inner);
 std::unique_ptr<OptimizerOps> make_queued_optimizer_ops(ComputeQueue& queue, OptimizerOps& inner);
 
 }  // namespace emulated

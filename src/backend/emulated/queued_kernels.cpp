@@ -20,14 +20,35 @@ void maybe(std::vector<Access>& v, T* p, size_t n, bool write) {
   if (p) v.push_back({p, n * sizeof(T), write});
 }
 
-class QueuedKernels final : public KernelOps<float> {
-  using T = float;
+template <typename T>
+class QueuedKernels final : public KernelOps<T> {
+  using G = GradOf<T>;
+  using S = StatOf<T>;
 
  public:
-  QueuedKernels(ComputeQueue& q, KernelOps<float>& k) : q_(q), k_(k) {}
+  QueuedKernels(ComputeQueue& q, KernelOps<T>& k) : q_(q), k_(k) {}
 
   // A setting, not work: it applies to the kernels enqueued after it (set before a run starts).
   DType set_matmul_dtype(DType dtype) override { return k_.set_matmul_dtype(dtype); }
+  bool set_allow_tf32(bool allow) override { return k_.set_allow_tf32(allow); }
+  bool attention_saves_lse() const override { return k_.attention_saves_lse(); }
+  int logits_stride(int V) const override { return k_.logits_stride(V); }
+  void classifier_forward(T* logits, S* losses, const T* x, const T* head, const int32_t* targets, int rows, int C,
+                          int V, double* loss_sum, double weight) override {
+    const size_t R = size_t(rows);
+    q_.enqueue_compute("classifier_forward",
+                       {out(logits, R * size_t(k_.logits_stride(V))), out(losses, R), in(x, R * C),
+                        in(head, size_t(V) * C), in(targets, R), out(loss_sum, 1)},
+                       [=, this] { k_.classifier_forward(logits, losses, x, head, targets, rows, C, V, loss_sum, weight); });
+  }
+  void classifier_backward(T* dx, G* dhead, T* logits, const T* x, const T* head, const int32_t* targets, int rows,
+                           int C, int V, double dloss) override {
+    const size_t R = size_t(rows);
+    q_.enqueue_compute("classifier_backward",
+                       {out(dx, R * C), out(dhead, size_t(V) * C), out(logits, R * size_t(k_.logits_stride(V))),
+                        in(x, R * C), in(head, size_t(V) * C), in(targets, R)},
+                       [=, this] { k_.classifier_backward(dx, dhead, logits, x, head, targets, rows, C, V, dloss); });
+  }
 
   void embedding_forward(T* o, const int32_t* tok, const T* wte, const T* wpe, int B, int T_, int C) override {
     const size_t BT = size_t(B) * T_;
@@ -36,21 +57,21 @@ class QueuedKernels final : public KernelOps<float> {
     q_.enqueue_compute("embedding_forward", std::move(a),
                        [=, this] { k_.embedding_forward(o, tok, wte, wpe, B, T_, C); });
   }
-  void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tok, int B, int T_, int C) override {
+  void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tok, int B, int T_, int C) override {
     const size_t BT = size_t(B) * T_;
     std::vector<Access> a{{dwte, kToEnd, true}, in(dout, BT * C), in(tok, BT)};
     maybe(a, dwpe, size_t(T_) * C, true);
     q_.enqueue_compute("embedding_backward", std::move(a),
                        [=, this] { k_.embedding_backward(dwte, dwpe, dout, tok, B, T_, C); });
   }
-  void layernorm_forward(T* o, T* mean, T* rstd, const T* x, const T* w, const T* b, int rows, int C,
+  void layernorm_forward(T* o, S* mean, S* rstd, const T* x, const T* w, const T* b, int rows, int C,
                          double eps) override {
     const size_t R = size_t(rows);
     q_.enqueue_compute("layernorm_forward",
                        {out(o, R * C), out(mean, R), out(rstd, R), in(x, R * C), in(w, size_t(C)), in(b, size_t(C))},
                        [=, this] { k_.layernorm_forward(o, mean, rstd, x, w, b, rows, C, eps); });
   }
-  void layernorm_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, const T* mean, const T* rstd,
+  void layernorm_backward(T* dx, G* dw, G* db, const T* dout, const T* x, const T* w, const S* mean, const S* rstd,
                           int rows, int C) override {
     const size_t R = size_t(rows);
     q_.enqueue_compute("layernorm_backward",
@@ -65,7 +86,7 @@ class QueuedKernels final : public KernelOps<float> {
     q_.enqueue_compute("matmul_forward", std::move(a),
                        [=, this] { k_.matmul_forward(o, x, w, b, rows, in_dim, out_dim); });
   }
-  void matmul_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, int rows, int in_dim,
+  void matmul_backward(T* dx, G* dw, G* db, const T* dout, const T* x, const T* w, int rows, int in_dim,
                        int out_dim) override {
     std::vector<Access> a{out(dw, size_t(in_dim) * out_dim), in(dout, size_t(rows) * out_dim),
                           in(x, size_t(rows) * in_dim), in(w, size_t(in_dim) * out_dim)};
@@ -74,17 +95,18 @@ class QueuedKernels final : public KernelOps<float> {
     q_.enqueue_compute("matmul_backward", std::move(a),
                        [=, this] { k_.matmul_backward(dx, dw, db, dout, x, w, rows, in_dim, out_dim); });
   }
-  void attention_forward(T* o, T* att, const T* qkv, int B, int T_, int C, int NH) override {
+  void attention_forward(T* o, S* att, const T* qkv, int B, int T_, int C, int NH) override {
     const size_t BT = size_t(B) * T_;
     q_.enqueue_compute("attention_forward",
-                       {out(o, BT * C), out(att, size_t(B) * NH * T_ * T_), in(qkv, BT * 3 * C)},
+                       {out(o, BT * C), out(att, att_elems(B, NH, T_, T_)), in(qkv, BT * 3 * C)},
                        [=, this] { k_.attention_forward(o, att, qkv, B, T_, C, NH); });
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
+  void attention_backward(T* dqkv, const T* dout, const T* qkv, const S* att, int B, int T_, int C,
                           int NH) override {
     const size_t BT = size_t(B) * T_;
     q_.enqueue_compute("attention_backward",
-                       {out(dqkv, BT * 3 * C), in(dout, BT * C), in(qkv, BT * 3 * C), in(att, size_t(B) * NH * T_ * T_)},
+                       {out(dqkv, BT * 3 * C), in(dout, BT * C), in(qkv, BT * 3 * C),
+                        in(att, att_elems(B, NH, T_, T_))},
                        [=, this] { k_.attention_backward(dqkv, dout, qkv, att, B, T_, C, NH); });
   }
   void gelu_forward(T* o, const T* x, size_t n) override {
@@ -101,7 +123,7 @@ class QueuedKernels final : public KernelOps<float> {
   void accumulate(T* acc, const T* x, size_t n) override {
     q_.enqueue_compute("accumulate", {out(acc, n), in(x, n)}, [=, this] { k_.accumulate(acc, x, n); });
   }
-  void softmax_xent_forward(T* logits, T* losses, const int32_t* targets, int rows, int V, double* loss_sum,
+  void softmax_xent_forward(T* logits, S* losses, const int32_t* targets, int rows, int V, double* loss_sum,
                             double weight) override {
     const size_t R = size_t(rows);
     q_.enqueue_compute("softmax_xent_forward",
@@ -119,7 +141,7 @@ class QueuedKernels final : public KernelOps<float> {
     q_.enqueue_compute("linear_forward", std::move(a),
                        [=, this] { k_.linear_forward(o, x, w, b, rows, in_dim, out_dim); });
   }
-  void linear_backward(T* dx, T* dw, T* db, const T* dout, const T* x, const T* w, int rows, int in_dim, int out_dim,
+  void linear_backward(T* dx, G* dw, G* db, const T* dout, const T* x, const T* w, int rows, int in_dim, int out_dim,
                        bool accumulate_dx) override {
     std::vector<Access> a{out(dw, size_t(out_dim) * in_dim), in(dout, size_t(rows) * out_dim),
                           in(x, size_t(rows) * in_dim), in(w, size_t(out_dim) * in_dim)};
@@ -129,36 +151,36 @@ class QueuedKernels final : public KernelOps<float> {
       k_.linear_backward(dx, dw, db, dout, x, w, rows, in_dim, out_dim, accumulate_dx);
     });
   }
-  void rmsnorm_forward(T* o, T* rstd, const T* x, const T* w, int rows, int C, double eps) override {
+  void rmsnorm_forward(T* o, S* rstd, const T* x, const T* w, int rows, int C, double eps) override {
     const size_t R = size_t(rows);
     q_.enqueue_compute("rmsnorm_forward", {out(o, R * C), out(rstd, R), in(x, R * C), in(w, size_t(C))},
                        [=, this] { k_.rmsnorm_forward(o, rstd, x, w, rows, C, eps); });
   }
-  void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int rows, int C) override {
+  void rmsnorm_backward(T* dx, G* dw, const T* dout, const T* x, const T* w, const S* rstd, int rows, int C) override {
     const size_t R = size_t(rows);
     q_.enqueue_compute("rmsnorm_backward",
                        {out(dx, R * C), out(dw, size_t(C)), in(dout, R * C), in(x, R * C), in(w, size_t(C)),
                         in(rstd, R)},
                        [=, this] { k_.rmsnorm_backward(dx, dw, dout, x, w, rstd, rows, C); });
   }
-  void rotary(T* x, const T* cos, const T* sin, int B, int T_, int heads, int hs, bool inverse) override {
+  void rotary(T* x, const S* cos, const S* sin, int B, int T_, int heads, int hs, bool inverse) override {
     const size_t angles = size_t(T_) * (hs / 2);
     q_.enqueue_compute("rotary", {out(x, size_t(B) * T_ * heads * hs), in(cos, angles), in(sin, angles)},
                        [=, this] { k_.rotary(x, cos, sin, B, T_, heads, hs, inverse); });
   }
-  void gqa_attention_forward(T* o, T* att, const T* q, const T* k, const T* v, int B, int Tq, int Tk, int NH, int NKV,
+  void gqa_attention_forward(T* o, S* att, const T* q, const T* k, const T* v, int B, int Tq, int Tk, int NH, int NKV,
                              int hs) override {
     const size_t q_n = size_t(B) * Tq * NH * hs, kv_n = size_t(B) * Tk * NKV * hs;
     q_.enqueue_compute("gqa_attention_forward",
-                       {out(o, q_n), out(att, size_t(B) * NH * Tq * Tk), in(q, q_n), in(k, kv_n), in(v, kv_n)},
+                       {out(o, q_n), out(att, att_elems(B, NH, Tq, Tk)), in(q, q_n), in(k, kv_n), in(v, kv_n)},
                        [=, this] { k_.gqa_attention_forward(o, att, q, k, v, B, Tq, Tk, NH, NKV, hs); });
   }
-  void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* att,
+  void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const S* att,
                               int B, int T_, int NH, int NKV, int hs) override {
     const size_t q_n = size_t(B) * T_ * NH * hs, kv_n = size_t(B) * T_ * NKV * hs;
     q_.enqueue_compute("gqa_attention_backward",
                        {out(dq, q_n), out(dk, kv_n), out(dv, kv_n), in(dout, q_n), in(q, q_n), in(k, kv_n),
-                        in(v, kv_n), in(att, size_t(B) * NH * T_ * T_)},
+                        in(v, kv_n), in(att, att_elems(B, NH, T_, T_))},
                        [=, this] { k_.gqa_attention_backward(dq, dk, dv, dout, q, k, v, att, B, T_, NH, NKV, hs); });
   }
   void swiglu_forward(T* o, const T* gate, const T* up, size_t n) override {
@@ -171,8 +193,13 @@ class QueuedKernels final : public KernelOps<float> {
   }
 
  private:
+  // What attention saves: the probabilities, or each row's logsumexp.
+  size_t att_elems(int B, int NH, int Tq, int Tk) const {
+    return size_t(B) * NH * Tq * (k_.attention_saves_lse() ? 1 : size_t(Tk));
+  }
+
   ComputeQueue& q_;
-  KernelOps<float>& k_;
+  KernelOps<T>& k_;
 };
 
 Access in_raw(const void* p, DType t, size_t n) { return {p, n * dtype_size(t), false}; }
@@ -208,9 +235,12 @@ class QueuedOptimizerOps final : public OptimizerOps {
 
 }  // namespace
 
-std::unique_ptr<KernelOps<float>> make_queued_kernels(ComputeQueue& queue, KernelOps<float>& inner) {
-  return std::make_unique<QueuedKernels>(queue, inner);
+template <typename T>
+std::unique_ptr<KernelOps<T>> make_queued_kernels(ComputeQueue& queue, KernelOps<T>& inner) {
+  return std::make_unique<QueuedKernels<T>>(queue, inner);
 }
+template std::unique_ptr<KernelOps<float>> make_queued_kernels(ComputeQueue&, KernelOps<float>&);
+template std::unique_ptr<KernelOps<bf16>> make_queued_kernels(ComputeQueue&, KernelOps<bf16>&);
 
 std::unique_ptr<OptimizerOps> make_queued_optimizer_ops(ComputeQueue& queue, OptimizerOps& inner) {
   return std::make_unique<QueuedOptimizerOps>(queue, inner);
