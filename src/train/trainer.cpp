@@ -49,6 +49,7 @@
 #include "train/stop_signals.h"
 #include "core/progress.h"
 #include "zero/engine.h"
+#include "zero/engine_model.h"
 
 namespace zt {
 
@@ -184,15 +185,9 @@ EngineParts build_engine(const Setup& setup, const TrainArgs& args, const ModelL
     ZT_USAGE_CHECK(!args.tf32 || backend.ops().set_allow_tf32(true), "--tf32 needs a GPU with TF32 (Ampere or "
                    "newer); the ", backend.name(), " backend computes fp32 GEMMs in exact fp32");
     parts.engine = std::make_unique<ZeroEngine>(layout, backend, profiler.data_comm(), comm, setup.ds, activations);
-    const int max_batch = std::max(micro_batch, eval_batch);
-    ZeroEngine& engine = *parts.engine;
-    parts.model = activations == DType::kBF16
-                      ? bind_model(make_causal_lm<bf16>(layout, backend, profiler.kernels<bf16>(), max_batch,
-                                                        setup.seq_len, args.gradient_checkpointing),
-                                   engine.params<bf16>())
-                      : bind_model(make_causal_lm<float>(layout, backend, profiler.kernels<float>(), max_batch,
-                                                         setup.seq_len, args.gradient_checkpointing),
-                                   engine.params<float>());
+    parts.model = make_engine_model(*parts.engine, layout, backend, profiler.kernels<float>(),
+                                    profiler.kernels<bf16>(), std::max(micro_batch, eval_batch), setup.seq_len,
+                                    args.gradient_checkpointing);
     parts.monitors = std::make_unique<MonitorMaster>(setup.ds.tensorboard, setup.ds.csv_monitor, comm.rank() == 0);
   } catch (const OutOfMemory& e) {
     // A run that does not fit is bad input like any other here: agreed on, one line, exit 2.

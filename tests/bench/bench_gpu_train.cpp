@@ -35,7 +35,7 @@
 #include "core/timer.h"
 #include "config/train_args.h"
 #include "core/memory_pool.h"
-#include "model/bound_model.h"
+#include "zero/engine_model.h"
 #include "zero/engine.h"
 
 using namespace zt;
@@ -143,11 +143,7 @@ int main(int argc, char** argv) try {
     Run r;
     r.engine = std::make_unique<ZeroEngine>(layout, *backend, *data_comm, comm, cfg, activations);
     r.engine->init_params(1);
-    r.model = activations == DType::kBF16
-                  ? bind_model(make_causal_lm<bf16>(layout, *backend, backend->ops_bf16(), batch, block, checkpointing),
-                               r.engine->params<bf16>())
-                  : bind_model(make_causal_lm<float>(layout, *backend, backend->ops(), batch, block, checkpointing),
-                               r.engine->params<float>());
+    r.model = make_engine_model(*r.engine, layout, *backend, batch, block, checkpointing);
     return r;
   };
 

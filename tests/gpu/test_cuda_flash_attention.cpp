@@ -29,6 +29,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "../unit/random_test_util.h"
+#include "cpu_gpu_twins.h"
 
 namespace zt {
 namespace {
@@ -106,10 +107,8 @@ std::vector<float> reference_lse(const std::vector<float>& q, const std::vector<
   return lse;
 }
 
-class FlashAttention : public ::testing::Test {
- public:  // the shape checks below are free functions over the fixture
-  std::unique_ptr<Backend> gpu = cuda::make_cuda_backend(0);
-  std::unique_ptr<Backend> cpu = make_cpu_backend();
+class FlashAttention : public CpuGpuTest {
+ public:
 
   template <typename T>
   DeviceArray<T> upload(Backend& b, const std::vector<T>& host) {
@@ -117,16 +116,10 @@ class FlashAttention : public ::testing::Test {
     b.copy_from_host(a.data(), host.data(), host.size() * sizeof(T));
     return a;
   }
-  template <typename T>
-  static std::vector<T> download(Backend& b, const DeviceArray<T>& a) {
-    std::vector<T> host(a.size());
-    b.copy_to_host(host.data(), a.data(), a.bytes());
-    return host;
-  }
 
   /// A bf16 output of both sides (from element `off` on), within kBf16Tol of each other.
   void expect_close(const DeviceArray<bf16>& g, const DeviceArray<bf16>& c, size_t off, const std::string& what) {
-    const auto got = widen(download(*gpu, g), off), want = widen(download(*cpu, c), off);
+    const auto got = widen(read(*gpu, g), off), want = widen(read(*cpu, c), off);
     size_t worst = 0;
     const double err = max_rel_error(got, want, &worst);
     EXPECT_LE(err, kBf16Tol) << what << ": max-relative error " << err << ", worst at [" << worst << "]: gpu "
@@ -134,7 +127,7 @@ class FlashAttention : public ::testing::Test {
   }
 
   void expect_lse(const DeviceArray<float>& g, const std::vector<float>& want, const std::string& what) {
-    const auto got = download(*gpu, g);
+    const auto got = read(*gpu, g);
     double err = 0;
     size_t worst = 0;
     for (size_t i = 0; i < want.size(); ++i) {
@@ -148,7 +141,7 @@ class FlashAttention : public ::testing::Test {
 
   /// The backward again, bit for bit: the same bits in every output.
   void expect_same_bits(const std::vector<bf16>& first, const DeviceArray<bf16>& again, const std::string& what) {
-    const auto second = download(*gpu, again);
+    const auto second = read(*gpu, again);
     size_t mismatches = 0;
     for (size_t i = 0; i < first.size(); ++i) mismatches += first[i].bits != second[i].bits;
     EXPECT_EQ(mismatches, 0u) << what << ": a second backward changed " << mismatches << " of " << first.size()
@@ -204,7 +197,7 @@ void check_packed(FlashAttention& t, Path path, int B, int T, int NH, int hs, si
   c.ops_bf16().attention_backward(dqkv_c.data() + off, dout_c.data() + off, qkv_c.data() + off, att_c.data(), B, T, C,
                                   NH);
   t.expect_close(dqkv_g, dqkv_c, off, "dqkv" + shape);
-  const auto first = FlashAttention::download(g, dqkv_g);
+  const auto first = FlashAttention::read(g, dqkv_g);
   g.ops_bf16().attention_backward(dqkv_g.data() + off, dout_g.data() + off, qkv_g.data() + off, lse_g.data(), B, T, C,
                                   NH);
   g.synchronize();
@@ -257,8 +250,8 @@ void check_gqa(FlashAttention& t, Path path, int B, int Tq, int Tk, int NH, int 
   t.expect_close(dq_g, dq_c, off, "dq" + shape);
   t.expect_close(dk_g, dk_c, off, "dk" + shape);
   t.expect_close(dv_g, dv_c, off, "dv" + shape);
-  const auto dq1 = FlashAttention::download(g, dq_g), dk1 = FlashAttention::download(g, dk_g),
-             dv1 = FlashAttention::download(g, dv_g);
+  const auto dq1 = FlashAttention::read(g, dq_g), dk1 = FlashAttention::read(g, dk_g),
+             dv1 = FlashAttention::read(g, dv_g);
   backward_gpu();
   t.expect_same_bits(dq1, dq_g, "dq" + shape);
   t.expect_same_bits(dk1, dk_g, "dk" + shape);

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/dtype.h"
 #include "../unit/random_test_util.h"
+#include "cpu_gpu_twins.h"
 
 namespace zt {
 namespace {
@@ -59,34 +60,8 @@ double norm_rel_error(const std::vector<float>& got, const std::vector<float>& w
   return ref > 0 ? std::sqrt(err / ref) : std::sqrt(err);
 }
 
-/// The same array on both backends, filled from one host vector.
-template <typename T>
-struct Twin {
-  Backend* gpu;
-  DeviceArray<T> g, c;
-  T* on(Backend& b) { return &b == gpu ? g.data() : c.data(); }
-};
-
-class CudaOps : public ::testing::Test {
- public:  // the shape checks below are free functions over the fixture
-  std::unique_ptr<Backend> gpu = cuda::make_cuda_backend(0);
-  std::unique_ptr<Backend> cpu = make_cpu_backend();
-
-  template <typename T>
-  Twin<T> twin(const std::vector<T>& host) {
-    Twin<T> t{gpu.get(), DeviceArray<T>(*gpu, host.size()), DeviceArray<T>(*cpu, host.size())};
-    gpu->copy_from_host(t.g.data(), host.data(), host.size() * sizeof(T));
-    cpu->copy_from_host(t.c.data(), host.data(), host.size() * sizeof(T));
-    return t;
-  }
-
-  template <typename T>
-  static std::vector<T> read(Backend& b, const DeviceArray<T>& a) {
-    std::vector<T> host(a.size());
-    b.copy_to_host(host.data(), a.data(), a.bytes());
-    return host;
-  }
-
+class CudaOps : public CpuGpuTest {
+ public:
   /// Runs the same calls on the GPU and on the CPU.
   void on_both(const std::function<void(Backend&)>& fn) {
     fn(*gpu);
@@ -112,16 +87,6 @@ class CudaOps : public ::testing::Test {
 // ---- KernelOps ----------------------------------------------------------------------------------
 
 constexpr int kB = 2, kT = 37, kC = 48, kNH = 4, kV = 101;
-
-std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed, bool some_ignored = false) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(0, vocab - 1);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(rng);
-  if (some_ignored)
-    for (size_t i = 0; i < n; i += 5) v[i] = -1;
-  return v;
-}
 
 TEST_F(CudaOps, EmbeddingForwardAndBackward) {
   // Tokens from only 20 values, so many rows share a token: the backward's chains are exercised.
@@ -308,19 +273,6 @@ TEST_F(CudaOps, RmsnormForwardAndBackward) {
   expect_close(rstd, kReductionTol, "rstd");
   expect_close(dx, kReductionTol, "dx");
   expect_close(dw, kReductionTol, "dweight");
-}
-
-/// cos and sin [T, hs/2] of HF's default rope (theta 10000), in fp32.
-std::pair<std::vector<float>, std::vector<float>> rope_angles(int T, int hs) {
-  const int half = hs / 2;
-  std::vector<float> c(size_t(T) * half), s(size_t(T) * half);
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < half; ++i) {
-      const double angle = t * std::pow(10000.0, -2.0 * i / hs);
-      c[size_t(t) * half + i] = float(std::cos(angle));
-      s[size_t(t) * half + i] = float(std::sin(angle));
-    }
-  return {c, s};
 }
 
 // Forward, then inverse (which must bring x back), on x[B,T,heads,hs].

@@ -157,21 +157,28 @@ for obj in $objects; do
     }' "$WORK/$obj.res" "$WORK/$obj.sass" >"$WORK/$obj.funcs"
 done
 
+# one_kernel OBJ PATTERN: sets `kernel` to the figures line of the one kernel of OBJ whose name
+# matches PATTERN; fails (and returns 1) when none or several do.
+one_kernel() {
+  local count
+  kernel=$(awk -v p="$2" '$1 ~ p' "$WORK/$1.funcs")
+  count=$(grep -c . <<<"$kernel")
+  if [[ -z $kernel ]]; then
+    fail "$1: no kernel matches '$2' (renamed or removed? update tests/integration/cuda_sass.sh)"
+    return 1
+  fi
+  if ((count > 1)); then
+    fail "$1: '$2' matches $count kernels; make the pattern name one"
+    return 1
+  fi
+}
+
 # ---- (1) 16-byte loads in each listed kernel ------------------------------------------------------
 printf '%-72s %7s %7s %4s %6s\n' "kernel (object: pattern)" "LDG.128" "STG.128" "REG" "spills"
 for k in "${KERNELS[@]}"; do
   obj=${k%%:*} pattern=${k#*:}
-  matches=$(awk -v p="$pattern" '$1 ~ p' "$WORK/$obj.funcs")
-  count=$(grep -c . <<<"$matches")
-  if [[ -z $matches ]]; then
-    fail "$obj: no kernel matches '$pattern' (renamed or removed? update tests/integration/cuda_sass.sh)"
-    continue
-  fi
-  if ((count > 1)); then
-    fail "$obj: '$pattern' matches $count kernels; make the pattern name one"
-    continue
-  fi
-  read -r name ldg stg ldl stl reg _ <<<"$matches"
+  one_kernel "$obj" "$pattern" || continue
+  read -r name ldg stg ldl stl reg _ <<<"$kernel"
   printf '%-72s %7s %7s %4s %6s\n' "${obj%.cu.o}: $pattern" "$ldg" "$stg" "$reg" "$((ldl + stl))"
   if ((ldg > 0)); then
     pass "$pattern: $ldg 128-bit global loads"
@@ -184,17 +191,8 @@ done
 printf '%-72s %7s %4s %6s\n' "kernel (object: pattern)" "HMMA" "REG" "spills"
 for k in "${HMMA_KERNELS[@]}"; do
   obj=${k%%:*} pattern=${k#*:}
-  matches=$(awk -v p="$pattern" '$1 ~ p' "$WORK/$obj.funcs")
-  count=$(grep -c . <<<"$matches")
-  if [[ -z $matches ]]; then
-    fail "$obj: no kernel matches '$pattern' (renamed or removed? update tests/integration/cuda_sass.sh)"
-    continue
-  fi
-  if ((count > 1)); then
-    fail "$obj: '$pattern' matches $count kernels; make the pattern name one"
-    continue
-  fi
-  read -r name _ _ ldl stl reg _ _ hmma <<<"$matches"
+  one_kernel "$obj" "$pattern" || continue
+  read -r name _ _ ldl stl reg _ _ hmma <<<"$kernel"
   printf '%-72s %7s %4s %6s\n' "${obj%.cu.o}: $pattern" "$hmma" "$reg" "$((ldl + stl))"
   if ((hmma > 0)); then
     pass "$pattern: $hmma HMMA.16816.F32.BF16 (bf16 tensor-core mma, fp32 accumulation)"

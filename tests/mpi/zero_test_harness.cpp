@@ -8,7 +8,7 @@
 #include "backend/backend.h"
 #include "comm/data_comm.h"
 #include "comm/mpi_runtime.h"
-#include "model/bound_model.h"
+#include "zero/engine_model.h"
 
 namespace zt {
 
@@ -80,12 +80,7 @@ std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& c
   ZeroEngine engine(layout, backend, *engine_comm, comm, cfg, activations);
   engine.init_params(5);
   const int micro = int(cfg.train_micro_batch_size_per_gpu);
-  const std::unique_ptr<BoundModel> model_ptr =
-      activations == DType::kBF16
-          ? bind_model(make_causal_lm<bf16>(layout, backend, backend.ops_bf16(), micro, kSeq, false),
-                       engine.params<bf16>())
-          : bind_model(make_causal_lm<float>(layout, backend, backend.ops(), micro, kSeq, false),
-                       engine.params<float>());
+  const std::unique_ptr<BoundModel> model_ptr = make_engine_model(engine, layout, backend, micro, kSeq, false);
   BoundModel& model = *model_ptr;
   std::vector<int32_t> in(size_t(micro) * kSeq), tg(size_t(micro) * kSeq);
   std::vector<double> losses;
