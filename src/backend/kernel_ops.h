@@ -42,6 +42,18 @@ using StatOf = typename KernelTypes<T>::Stat;
 /// to 50304 for the same reason). The CUDA bf16 table's logits_stride.
 inline int aligned_logits_stride(int V) { return (V + 63) / 64 * 64; }
 
+/// The device scratch the CUDA bf16 table's classifier takes when V is not a multiple of 64 (0
+/// when it is): the head padded with zero rows to aligned_logits_stride(V), in bf16, so that the
+/// lm_head's forward and dx GEMMs run with every dimension a multiple of 64 (with GPT-2's odd V
+/// cuBLASLt picks kernels 5-7x slower, even with aligned leading dimensions), then the fp32 dhead
+/// of the last 64-row tile, 256-byte aligned after it. The memory estimate counts it.
+inline size_t padded_classifier_scratch_bytes(int V, int C) {
+  const size_t stride = size_t(aligned_logits_stride(V));
+  if (stride == size_t(V)) return 0;
+  const size_t head_bytes = (stride * size_t(C) * 2 + 255) / 256 * 256;
+  return head_bytes + 64 * size_t(C) * sizeof(float);
+}
+
 template <typename T>
 class KernelOps {
  public:

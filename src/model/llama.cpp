@@ -45,6 +45,7 @@ LlamaModel<T>::LlamaModel(const LlamaLayout& layout, Backend& backend, KernelOps
   dh_ = DeviceArray<T>(backend, a.dh);
   dgate_ = DeviceArray<T>(backend, a.dgate);
   dup_ = DeviceArray<T>(backend, a.dup);
+  xn_ = DeviceArray<T>(backend, a.xn);
 
   // The rotary tables, once: computed on the host, copied through pinned staging.
   std::vector<double> cos, sin;
@@ -64,7 +65,7 @@ template <typename T>
 size_t LlamaModel<T>::activation_bytes() const {
   size_t total = act_stats_.bytes() + lnf_rstd_.bytes() + losses_.bytes() + rope_cos_.bytes() + rope_sin_.bytes();
   for (const auto* a : {&block_inputs_, &acts_, &lnf_, &logits_, &dres_, &dln_, &datty_, &dq_, &dk_, &dv_, &dh_,
-                        &dgate_, &dup_}) {
+                        &dgate_, &dup_, &xn_}) {
     total += a->bytes();
   }
   return total;
@@ -88,7 +89,9 @@ LlamaBlockActs<T> LlamaModel<T>::block_acts(int layer) {
   S* ps = act_stats_.data() + slot * per_block_stats_;
   // Slices are laid out for the current (B, T), inside a slot sized for the maximum.
   const size_t att = size_t(batch_) * cfg.n_head * seq_ * (ops_.attention_saves_lse() ? 1 : seq_);
-  return carve_llama_block_acts(p, ps, cfg, size_t(batch_) * seq_, att, true);
+  // The norm outputs and the SwiGLU product are not kept (model_memory.cpp): the product lives in
+  // dgate_ from the forward until the backward has used it, then dgate_ takes its gradient.
+  return carve_llama_block_acts(p, ps, cfg, size_t(batch_) * seq_, att, true, xn_.data(), dgate_.data());
 }
 
 template <typename T>
@@ -132,13 +135,20 @@ void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaB
   ops.accumulate(out, a.res2, size_t(BT) * C);  // residual: out = res2 + mlp
 }
 
-// dres holds d(block output) on entry and d(block input) on return.
+// dres holds d(block output) on entry and d(block input) on return. a.xn1 = a.xn2 and a.h are
+// shared (block_acts): they hold this block's values only where `recomputed` says the block's
+// forward has just run again (activation checkpointing); else the SwiGLU product and the second
+// norm output are recomputed here first, and the first norm output always is, before its use.
 template <typename T>
 void LlamaModel<T>::block_backward(const T* w, G* g, const T* x, const LlamaBlockActs<T>& a, T* dres, int B,
-                                   int T_) {
+                                   int T_, bool recomputed) {
   const auto& cfg = layout_.config();
   const LlamaBlockOffsets& o = layout_.block();
   const int BT = B * T_, C = cfg.n_embd, I = cfg.intermediate_size, hs = cfg.head_size();
+  if (!recomputed) {
+    ops_.swiglu_forward(a.h, a.gate, a.up, size_t(BT) * I);
+    ops_.rmsnorm_forward(a.xn2, a.rstd2, a.res2, w + o.post_norm, BT, C, cfg.layer_norm_epsilon);
+  }
   project_backward(dh_.data(), g, dres, a.h, w, o.down, o.down_bias, BT, I, C, false);
   ops_.swiglu_backward(dgate_.data(), dup_.data(), dh_.data(), a.gate, a.up, size_t(BT) * I);
   project_backward(dln_.data(), g, dup_.data(), a.xn2, w, o.up, o.up_bias, BT, C, I, false);
@@ -151,6 +161,7 @@ void LlamaModel<T>::block_backward(const T* w, G* g, const T* x, const LlamaBloc
   // Through the rotation: the inverse rotation of the gradients.
   ops_.rotary(dq_.data(), rope_cos_.data(), rope_sin_.data(), B, T_, cfg.n_head, hs, true);
   ops_.rotary(dk_.data(), rope_cos_.data(), rope_sin_.data(), B, T_, cfg.n_kv_head, hs, true);
+  ops_.rmsnorm_forward(a.xn1, a.rstd1, x, w + o.input_norm, BT, C, cfg.layer_norm_epsilon);
   project_backward(dln_.data(), g, dq_.data(), a.xn1, w, o.q, o.q_bias, BT, C, q_dim_, false);
   project_backward(dln_.data(), g, dk_.data(), a.xn1, w, o.k, o.k_bias, BT, C, kv_dim_, true);
   project_backward(dln_.data(), g, dv_.data(), a.xn1, w, o.v, o.v_bias, BT, C, kv_dim_, true);
@@ -216,7 +227,7 @@ void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
                             llama_block_forward(ops_, cfg, layout_.block(), w, x, dln_.data(), a, B, T_, 0,
                                                 rope_cos_.data(), rope_sin_.data());
                           }
-                          block_backward(w, g, x, a, dres_.data(), B, T_);
+                          block_backward(w, g, x, a, dres_.data(), B, T_, checkpointing_);
                         });
 
   G* g_emb = head_unit == emb_unit ? g_head : params.grad_accumulator(emb_unit);

@@ -26,7 +26,8 @@ class LlamaModel final : public CausalLM<T> {
   using G = GradOf<T>;
   using S = StatOf<T>;
   LlamaBlockActs<T> block_acts(int layer);
-  void block_backward(const T* w, G* g, const T* x, const LlamaBlockActs<T>& a, T* dres, int B, int T_);
+  void block_backward(const T* w, G* g, const T* x, const LlamaBlockActs<T>& a, T* dres, int B, int T_,
+                      bool recomputed);
   /// The gradients of a projection at block offsets (weight, bias).
   void project_backward(T* dx, G* g, const T* dout, const T* x, const T* w, size_t weight, size_t bias, int rows,
                         int in, int out_dim, bool accumulate_dx);
@@ -45,6 +46,7 @@ class LlamaModel final : public CausalLM<T> {
   DeviceArray<T> lnf_, logits_;
   DeviceArray<S> lnf_rstd_, losses_, rope_cos_, rope_sin_;
   DeviceArray<T> dres_, dln_, datty_, dq_, dk_, dv_, dh_, dgate_, dup_;
+  DeviceArray<T> xn_;  // the block's norm output (either norm), recomputed in the backward
 };
 
 }  // namespace zt

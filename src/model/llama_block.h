@@ -21,9 +21,12 @@ struct LlamaBlockActs {
 /// Carves one block's arrays for `rows` tokens out of p, and its statistics out of ps (each
 /// advanced past what it gave; they may be the same pointer when the types are), the attention
 /// probabilities taking att_elems; k and v only when `with_kv` (generation keeps them in its cache).
+/// Given `norm_out` (rows x C) and `mlp_hidden` (rows x I), both norm outputs and the SwiGLU
+/// product go there instead of into p: training shares them between blocks and recomputes them.
 template <typename T>
 LlamaBlockActs<T> carve_llama_block_acts(T*& p, StatOf<T>*& ps, const ModelConfig& cfg, size_t rows,
-                                         size_t att_elems, bool with_kv) {
+                                         size_t att_elems, bool with_kv, T* norm_out = nullptr,
+                                         T* mlp_hidden = nullptr) {
   const size_t C = size_t(cfg.n_embd), I = size_t(cfg.intermediate_size);
   const size_t q = size_t(cfg.n_head) * size_t(cfg.head_size()), kv = size_t(cfg.n_kv_head) * size_t(cfg.head_size());
   auto take = [](auto*& from, size_t n) {
@@ -32,7 +35,7 @@ LlamaBlockActs<T> carve_llama_block_acts(T*& p, StatOf<T>*& ps, const ModelConfi
     return out;
   };
   LlamaBlockActs<T> a{};
-  a.xn1 = take(p, rows * C);
+  a.xn1 = norm_out ? norm_out : take(p, rows * C);
   a.q = take(p, rows * q);
   if (with_kv) {
     a.k = take(p, rows * kv);
@@ -40,10 +43,10 @@ LlamaBlockActs<T> carve_llama_block_acts(T*& p, StatOf<T>*& ps, const ModelConfi
   }
   a.atty = take(p, rows * q);
   a.res2 = take(p, rows * C);
-  a.xn2 = take(p, rows * C);
+  a.xn2 = norm_out ? norm_out : take(p, rows * C);
   a.gate = take(p, rows * I);
   a.up = take(p, rows * I);
-  a.h = take(p, rows * I);
+  a.h = mlp_hidden ? mlp_hidden : take(p, rows * I);
   a.rstd1 = take(ps, rows);
   a.att = take(ps, att_elems);
   a.rstd2 = take(ps, rows);

@@ -34,9 +34,12 @@ std::vector<ActivationArray> Gpt2ActivationArrays::arrays() const {
           {losses, true}, {dres}, {dln}, {dqkv}, {datty}, {dfch}, {dfch_gelu}};
 }
 
-// LlamaModel. Per block: the two RMSNorm outputs, q, k and v after the rotary, the attention
-// output, the residual, and the MLP's gate, up and product in one array; the two rstd and the
-// attention probabilities in another.
+// LlamaModel. Per block: q, k and v after the rotary, the attention output, the residual, and
+// the MLP's gate and up in one array; the two rstd and the attention probabilities in another.
+// The two RMSNorm outputs and the SwiGLU product are not kept per block: each is one cheap pass
+// from what is (the norm's input and rstd; gate and up), so the backward recomputes them, bit for
+// bit, as PyTorch's compiler does: the norm outputs into one array shared by all blocks (xn), the
+// product into backward's dgate scratch, which holds nothing until the product has been used.
 // Plus every block's input, the final norm, logits and losses, the rotary tables, and
 // backward's scratch, each its own array.
 LlamaActivationArrays llama_activation_arrays(const ModelConfig& m, size_t batch, size_t seq_len,
@@ -47,7 +50,7 @@ LlamaActivationArrays llama_activation_arrays(const ModelConfig& m, size_t batch
   const size_t q = H * size_t(m.head_size()), kv = size_t(m.n_kv_head) * size_t(m.head_size());
   const size_t I = size_t(m.intermediate_size);
   LlamaActivationArrays a;
-  a.per_block = BT * (C + q + 2 * kv + q + C + C + 3 * I);
+  a.per_block = BT * (q + 2 * kv + q + C + 2 * I);
   a.per_block_stats = 2 * BT + B * H * T * (attention_lse ? 1 : T);
   a.block_inputs = (L + 1) * BT * C;
   a.acts = (gradient_checkpointing ? 1 : L) * a.per_block;
@@ -60,13 +63,14 @@ LlamaActivationArrays llama_activation_arrays(const ModelConfig& m, size_t batch
   a.datty = a.dq = BT * q;
   a.dk = a.dv = BT * kv;
   a.dh = a.dgate = a.dup = BT * I;
+  a.xn = BT * C;
   return a;
 }
 
 std::vector<ActivationArray> LlamaActivationArrays::arrays() const {
   return {{block_inputs}, {acts},  {act_stats, true}, {lnf},           {lnf_rstd, true}, {logits},
           {losses, true}, {rope_cos, true}, {rope_sin, true}, {dres}, {dln}, {datty}, {dq}, {dk}, {dv},
-          {dh},           {dgate}, {dup}};
+          {dh},           {dgate}, {dup}, {xn}};
 }
 
 std::vector<size_t> activation_allocations(const ModelConfig& m, size_t batch, size_t seq_len,

@@ -45,6 +45,7 @@ struct LlamaActivationArrays {
   size_t block_inputs = 0, acts = 0, act_stats = 0, lnf = 0, lnf_rstd = 0, logits = 0, losses = 0, rope_cos = 0,
          rope_sin = 0;
   size_t dres = 0, dln = 0, datty = 0, dq = 0, dk = 0, dv = 0, dh = 0, dgate = 0, dup = 0;
+  size_t xn = 0;  ///< the norm outputs, one block's at a time (recomputed in the backward)
   std::vector<ActivationArray> arrays() const;
 };
 LlamaActivationArrays llama_activation_arrays(const ModelConfig& config, size_t batch, size_t seq_len,

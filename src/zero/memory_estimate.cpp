@@ -192,12 +192,14 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   std::vector<size_t> activations = activation_allocations(model, batch, size_t(run.seq_len),
                                                            run.gradient_checkpointing, activation_dtype, cuda_bf16,
                                                            logits_stride);
-  if (flash) {
-    activations.push_back(sizeof(float) * batch * size_t(model.n_head) * run.seq_len);
-  } else if (cuda_bf16) {
-    // Other head sizes: fp32 copies of q, k, v, dout and the gradients (at most 8 C per token,
-    // C >= NH hs) and two layers' worth of probabilities, rebuilt from the logsumexp, in scratch.
-    activations.push_back(sizeof(float) * (8 * BT * size_t(model.n_embd) + 2 * probabilities));
+  if (cuda_bf16) {
+    // The backend's one scratch buffer, as large as the largest request: the attention's (flash:
+    // D; other head sizes: fp32 copies of q, k, v, dout and the gradients, at most 8 C per token
+    // as C >= NH hs, and two layers' worth of probabilities rebuilt from the logsumexp) or the
+    // classifier's padded head where V is not a multiple of 64 (kernel_ops.h).
+    const size_t attention = flash ? sizeof(float) * batch * size_t(model.n_head) * run.seq_len
+                                   : sizeof(float) * (8 * BT * size_t(model.n_embd) + 2 * probabilities);
+    activations.push_back(std::max(attention, padded_classifier_scratch_bytes(model.vocab_size, model.n_embd)));
   } else if (run.cuda) {
     // The fp32 attention's backward keeps its softmax gradient in the backend's scratch buffer
     // (backend/cuda/cuda_attention.cu): as large as one layer's saved probabilities.

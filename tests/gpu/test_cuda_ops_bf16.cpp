@@ -612,12 +612,16 @@ TEST_F(CudaOpsBf16, SoftmaxCrossEntropy) {
 }
 
 // classifier_forward/backward (the lm_head GEMM and the loss together): the GPU table keeps the
-// logits with a row stride of logits_stride(V) = V rounded up to 64 (cuBLASLt's leading dimensions
-// in all three GEMMs), the CPU table's are dense (stride V). The GPU buffer starts as NaN
-// everywhere, so a GEMM or softmax that reads a padding column puts NaN into the outputs, and the
-// padding must still be those NaN bits afterwards (nothing writes it). Only the first V columns of
-// each GPU row are compared. V = 50257 (GPT-2: stride 50304), 101 (odd, stride 128) and 128
-// (already aligned: stride V); every fifth target is -1 (ignored).
+// logits with a row stride of logits_stride(V) = V rounded up to 64 and runs its three GEMMs over
+// the whole padded width against a head padded with zero rows; the CPU table's logits are dense
+// (stride V). The GPU buffer starts as NaN everywhere: the forward's GEMM must write 0 into every
+// padding column (a GEMM over only V columns would leave the NaN), and a softmax that read one
+// would put NaN into the loss. Before the backward the padding is set to NaN again, so the
+// backward must zero it itself before its GEMMs read it (else dx is NaN), and leave it 0. Only the
+// first V columns of each GPU row are compared. V = 50257 (GPT-2: stride 50304; dhead's last 17
+// rows come from the padded tile), 101 (odd, stride 128; dhead all tile but the first 64 rows),
+// 37 (stride 64: dhead all tile) and 128 (already aligned: stride V, no padding); every fifth
+// target is -1 (ignored).
 //
 // The logits come from GEMMs that differ in summation order (tensor cores against OpenBLAS), so a
 // few round to the neighbouring bf16 on one side; x @ head^T is kept near 0.1 in size (|l| < 1,
@@ -648,7 +652,7 @@ TEST_F(CudaOpsBf16, Classifier) {
   struct Case {
     int rows, C, V;
   };
-  for (const Case c : {Case{64, 768, 50257}, Case{37, 72, 101}, Case{37, 72, 128}}) {
+  for (const Case c : {Case{64, 768, 50257}, Case{37, 72, 101}, Case{37, 72, 37}, Case{37, 72, 128}}) {
     const int gs = gpu->ops_bf16().logits_stride(c.V), cs = cpu->ops_bf16().logits_stride(c.V);
     const std::string shape = cat(" (rows ", c.rows, " C ", c.C, " V ", c.V, ", GPU stride ", gs, ")");
     ASSERT_GE(gs, c.V) << shape;
@@ -668,12 +672,12 @@ TEST_F(CudaOpsBf16, Classifier) {
       const std::vector<bf16> pad(logits.g.size(), bf16{kPadBits});
       gpu->copy_from_host(logits.g.data(), pad.data(), logits.g.bytes());
     }
-    auto expect_padding_untouched = [&](const std::string& op) {
+    auto expect_padding_zero = [&](const std::string& op) {
       const auto g = read(*gpu, logits.g);
-      size_t touched = 0;
+      size_t nonzero = 0;
       for (int r = 0; r < c.rows; ++r)
-        for (int v = c.V; v < gs; ++v) touched += g[size_t(r) * gs + v].bits != kPadBits;
-      EXPECT_EQ(touched, 0u) << op << ": " << touched << " padding elements (columns V..stride-1) were written"
+        for (int v = c.V; v < gs; ++v) nonzero += (g[size_t(r) * gs + v].bits & 0x7fffu) != 0;
+      EXPECT_EQ(nonzero, 0u) << op << ": " << nonzero << " padding elements (columns V..stride-1) are not 0"
                              << shape;
     };
 
@@ -684,7 +688,7 @@ TEST_F(CudaOpsBf16, Classifier) {
     expect_close_values(dense_rows(read(*gpu, logits.g), c.rows, c.V, gs),
                         dense_rows(read(*cpu, logits.c), c.rows, c.V, cs), kBf16Tol,
                         "classifier_forward probabilities" + shape, false);
-    expect_padding_untouched("classifier_forward");
+    expect_padding_zero("classifier_forward");
     expect_close(losses, kF32Tol, "classifier_forward losses" + shape);
     const double got = read(*gpu, loss_sum.g)[0], want = read(*cpu, loss_sum.c)[0];
     EXPECT_NEAR(got, want, kF32Tol * std::fabs(want - start)) << "classifier_forward loss_sum" << shape;
@@ -696,12 +700,14 @@ TEST_F(CudaOpsBf16, Classifier) {
       }
     }
 
-    // The CPU's probabilities into the GPU's rows, the padding left as it is.
+    // The CPU's probabilities into the GPU's rows, NaN into the padding again.
     {
       const auto probs = read(*cpu, logits.c);
       auto g = read(*gpu, logits.g);
-      for (int r = 0; r < c.rows; ++r)
+      for (int r = 0; r < c.rows; ++r) {
         for (int v = 0; v < c.V; ++v) g[size_t(r) * gs + v] = probs[size_t(r) * cs + v];
+        for (int v = c.V; v < gs; ++v) g[size_t(r) * gs + v] = bf16{kPadBits};
+      }
       gpu->copy_from_host(logits.g.data(), g.data(), logits.g.bytes());
     }
     on_both("classifier_backward" + shape, [&](KernelOps<bf16>& k, Backend& b) {
@@ -711,7 +717,7 @@ TEST_F(CudaOpsBf16, Classifier) {
     expect_close_values(dense_rows(read(*gpu, logits.g), c.rows, c.V, gs),
                         dense_rows(read(*cpu, logits.c), c.rows, c.V, cs), kBf16Tol,
                         "classifier_backward dlogits" + shape, false);
-    expect_padding_untouched("classifier_backward");
+    expect_padding_zero("classifier_backward");
     expect_close(dx, kBf16Tol, "classifier_backward dx" + shape, true);
     expect_close(dhead, kF32Tol, "classifier_backward dhead (+=)" + shape, true);
   }

@@ -20,9 +20,9 @@
 //   split into an unaligned head, a 16-byte body and a tail (a dense odd V, as GPT-2's 50257,
 //   leaves rows at every alignment). The probabilities are written once, rounded from the fp32
 //   exp(l - max) / sum. classifier_forward/backward keep the logits with a row stride of V rounded
-//   up to 64 (padded_logits_stride): the lm_head's three GEMMs then read and write 16-byte aligned
-//   rows (tensor-core kernels; with an odd V cuBLASLt runs slow ones), and the softmax's rows are
-//   all body and tail. The padding columns are never written or read.
+//   up to 64 (padded_logits_stride) and run the lm_head's three GEMMs over that padded width, with
+//   the head padded by zero rows: with an odd V in any GEMM dimension cuBLASLt runs kernels 5-7x
+//   slower. The softmax's rows are all body and tail; it never reads the padding columns.
 // - Attention: cuda_attention_bf16.cu, flash attention (cuda_flash_attention.cu) saving only the
 //   logsumexp of each row (attention_saves_lse), with an exact widened-fp32 fallback for the shapes
 //   it does not take.
@@ -388,6 +388,12 @@ __global__ void __launch_bounds__(512)
   if (threadIdx.x == 0) losses[r] = target >= 0 ? logf(sum) + maxval - target_logit : 0.0f;
 }
 
+// acc[i] += x[i], fp32 (the last tile of the padded classifier's dhead onto the gradient).
+__global__ void add_f32_kernel(float* acc, const float* x, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) acc[i] += x[i];
+}
+
 // *loss_sum += weight * (sum of the losses in double), by one block in a fixed order.
 __global__ void add_loss_sum_bf16_kernel(double* loss_sum, const float* losses, int rows, double weight) {
   __shared__ double shared_d[kWarp];
@@ -399,11 +405,13 @@ __global__ void add_loss_sum_bf16_kernel(double* loss_sum, const float* losses, 
 
 // (p - onehot(target)) d per row, in place, with the CPU's two roundings (p d, then - d) kept apart
 // from an FMA, then one rounding to bf16; rows with no target get zeros. Rows `stride` apart, as in
-// the forward.
+// the forward; columns V..zero_to-1 of each row are set to +0 (the classifier's padding, which its
+// padded GEMMs read as dlogits: zero whatever the forward left there).
 __global__ void softmax_xent_backward_bf16_kernel(bf16* probs, const int32_t* targets, int V, size_t stride,
-                                                  float d) {
+                                                  int zero_to, float d) {
   const int r = blockIdx.x;
   const int target = targets[r];
+  for (int v = V + int(threadIdx.x); v < zero_to; v += blockDim.x) probs[size_t(r) * stride + v] = bf16{0};
   for_row_bf16<true>(probs + size_t(r) * stride, V, [&](auto& x, int v) {
     int j = 0;
     for (float& e : x) {
@@ -559,22 +567,26 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
   }
 
   void softmax_xent_backward(bf16* probs_to_dlogits, const int32_t* targets, int rows, int V, double dloss) override {
-    softmax_xent_backward_strided(probs_to_dlogits, targets, rows, V, V, dloss);
+    softmax_xent_backward_strided(probs_to_dlogits, targets, rows, V, V, V, dloss);
   }
 
-  // The classifier with padded logits rows (padded_logits_stride): every GEMM below sees the
-  // logits through a leading dimension of `stride`, so each row starts 16-byte aligned.
+  // The classifier over padded logits rows (padded_logits_stride): each row is `stride` columns
+  // and the lm_head's GEMMs run over all of them, with the head padded by zero rows in scratch
+  // (padded_classifier_scratch_bytes), so that no GEMM dimension is an odd V. The forward's GEMM
+  // writes the padding columns (x . 0 = 0); the softmax never reads them; the backward sets them to
+  // +0 before its GEMMs read them as dlogits, so they add nothing to dx. dhead has V rows, not
+  // stride: its GEMM writes the rows below the last multiple of 64 in place and the last 64-row
+  // tile into scratch, whose first V % 64 rows are then added.
   int logits_stride(int V) const override { return padded_logits_stride(V); }
 
   void classifier_forward(bf16* logits, float* losses, const bf16* x, const bf16* head, const int32_t* targets,
                           int rows, int C, int V, double* loss_sum, double weight) override {
     const int stride = logits_stride(V);
-    {  // logits[rows,V] (row stride `stride`) = x[rows,C] @ head[V,C]^T, bf16
+    {  // logits[rows,stride] = x[rows,C] @ head[stride,C]^T, bf16
       GemmArgs args = bf16_gemm(DType::kBF16);
       args.trans_b = true;
-      args.m = rows, args.n = V, args.k = C;
-      args.a = x, args.b = head, args.d = logits;
-      args.ldd = stride;
+      args.m = rows, args.n = stride, args.k = C;
+      args.a = x, args.b = padded_head(head, V, C), args.d = logits;
       gemm(ctx_, args);
     }
     softmax_xent_forward_strided(logits, losses, targets, rows, V, stride, loss_sum, weight);
@@ -583,23 +595,33 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
   void classifier_backward(bf16* dx, float* dhead, bf16* logits, const bf16* x, const bf16* head,
                            const int32_t* targets, int rows, int C, int V, double dloss) override {
     const int stride = logits_stride(V);
-    softmax_xent_backward_strided(logits, targets, rows, V, stride, dloss);  // probabilities -> dlogits
-    if (dx) {  // dx[rows,C] = dlogits[rows,V] @ head[V,C], bf16 (overwritten)
+    // probabilities -> dlogits, the padding columns -> 0
+    softmax_xent_backward_strided(logits, targets, rows, V, stride, stride, dloss);
+    if (dx) {  // dx[rows,C] = dlogits[rows,stride] @ head[stride,C], bf16 (overwritten)
       GemmArgs args = bf16_gemm(DType::kBF16);
-      args.m = rows, args.n = C, args.k = V;
-      args.a = logits, args.b = head, args.d = dx;
-      args.lda = stride;
+      args.m = rows, args.n = C, args.k = stride;
+      args.a = logits, args.b = padded_head(head, V, C), args.d = dx;
       gemm(ctx_, args);
     }
-    {  // dhead[V,C] += dlogits[rows,V]^T @ x[rows,C], fp32
-      GemmArgs args = bf16_gemm(DType::kF32);
-      args.trans_a = true;
-      args.m = V, args.n = C, args.k = rows;
-      args.a = logits, args.b = x, args.d = dhead;
-      args.lda = stride;
-      args.accumulate = true;
-      gemm(ctx_, args);
-    }
+    // dhead[V,C] += dlogits[rows,V]^T @ x[rows,C], fp32: rows [0, V64) in place ...
+    const int V64 = stride == V ? V : V / 64 * 64;
+    GemmArgs args = bf16_gemm(DType::kF32);
+    args.trans_a = true;
+    args.m = V64, args.n = C, args.k = rows;
+    args.a = logits, args.b = x, args.d = dhead;
+    args.lda = stride;
+    args.accumulate = true;
+    gemm(ctx_, args);
+    if (V64 == V || rows == 0 || C == 0) return;
+    // ... and the last tile, rows [V64, stride) of which the first V - V64 are dhead's, in scratch.
+    float* tile = padded_head_tile(V, C);
+    args.m = stride - V64;
+    args.a = logits + V64, args.d = tile;
+    args.accumulate = false;
+    gemm(ctx_, args);
+    const size_t n = size_t(V - V64) * C;
+    add_f32_kernel<<<grid(n), kThreads, 0, ctx_.compute>>>(dhead + size_t(V64) * C, tile, n);
+    ZT_CUDA_CHECK_LAUNCH("add_f32_kernel");
   }
 
   void linear_forward(bf16* out, const bf16* x, const bf16* weight, const bf16* bias, int rows, int in_dim,
@@ -701,13 +723,34 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     ZT_CUDA_CHECK_LAUNCH("add_loss_sum_bf16_kernel");
   }
 
-  /// softmax_xent_backward over rows `stride` elements apart.
+  /// softmax_xent_backward over rows `stride` elements apart, columns V..zero_to-1 set to 0.
   void softmax_xent_backward_strided(bf16* probs_to_dlogits, const int32_t* targets, int rows, int V, int stride,
-                                     double dloss) {
-    if (rows == 0 || V == 0) return;
-    softmax_xent_backward_bf16_kernel<<<unsigned(rows), kThreads, 0, ctx_.compute>>>(probs_to_dlogits, targets, V,
-                                                                                     size_t(stride), float(dloss));
+                                     int zero_to, double dloss) {
+    if (rows == 0 || zero_to == 0) return;
+    softmax_xent_backward_bf16_kernel<<<unsigned(rows), kThreads, 0, ctx_.compute>>>(
+        probs_to_dlogits, targets, V, size_t(stride), zero_to, float(dloss));
     ZT_CUDA_CHECK_LAUNCH("softmax_xent_backward_bf16_kernel");
+  }
+
+  /// head[V,C] followed by zero rows up to padded_logits_stride(V), in the backend's scratch (the
+  /// head itself when V needs no padding). Copied again for each use: 2 bytes a weight, next to a
+  /// GEMM over every token.
+  const bf16* padded_head(const bf16* head, int V, int C) {
+    const int stride = padded_logits_stride(V);
+    if (stride == V) return head;
+    auto* padded = static_cast<bf16*>(ctx_.scratch(padded_classifier_scratch_bytes(V, C)));
+    const size_t bytes = size_t(V) * C * sizeof(bf16), pad_bytes = size_t(stride - V) * C * sizeof(bf16);
+    ZT_CUDA_CHECK(cudaMemcpyAsync(padded, head, bytes, cudaMemcpyDeviceToDevice, ctx_.compute));
+    ZT_CUDA_CHECK(cudaMemsetAsync(padded + size_t(V) * C, 0, pad_bytes, ctx_.compute));
+    return padded;
+  }
+
+  /// The fp32 [64,C] tile after the padded head in the same scratch (the layout of
+  /// padded_classifier_scratch_bytes).
+  float* padded_head_tile(int V, int C) {
+    const size_t total = padded_classifier_scratch_bytes(V, C);
+    char* base = static_cast<char*>(ctx_.scratch(total));
+    return reinterpret_cast<float*>(base + total - 64 * size_t(C) * sizeof(float));
   }
 
   unsigned grid(size_t n) const { return grid_for(n, kThreads, ctx_.sm_count); }

@@ -19,9 +19,11 @@ namespace zt::cuda {
 /// multiple of 64, as llm.c pads GPT-2's V = 50257 to 50304. The logits are the lm_head GEMMs' D
 /// (forward) and A (dx, dW); with an odd V their rows start at every 2-byte offset and cuBLASLt
 /// falls back to kernels without 16-byte (tensor-core) loads, which made those three GEMMs, ~30 %
-/// of GPT-2 124M's FLOPs, the step's slowest. A multiple of 8 would align the rows; 64 (128 bytes)
-/// also starts each on a cache line, as llm.c's padding does, for at most 63 columns a row, which
-/// are written by nothing and read by nothing. The rule itself is kernel_ops.h's
+/// of GPT-2 124M's FLOPs, the step's slowest. Aligned rows alone were not enough (an odd GEMM
+/// dimension is slow too, measured on an H100), so the classifier's GEMMs run over all `stride`
+/// columns against a head padded with zero rows (padded_classifier_scratch_bytes): the forward
+/// writes 0 into the padding, the backward zeroes it again before reading it as dlogits, and the
+/// softmax never touches it. The rule itself is kernel_ops.h's
 /// aligned_logits_stride, which code without the CUDA headers (the memory estimate) sizes the
 /// logits by; this name says which table uses it.
 inline int padded_logits_stride(int V) { return aligned_logits_stride(V); }
