@@ -90,9 +90,11 @@ class KernelOps {
 
   /// Causal multi-head attention. qkv[B,T,3C] -> out[B,T,C]; saves att (attention_saves_lse).
   virtual void attention_forward(T* out, S* att, const T* qkv, int B, int T_, int C, int NH) = 0;
-  /// dqkv (overwritten) from dout, using the saved att and qkv.
-  virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const S* att, int B, int T_, int C,
-                                  int NH) = 0;
+  /// dqkv (overwritten) from dout, using the saved att and qkv, and the forward's out[B,T,C] (flash
+  /// attention takes D = rowsum(dout * out) from it, as FlashAttention-2 does, rather than
+  /// recomputing the forward; kernels that keep the probabilities do not read it).
+  virtual void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const S* att, int B, int T_,
+                                  int C, int NH) = 0;
 
   /// out = gelu_tanh(x), elementwise
   virtual void gelu_forward(T* out, const T* x, size_t n) = 0;
@@ -177,9 +179,10 @@ class KernelOps {
   /// position Tk - Tq + i. -> out[B,Tq,NH,hs]; saves att (attention_saves_lse).
   virtual void gqa_attention_forward(T* out, S* att, const T* q, const T* k, const T* v, int B, int Tq, int Tk,
                                      int NH, int NKV, int hs) = 0;
-  /// dq, dk, dv (overwritten) from dout, using the saved att (training: Tq = Tk = T_).
-  virtual void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
-                                      const S* att, int B, int T_, int NH, int NKV, int hs) = 0;
+  /// dq, dk, dv (overwritten) from dout, using the saved att and the forward's out[B,T,NH,hs] (as
+  /// attention_backward; training: Tq = Tk = T_).
+  virtual void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* q, const T* k,
+                                      const T* v, const S* att, int B, int T_, int NH, int NKV, int hs) = 0;
 
   /// out = silu(gate) * up, elementwise (HF's LlamaMLP activation)
   virtual void swiglu_forward(T* out, const T* gate, const T* up, size_t n) = 0;

@@ -104,9 +104,9 @@ class ProfiledKernels final : public KernelOps<T> {
   void attention_forward(T* out, S* att, const T* qkv, int B, int T_, int C, int NH) override {
     timed(OpClass::kAttention, [&] { inner_.attention_forward(out, att, qkv, B, T_, C, NH); });
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const S* att, int B, int T_, int C,
+  void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const S* att, int B, int T_, int C,
                           int NH) override {
-    timed(OpClass::kAttention, [&] { inner_.attention_backward(dqkv, dout, qkv, att, B, T_, C, NH); });
+    timed(OpClass::kAttention, [&] { inner_.attention_backward(dqkv, dout, out, qkv, att, B, T_, C, NH); });
   }
   void gelu_forward(T* out, const T* x, size_t n) override {
     timed(OpClass::kElementwise, [&] { inner_.gelu_forward(out, x, n); });
@@ -167,10 +167,10 @@ class ProfiledKernels final : public KernelOps<T> {
                              int NKV, int hs) override {
     timed(OpClass::kAttention, [&] { inner_.gqa_attention_forward(out, att, q, k, v, B, Tq, Tk, NH, NKV, hs); });
   }
-  void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const S* att,
-                              int B, int T_, int NH, int NKV, int hs) override {
+  void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* q, const T* k, const T* v,
+                              const S* att, int B, int T_, int NH, int NKV, int hs) override {
     timed(OpClass::kAttention,
-          [&] { inner_.gqa_attention_backward(dq, dk, dv, dout, q, k, v, att, B, T_, NH, NKV, hs); });
+          [&] { inner_.gqa_attention_backward(dq, dk, dv, dout, out, q, k, v, att, B, T_, NH, NKV, hs); });
   }
   void swiglu_forward(T* out, const T* gate, const T* up, size_t n) override {
     timed(OpClass::kElementwise, [&] { inner_.swiglu_forward(out, gate, up, n); });

@@ -116,7 +116,7 @@ void Gpt2Model<T>::block_backward(const T* w, G* g, const T* x, const BlockActs&
                           a.ln2_rstd, BT, C);
   ops_.matmul_backward(datty_.data(), g + o.attn_proj_w, g + o.attn_proj_b, dres, a.atty, w + o.attn_proj_w, BT,
                        C, C);
-  ops_.attention_backward(dqkv_.data(), datty_.data(), a.qkv, a.att, B, T_, C, cfg.n_head);
+  ops_.attention_backward(dqkv_.data(), datty_.data(), a.atty, a.qkv, a.att, B, T_, C, cfg.n_head);
   ops_.matmul_backward(dln_.data(), g + o.attn_w, g + o.attn_b, dqkv_.data(), a.ln1, w + o.attn_w, BT, C, 3 * C);
   ops_.layernorm_backward(dres, g + o.ln1_w, g + o.ln1_b, dln_.data(), x, w + o.ln1_w, a.ln1_mean, a.ln1_rstd,
                           BT, C);

@@ -156,7 +156,7 @@ void LlamaModel<T>::block_backward(const T* w, G* g, const T* x, const LlamaBloc
   // The residual passes dres through; the norm adds its part (dx +=), giving d(res2).
   ops_.rmsnorm_backward(dres, g + o.post_norm, dln_.data(), a.res2, w + o.post_norm, a.rstd2, BT, C);
   project_backward(datty_.data(), g, dres, a.atty, w, o.o, o.o_bias, BT, q_dim_, C, false);
-  ops_.gqa_attention_backward(dq_.data(), dk_.data(), dv_.data(), datty_.data(), a.q, a.k, a.v, a.att, B, T_,
+  ops_.gqa_attention_backward(dq_.data(), dk_.data(), dv_.data(), datty_.data(), a.atty, a.q, a.k, a.v, a.att, B, T_,
                               cfg.n_head, cfg.n_kv_head, hs);
   // Through the rotation: the inverse rotation of the gradients.
   ops_.rotary(dq_.data(), rope_cos_.data(), rope_sin_.data(), B, T_, cfg.n_head, hs, true);

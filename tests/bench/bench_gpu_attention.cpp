@@ -98,8 +98,8 @@ int main(int argc, char** argv) try {
       });
       const double fwd_bwd = median_ms(*backend, iters, [&] {
         ops.gqa_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, T, NH, NH, hd);
-        ops.gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
-                                   lse.data(), B, T, NH, NH, hd);
+        ops.gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), q.data(), k.data(),
+                                   v.data(), lse.data(), B, T, NH, NH, hd);
       });
       const double flops = 2.0 * B * NH * double(T) * T * hd;  // causal: half of 4 B NH T^2 hd
       std::printf("%6d %4d %4d %4d %10.3f %12.3f %10.1f %14.1f\n", T, hd, B, NH, fwd, fwd_bwd, flops / fwd / 1e9,

@@ -128,8 +128,9 @@ class TimedOps final : public KernelOps<float> {
            (dx, dw, db, d, x, w, r, i, n))
   ZT_TIMED(attention_forward, (float* o, float* a, const float* q, int B, int T_, int C, int NH),
            (o, a, q, B, T_, C, NH))
-  ZT_TIMED(attention_backward, (float* d, const float* o, const float* q, const float* a, int B, int T_, int C, int NH),
-           (d, o, q, a, B, T_, C, NH))
+  ZT_TIMED(attention_backward,
+           (float* d, const float* g, const float* o, const float* q, const float* a, int B, int T_, int C, int NH),
+           (d, g, o, q, a, B, T_, C, NH))
   ZT_TIMED(gelu_forward, (float* o, const float* x, size_t n), (o, x, n))
   ZT_TIMED(gelu_backward, (float* d, const float* x, const float* o, size_t n), (d, x, o, n))
   ZT_TIMED(residual_forward, (float* o, const float* a, const float* b, size_t n), (o, a, b, n))
@@ -155,9 +156,9 @@ class TimedOps final : public KernelOps<float> {
             int NKV, int hs),
            (o, a, q, k, v, B, Tq, Tk, NH, NKV, hs))
   ZT_TIMED(gqa_attention_backward,
-           (float* dq, float* dk, float* dv, const float* d, const float* q, const float* k, const float* v,
-            const float* a, int B, int T_, int NH, int NKV, int hs),
-           (dq, dk, dv, d, q, k, v, a, B, T_, NH, NKV, hs))
+           (float* dq, float* dk, float* dv, const float* d, const float* o, const float* q, const float* k,
+            const float* v, const float* a, int B, int T_, int NH, int NKV, int hs),
+           (dq, dk, dv, d, o, q, k, v, a, B, T_, NH, NKV, hs))
   ZT_TIMED(swiglu_forward, (float* o, const float* g, const float* u, size_t n), (o, g, u, n))
   ZT_TIMED(swiglu_backward, (float* dg, float* du, const float* d, const float* g, const float* u, size_t n),
            (dg, du, d, g, u, n))

@@ -180,7 +180,7 @@ void check_packed(FlashAttention& t, Path path, int B, int T, int NH, int hs, si
   auto dqkv_g = t.upload(g, fill_dqkv), dqkv_c = t.upload(c, fill_dqkv);
   const cuda::AttentionLayout l = cuda::packed_attention_layout(B, T, C, NH);
   ASSERT_TRUE(takes_path(path, l, {out_g.data() + off, qkv_g.data() + off})) << "forward" << shape;
-  ASSERT_TRUE(takes_path(path, l, {dqkv_g.data() + off, dout_g.data() + off, qkv_g.data() + off}))
+  ASSERT_TRUE(takes_path(path, l, {dqkv_g.data() + off, dout_g.data() + off, out_g.data() + off, qkv_g.data() + off}))
       << "backward" << shape;
 
   g.ops_bf16().attention_forward(out_g.data() + off, lse_g.data(), qkv_g.data() + off, B, T, C, NH);
@@ -191,15 +191,15 @@ void check_packed(FlashAttention& t, Path path, int B, int T, int NH, int hs, si
   const Heads heads{B, NH, NH, T, T, hs, 3 * size_t(C), 3 * size_t(C)};
   t.expect_lse(lse_g, reference_lse(qkv, std::vector<float>(qkv.begin() + C, qkv.end()), heads), "lse" + shape);
 
-  g.ops_bf16().attention_backward(dqkv_g.data() + off, dout_g.data() + off, qkv_g.data() + off, lse_g.data(), B, T, C,
-                                  NH);
+  g.ops_bf16().attention_backward(dqkv_g.data() + off, dout_g.data() + off, out_g.data() + off, qkv_g.data() + off,
+                                  lse_g.data(), B, T, C, NH);
   g.synchronize();
-  c.ops_bf16().attention_backward(dqkv_c.data() + off, dout_c.data() + off, qkv_c.data() + off, att_c.data(), B, T, C,
-                                  NH);
+  c.ops_bf16().attention_backward(dqkv_c.data() + off, dout_c.data() + off, out_c.data() + off, qkv_c.data() + off,
+                                  att_c.data(), B, T, C, NH);
   t.expect_close(dqkv_g, dqkv_c, off, "dqkv" + shape);
   const auto first = FlashAttention::read(g, dqkv_g);
-  g.ops_bf16().attention_backward(dqkv_g.data() + off, dout_g.data() + off, qkv_g.data() + off, lse_g.data(), B, T, C,
-                                  NH);
+  g.ops_bf16().attention_backward(dqkv_g.data() + off, dout_g.data() + off, out_g.data() + off, qkv_g.data() + off,
+                                  lse_g.data(), B, T, C, NH);
   g.synchronize();
   t.expect_same_bits(first, dqkv_g, "dqkv" + shape);
 }
@@ -235,18 +235,18 @@ void check_gqa(FlashAttention& t, Path path, int B, int Tq, int Tk, int NH, int 
   auto dq_c = t.upload(c, fill_q), dk_c = t.upload(c, fill_kv), dv_c = t.upload(c, fill_kv);
   ASSERT_TRUE(takes_path(path, l,
                          {dq_g.data() + off, dk_g.data() + off, dv_g.data() + off, dout_g.data() + off,
-                          q_g.data() + off, k_g.data() + off, v_g.data() + off}))
+                          out_g.data() + off, q_g.data() + off, k_g.data() + off, v_g.data() + off}))
       << "backward" << shape;
   auto backward_gpu = [&] {
     g.ops_bf16().gqa_attention_backward(dq_g.data() + off, dk_g.data() + off, dv_g.data() + off, dout_g.data() + off,
-                                        q_g.data() + off, k_g.data() + off, v_g.data() + off, lse_g.data(), B, Tq, NH,
-                                        NKV, hs);
+                                        out_g.data() + off, q_g.data() + off, k_g.data() + off, v_g.data() + off,
+                                        lse_g.data(), B, Tq, NH, NKV, hs);
     g.synchronize();
   };
   backward_gpu();
   c.ops_bf16().gqa_attention_backward(dq_c.data() + off, dk_c.data() + off, dv_c.data() + off, dout_c.data() + off,
-                                      q_c.data() + off, k_c.data() + off, v_c.data() + off, att_c.data(), B, Tq, NH,
-                                      NKV, hs);
+                                      out_c.data() + off, q_c.data() + off, k_c.data() + off, v_c.data() + off,
+                                      att_c.data(), B, Tq, NH, NKV, hs);
   t.expect_close(dq_g, dq_c, off, "dq" + shape);
   t.expect_close(dk_g, dk_c, off, "dk" + shape);
   t.expect_close(dv_g, dv_c, off, "dv" + shape);

@@ -220,7 +220,7 @@ void check_attention(CudaOps& t, int B, int T, int C, int NH) {
   auto out = t.twin(randn(size_t(B) * T * C, 52)), att = t.twin(randn(att_n, 53)), dqkv = t.twin(randn(qkv_n, 54));
   t.on_both([&](Backend& b) {
     b.ops().attention_forward(out.on(b), att.on(b), qkv.on(b), B, T, C, NH);
-    b.ops().attention_backward(dqkv.on(b), dout.on(b), qkv.on(b), att.on(b), B, T, C, NH);
+    b.ops().attention_backward(dqkv.on(b), dout.on(b), out.on(b), qkv.on(b), att.on(b), B, T, C, NH);
   });
   const std::string shape = cat(" B", B, " T", T, " C", C, " NH", NH);
   t.expect_close(out, kReductionTol, ("out" + shape).c_str());
@@ -310,16 +310,16 @@ void check_gqa_attention(CudaOps& t, int B, int Tq, int Tk, int NH, int NKV, int
   auto dout = t.twin(randn(q_n, 125));
   auto dq = t.twin(randn(q_n, 126)), dk = t.twin(randn(kv_n, 127)), dv = t.twin(randn(kv_n, 128));  // overwritten
   t.on_both([&](Backend& b) {
-    b.ops().gqa_attention_backward(dq.on(b), dk.on(b), dv.on(b), dout.on(b), q.on(b), k.on(b), v.on(b), att.on(b), B,
-                                   Tq, NH, NKV, hs);
+    b.ops().gqa_attention_backward(dq.on(b), dk.on(b), dv.on(b), dout.on(b), out.on(b), q.on(b), k.on(b), v.on(b),
+                                   att.on(b), B, Tq, NH, NKV, hs);
   });
   t.expect_close(dq, kReductionTol, ("dq" + shape).c_str());
   t.expect_close(dk, kReductionTol, ("dk" + shape).c_str());
   t.expect_close(dv, kReductionTol, ("dv" + shape).c_str());
   // No atomics: the same call again gives the same bits.
   const auto dk_first = t.read(*t.gpu, dk.g), dv_first = t.read(*t.gpu, dv.g);
-  t.gpu->ops().gqa_attention_backward(dq.g.data(), dk.g.data(), dv.g.data(), dout.g.data(), q.g.data(), k.g.data(),
-                                      v.g.data(), att.g.data(), B, Tq, NH, NKV, hs);
+  t.gpu->ops().gqa_attention_backward(dq.g.data(), dk.g.data(), dv.g.data(), dout.g.data(), out.g.data(), q.g.data(),
+                                      k.g.data(), v.g.data(), att.g.data(), B, Tq, NH, NKV, hs);
   EXPECT_EQ(std::memcmp(dk_first.data(), t.read(*t.gpu, dk.g).data(), kv_n * sizeof(float)), 0) << "dk" << shape;
   EXPECT_EQ(std::memcmp(dv_first.data(), t.read(*t.gpu, dv.g).data(), kv_n * sizeof(float)), 0) << "dv" << shape;
 }

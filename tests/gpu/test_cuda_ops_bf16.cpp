@@ -414,7 +414,8 @@ void check_attention(CudaOpsBf16& t, int B, int T, int C, int NH, size_t off) {
     t.use_cpu_values(att);
   }
   t.on_both("attention_backward" + shape, [&](KernelOps<bf16>& k, Backend& b) {
-    k.attention_backward(dqkv.on(b) + off, dout.on(b) + off, qkv.on(b) + off, att.on(b), B, T, C, NH);
+    k.attention_backward(dqkv.on(b) + off, dout.on(b) + off, out.on(b) + off, qkv.on(b) + off, att.on(b), B, T, C,
+                         NH);
   });
   t.expect_close(dqkv, kBf16Tol, "attention_backward dqkv" + shape, false, once);
 }
@@ -461,8 +462,8 @@ void check_gqa(CudaOpsBf16& t, int B, int Tq, int Tk, int NH, int NKV, int hs, s
   auto dout = t.bf16_twin(q_n + off, 125);
   auto dq = t.bf16_twin(q_n + off, 126), dk = t.bf16_twin(kv_n + off, 127), dv = t.bf16_twin(kv_n + off, 128);
   t.on_both("gqa_attention_backward" + shape, [&](KernelOps<bf16>& ops, Backend& b) {
-    ops.gqa_attention_backward(dq.on(b) + off, dk.on(b) + off, dv.on(b) + off, dout.on(b) + off, q.on(b) + off,
-                               k.on(b) + off, v.on(b) + off, att.on(b), B, Tq, NH, NKV, hs);
+    ops.gqa_attention_backward(dq.on(b) + off, dk.on(b) + off, dv.on(b) + off, dout.on(b) + off, out.on(b) + off,
+                               q.on(b) + off, k.on(b) + off, v.on(b) + off, att.on(b), B, Tq, NH, NKV, hs);
   });
   t.expect_close(dq, kBf16Tol, "gqa_attention_backward dq" + shape, false, once);
   t.expect_close(dk, kBf16Tol, "gqa_attention_backward dk" + shape, false, once);

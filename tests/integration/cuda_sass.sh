@@ -45,13 +45,14 @@ DEFAULT_KERNELS=(
   cuda_llama_ops_bf16.cu.o:'rotary_bf16_kernelILi8E'
   cuda_llama_ops_bf16.cu.o:'elementwise_kernelILi8E.*Bf16SwigluForward'
   cuda_llama_ops_bf16.cu.o:'elementwise_kernelILi8E.*Bf16SwigluBackward'
+  cuda_flash_attention.cu.o:'flash_rowdot_kernelILi64E'
+  cuda_flash_attention.cu.o:'flash_rowdot_kernelILi128E'
 )
-# Flash attention: forward (<hs, false>) and the backward's D pass (<hs, true>), dQ, dK/dV.
+# Flash attention: forward, and the backward's dQ and dK/dV passes (its D pass is the row dot
+# above, no products).
 DEFAULT_HMMA_KERNELS=(
-  cuda_flash_attention.cu.o:'flash_forward_kernelILi64ELb0E'
-  cuda_flash_attention.cu.o:'flash_forward_kernelILi128ELb0E'
-  cuda_flash_attention.cu.o:'flash_forward_kernelILi64ELb1E'
-  cuda_flash_attention.cu.o:'flash_forward_kernelILi128ELb1E'
+  cuda_flash_attention.cu.o:'flash_forward_kernelILi64E'
+  cuda_flash_attention.cu.o:'flash_forward_kernelILi128E'
   cuda_flash_attention.cu.o:'flash_backward_dq_kernelILi64E'
   cuda_flash_attention.cu.o:'flash_backward_dq_kernelILi128E'
   cuda_flash_attention.cu.o:'flash_backward_dkdv_kernelILi64E'

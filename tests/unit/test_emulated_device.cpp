@@ -208,8 +208,8 @@ TEST_F(EmulatedOps, GqaAttention) {
   auto dk = twin_randn(size_t(kB) * kT * NKV * hs, 51), dv = twin_randn(size_t(kB) * kT * NKV * hs, 52);
   on_both([&](Backend& b) {
     b.ops().gqa_attention_forward(out.on(b), att.on(b), q.on(b), k.on(b), v.on(b), kB, kT, kT, NH, NKV, hs);
-    b.ops().gqa_attention_backward(dq.on(b), dk.on(b), dv.on(b), dout.on(b), q.on(b), k.on(b), v.on(b), att.on(b), kB,
-                                   kT, NH, NKV, hs);
+    b.ops().gqa_attention_backward(dq.on(b), dk.on(b), dv.on(b), dout.on(b), out.on(b), q.on(b), k.on(b), v.on(b),
+                                   att.on(b), kB, kT, NH, NKV, hs);
     b.ops().gqa_attention_forward(out_cached.on(b), att_cached.on(b), q.on(b), k_cache.on(b), v_cache.on(b), kB, kT,
                                   Tk, NH, NKV, hs);
   });

@@ -68,11 +68,11 @@ TEST_P(KernelConsistency, AttentionForwardBackward) {
   auto qkv = rnd(B * T * 3 * C, 5), d = rnd(B * T * C, 6);
   std::vector<double> o(B * T * C), att(B * NH * T * T), dq(qkv.size());
   f64->attention_forward(o.data(), att.data(), qkv.data(), B, T, C, NH);
-  f64->attention_backward(dq.data(), d.data(), qkv.data(), att.data(), B, T, C, NH);
+  f64->attention_backward(dq.data(), d.data(), o.data(), qkv.data(), att.data(), B, T, C, NH);
   auto qf = to_f(qkv), df = to_f(d);
   std::vector<float> of(o.size()), af(att.size()), dqf(dq.size());
   f32->attention_forward(of.data(), af.data(), qf.data(), B, T, C, NH);
-  f32->attention_backward(dqf.data(), df.data(), qf.data(), af.data(), B, T, C, NH);
+  f32->attention_backward(dqf.data(), df.data(), of.data(), qf.data(), af.data(), B, T, C, NH);
   EXPECT_LT(nmse(of, o), kTol);
   EXPECT_LT(nmse(dqf, dq), kTol);
 }

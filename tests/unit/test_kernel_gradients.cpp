@@ -188,8 +188,8 @@ TEST_F(KernelGradients, GroupedQueryAttention) {
     }
   }
   std::vector<double> dq(q.size(), 7.0), dk(k.size(), 7.0), dv(v.size(), 7.0);  // overwritten
-  ops.gqa_attention_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(), att.data(), B,
-                             T, NH, NKV, hs);
+  ops.gqa_attention_backward(dq.data(), dk.data(), dv.data(), R.data(), out.data(), q.data(), k.data(), v.data(),
+                             att.data(), B, T, NH, NKV, hs);
   expect_gradient_matches(q, dq, loss, "gqa dq", 1e-6, q.size());
   expect_gradient_matches(k, dk, loss, "gqa dk", 1e-6, k.size());
   expect_gradient_matches(v, dv, loss, "gqa dv", 1e-6, v.size());
@@ -232,7 +232,7 @@ TEST_F(KernelGradients, CausalAttention) {
   };
   loss();
   std::vector<double> dqkv(qkv.size(), 0.0);
-  ops.attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
+  ops.attention_backward(dqkv.data(), R.data(), out.data(), qkv.data(), att.data(), B, T, C, NH);
   expect_gradient_matches(qkv, dqkv, loss, "attention dqkv", 1e-6, qkv.size());
 }
 

@@ -230,7 +230,7 @@ class NonDefaultSettings final : public KernelOps<float> {
   ZT_NOT_CALLED(matmul_forward, float*, const float*, const float*, const float*, int, int, int)
   ZT_NOT_CALLED(matmul_backward, float*, float*, float*, const float*, const float*, const float*, int, int, int)
   ZT_NOT_CALLED(attention_forward, float*, float*, const float*, int, int, int, int)
-  ZT_NOT_CALLED(attention_backward, float*, const float*, const float*, const float*, int, int, int, int)
+  ZT_NOT_CALLED(attention_backward, float*, const float*, const float*, const float*, const float*, int, int, int, int)
   ZT_NOT_CALLED(gelu_forward, float*, const float*, size_t)
   ZT_NOT_CALLED(gelu_backward, float*, const float*, const float*, size_t)
   ZT_NOT_CALLED(residual_forward, float*, const float*, const float*, size_t)
@@ -245,7 +245,7 @@ class NonDefaultSettings final : public KernelOps<float> {
   ZT_NOT_CALLED(gqa_attention_forward, float*, float*, const float*, const float*, const float*, int, int, int, int,
                 int, int)
   ZT_NOT_CALLED(gqa_attention_backward, float*, float*, float*, const float*, const float*, const float*,
-                const float*, const float*, int, int, int, int, int)
+                const float*, const float*, const float*, int, int, int, int, int)
   ZT_NOT_CALLED(swiglu_forward, float*, const float*, const float*, size_t)
   ZT_NOT_CALLED(swiglu_backward, float*, float*, const float*, const float*, const float*, size_t)
 #undef ZT_NOT_CALLED

@@ -91,13 +91,14 @@ class WidenedBf16Kernels final : public KernelOps<bf16> {
     f_.attention_forward(o, att, s.in(qkv, BT * 3 * C), B, T_, C, NH);
     narrow(o, out, BT * C);
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const S* att, int B, int T_, int C,
+  // The fp32 kernels keep the probabilities and never read the forward's out: it is not widened.
+  void attention_backward(T* dqkv, const T* dout, const T*, const T* qkv, const S* att, int B, int T_, int C,
                           int NH) override {
     const size_t BT = size_t(B) * T_;
     Scratch s(*this, BT * 7 * C);
     float* d = s.out(BT * 3 * C);
     const float* g = s.in(dout, BT * C);
-    f_.attention_backward(d, g, s.in(qkv, BT * 3 * C), att, B, T_, C, NH);
+    f_.attention_backward(d, g, nullptr, s.in(qkv, BT * 3 * C), att, B, T_, C, NH);
     narrow(d, dqkv, BT * 3 * C);
   }
 
@@ -179,13 +180,13 @@ class WidenedBf16Kernels final : public KernelOps<bf16> {
     f_.gqa_attention_forward(o, att, qf, kf, s.in(v, nkv), B, Tq, Tk, NH, NKV, hs);
     narrow(o, out, nq);
   }
-  void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const S* att,
-                              int B, int T_, int NH, int NKV, int hs) override {
+  void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T*, const T* q, const T* k, const T* v,
+                              const S* att, int B, int T_, int NH, int NKV, int hs) override {
     const size_t nq = size_t(B) * T_ * NH * hs, nkv = size_t(B) * T_ * NKV * hs;
     Scratch s(*this, 3 * nq + 4 * nkv);
     float *gq = s.out(nq), *gk = s.out(nkv), *gv = s.out(nkv);
     const float *g = s.in(dout, nq), *qf = s.in(q, nq), *kf = s.in(k, nkv);
-    f_.gqa_attention_backward(gq, gk, gv, g, qf, kf, s.in(v, nkv), att, B, T_, NH, NKV, hs);
+    f_.gqa_attention_backward(gq, gk, gv, g, nullptr, qf, kf, s.in(v, nkv), att, B, T_, NH, NKV, hs);
     narrow(gq, dq, nq);
     narrow(gk, dk, nkv);
     narrow(gv, dv, nkv);

@@ -113,16 +113,17 @@ void launch_attention_forward_bf16(CudaContext& ctx, bf16* out, float* lse, cons
   narrow(ctx, out, out32, BT * C);
 }
 
-void launch_attention_backward_bf16(CudaContext& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv,
+void launch_attention_backward_bf16(CudaContext& ctx, bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
                                     const float* lse, int B, int T, int C, int NH) {
   const AttentionLayout l = packed_attention_layout(B, T, C, NH);
   const size_t BT = size_t(B) * T;
   if (BT * C == 0) return;
-  if (flash_attention_supported(l, {dqkv, dout, qkv})) {
-    launch_flash_attention_backward(ctx, dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, lse, l);
+  if (flash_attention_supported(l, {dqkv, dout, out, qkv})) {
+    launch_flash_attention_backward(ctx, dqkv, dqkv + C, dqkv + 2 * C, dout, out, qkv, qkv + C, qkv + 2 * C, lse,
+                                    l);
     return;
   }
-  warn_fallback_once("attention_backward", l, {dqkv, dout, qkv}, {"dqkv", "dout", "qkv"});
+  warn_fallback_once("attention_backward", l, {dqkv, dout, out, qkv}, {"dqkv", "dout", "out", "qkv"});
   // The rebuilt probabilities, then launch_attention_backward's own scratch: the softmax
   // gradient, B*NH*T*T floats.
   const size_t att_n = size_t(B) * NH * T * T;
@@ -156,17 +157,17 @@ void launch_gqa_attention_forward_bf16(CudaContext& ctx, bf16* out, float* lse, 
 }
 
 void launch_gqa_attention_backward_bf16(CudaContext& ctx, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
-                                        const bf16* q, const bf16* k, const bf16* v, const float* lse, int B, int T,
-                                        int NH, int NKV, int hs) {
+                                        const bf16* out, const bf16* q, const bf16* k, const bf16* v,
+                                        const float* lse, int B, int T, int NH, int NKV, int hs) {
   const AttentionLayout l = gqa_attention_layout(B, T, T, NH, NKV, hs);
   const size_t nq = size_t(B) * T * NH * hs, nkv = size_t(B) * T * NKV * hs;
   if (nq == 0) return;
-  if (flash_attention_supported(l, {dq, dk, dv, dout, q, k, v})) {
-    launch_flash_attention_backward(ctx, dq, dk, dv, dout, q, k, v, lse, l);
+  if (flash_attention_supported(l, {dq, dk, dv, dout, out, q, k, v})) {
+    launch_flash_attention_backward(ctx, dq, dk, dv, dout, out, q, k, v, lse, l);
     return;
   }
-  warn_fallback_once("gqa_attention_backward", l, {dq, dk, dv, dout, q, k, v},
-                     {"dq", "dk", "dv", "dout", "q", "k", "v"});
+  warn_fallback_once("gqa_attention_backward", l, {dq, dk, dv, dout, out, q, k, v},
+                     {"dq", "dk", "dv", "dout", "out", "q", "k", "v"});
   // The rebuilt probabilities, then launch_gqa_attention_backward's own scratch: the softmax
   // gradient, B*NH*T*T floats.
   const size_t att_n = size_t(B) * NH * T * T;

@@ -43,10 +43,10 @@ std::string flash_attention_unsupported_reason(const AttentionLayout& l, std::in
 /// over its causal keys, scale 1/sqrt(hs)). Needs no scratch.
 void launch_flash_attention_forward(CudaContext& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
                                     const bf16* v, const AttentionLayout& l);
-/// dq, dk, dv (bf16, overwritten) from dout and the forward's lse, for Tq = Tk. Deterministic
-/// (no atomics). One ctx.scratch call: B*NH*Tq floats.
+/// dq, dk, dv (bf16, overwritten) from dout and the forward's out and lse, for Tq = Tk.
+/// Deterministic (no atomics). One ctx.scratch call: B*NH*Tq floats.
 void launch_flash_attention_backward(CudaContext& ctx, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
-                                     const bf16* q, const bf16* k, const bf16* v, const float* lse,
+                                     const bf16* out, const bf16* q, const bf16* k, const bf16* v, const float* lse,
                                      const AttentionLayout& l);
 
 // ---- the fallback's fp32 helpers (any head size; q and k widened to fp32, same layout) ----------

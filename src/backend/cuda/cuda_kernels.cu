@@ -368,8 +368,9 @@ class CudaKernels final : public KernelOps<float> {
     launch_attention_forward(ctx_, out, att, qkv, B, T_, C, NH);
   }
 
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T_, int C,
-                          int NH) override {
+  // The probabilities are kept (att): the forward's out is not needed.
+  void attention_backward(float* dqkv, const float* dout, const float*, const float* qkv, const float* att, int B,
+                          int T_, int C, int NH) override {
     launch_attention_backward(ctx_, dqkv, dout, qkv, att, B, T_, C, NH);
   }
 
@@ -462,8 +463,9 @@ class CudaKernels final : public KernelOps<float> {
     launch_gqa_attention_forward(ctx_, out, att, q, k, v, B, Tq, Tk, NH, NKV, hs);
   }
 
-  void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                              const float* v, const float* att, int B, int T_, int NH, int NKV, int hs) override {
+  void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float*, const float* q,
+                              const float* k, const float* v, const float* att, int B, int T_, int NH, int NKV,
+                              int hs) override {
     launch_gqa_attention_backward(ctx_, dq, dk, dv, dout, q, k, v, att, B, T_, NH, NKV, hs);
   }
 

@@ -536,9 +536,9 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     launch_attention_forward_bf16(ctx_, out, att, qkv, B, T_, C, NH);
   }
 
-  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* att, int B, int T_, int C,
-                          int NH) override {
-    launch_attention_backward_bf16(ctx_, dqkv, dout, qkv, att, B, T_, C, NH);
+  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv, const float* att, int B,
+                          int T_, int C, int NH) override {
+    launch_attention_backward_bf16(ctx_, dqkv, dout, out, qkv, att, B, T_, C, NH);
   }
 
   void gelu_forward(bf16* out, const bf16* x, size_t n) override {
@@ -672,9 +672,10 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     launch_gqa_attention_forward_bf16(ctx_, out, att, q, k, v, B, Tq, Tk, NH, NKV, hs);
   }
 
-  void gqa_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k,
+  void gqa_attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* out, const bf16* q,
+                              const bf16* k,
                               const bf16* v, const float* att, int B, int T_, int NH, int NKV, int hs) override {
-    launch_gqa_attention_backward_bf16(ctx_, dq, dk, dv, dout, q, k, v, att, B, T_, NH, NKV, hs);
+    launch_gqa_attention_backward_bf16(ctx_, dq, dk, dv, dout, out, q, k, v, att, B, T_, NH, NKV, hs);
   }
 
   void swiglu_forward(bf16* out, const bf16* gate, const bf16* up, size_t n) override {

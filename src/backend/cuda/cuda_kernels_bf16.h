@@ -52,15 +52,15 @@ void launch_swiglu_backward_bf16(CudaContext& ctx, bf16* dgate, bf16* dup, const
 /// GPT-2's causal attention: out[B,T,C] and lse[B,NH,T] from the packed qkv[B,T,3C].
 void launch_attention_forward_bf16(CudaContext& ctx, bf16* out, float* att, const bf16* qkv, int B, int T, int C,
                                    int NH);
-/// dqkv (overwritten) from dout, qkv and the saved lse.
-void launch_attention_backward_bf16(CudaContext& ctx, bf16* dqkv, const bf16* dout, const bf16* qkv,
+/// dqkv (overwritten) from dout, the forward's out, qkv and the saved lse.
+void launch_attention_backward_bf16(CudaContext& ctx, bf16* dqkv, const bf16* dout, const bf16* out, const bf16* qkv,
                                     const float* att, int B, int T, int C, int NH);
 /// Grouped-query attention: out[B,Tq,NH,hs] and lse[B,NH,Tq] from q, k, v.
 void launch_gqa_attention_forward_bf16(CudaContext& ctx, bf16* out, float* att, const bf16* q, const bf16* k,
                                        const bf16* v, int B, int Tq, int Tk, int NH, int NKV, int hs);
 /// dq, dk, dv (overwritten) for Tq = Tk = T.
 void launch_gqa_attention_backward_bf16(CudaContext& ctx, bf16* dq, bf16* dk, bf16* dv, const bf16* dout,
-                                        const bf16* q, const bf16* k, const bf16* v, const float* att, int B, int T,
-                                        int NH, int NKV, int hs);
+                                        const bf16* out, const bf16* q, const bf16* k, const bf16* v,
+                                        const float* att, int B, int T, int NH, int NKV, int hs);
 
 }  // namespace zt::cuda

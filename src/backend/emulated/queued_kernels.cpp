@@ -101,13 +101,13 @@ class QueuedKernels final : public KernelOps<T> {
                        {out(o, BT * C), out(att, att_elems(B, NH, T_, T_)), in(qkv, BT * 3 * C)},
                        [=, this] { k_.attention_forward(o, att, qkv, B, T_, C, NH); });
   }
-  void attention_backward(T* dqkv, const T* dout, const T* qkv, const S* att, int B, int T_, int C,
+  void attention_backward(T* dqkv, const T* dout, const T* o, const T* qkv, const S* att, int B, int T_, int C,
                           int NH) override {
     const size_t BT = size_t(B) * T_;
     q_.enqueue_compute("attention_backward",
-                       {out(dqkv, BT * 3 * C), in(dout, BT * C), in(qkv, BT * 3 * C),
+                       {out(dqkv, BT * 3 * C), in(dout, BT * C), in(o, BT * C), in(qkv, BT * 3 * C),
                         in(att, att_elems(B, NH, T_, T_))},
-                       [=, this] { k_.attention_backward(dqkv, dout, qkv, att, B, T_, C, NH); });
+                       [=, this] { k_.attention_backward(dqkv, dout, o, qkv, att, B, T_, C, NH); });
   }
   void gelu_forward(T* o, const T* x, size_t n) override {
     q_.enqueue_compute("gelu_forward", {out(o, n), in(x, n)}, [=, this] { k_.gelu_forward(o, x, n); });
@@ -175,13 +175,15 @@ class QueuedKernels final : public KernelOps<T> {
                        {out(o, q_n), out(att, att_elems(B, NH, Tq, Tk)), in(q, q_n), in(k, kv_n), in(v, kv_n)},
                        [=, this] { k_.gqa_attention_forward(o, att, q, k, v, B, Tq, Tk, NH, NKV, hs); });
   }
-  void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const S* att,
-                              int B, int T_, int NH, int NKV, int hs) override {
+  void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* o, const T* q, const T* k, const T* v,
+                              const S* att, int B, int T_, int NH, int NKV, int hs) override {
     const size_t q_n = size_t(B) * T_ * NH * hs, kv_n = size_t(B) * T_ * NKV * hs;
     q_.enqueue_compute("gqa_attention_backward",
-                       {out(dq, q_n), out(dk, kv_n), out(dv, kv_n), in(dout, q_n), in(q, q_n), in(k, kv_n),
-                        in(v, kv_n), in(att, att_elems(B, NH, T_, T_))},
-                       [=, this] { k_.gqa_attention_backward(dq, dk, dv, dout, q, k, v, att, B, T_, NH, NKV, hs); });
+                       {out(dq, q_n), out(dk, kv_n), out(dv, kv_n), in(dout, q_n), in(o, q_n), in(q, q_n),
+                        in(k, kv_n), in(v, kv_n), in(att, att_elems(B, NH, T_, T_))},
+                       [=, this] {
+                         k_.gqa_attention_backward(dq, dk, dv, dout, o, q, k, v, att, B, T_, NH, NKV, hs);
+                       });
   }
   void swiglu_forward(T* o, const T* gate, const T* up, size_t n) override {
     q_.enqueue_compute("swiglu_forward", {out(o, n), in(gate, n), in(up, n)},
