@@ -24,6 +24,7 @@
 #include "config/json_reader.h"
 #include "config/model_config.h"
 #include "config/tool_options.h"
+#include "config/train_args.h"
 #include "config/sizes.h"
 #include "core/error.h"
 #include "core/tool_main.h"
@@ -111,6 +112,7 @@ struct Args {
   std::string accelerator = "cpu";
   bool checkpointing = false, bf16 = false, fp16 = false, as_json = false;
   std::string activation_dtype = "auto";
+  std::string classifier_chunk = "auto";
   bool cuda() const { return accelerator == "cuda"; }
   /// The recommender: host memory or NVMe given, or a GPU's memory outside the GPU view (where
   /// --gpu_memory alone checks the estimate instead).
@@ -174,6 +176,9 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("gradient_checkpointing", po::bool_switch(&a.checkpointing), "recompute each block in backward")
     ("activation_dtype", po::value(&a.activation_dtype),
      "auto (default: bf16 in a bf16 run on cuda, else fp32), fp32 or bf16: what the activations are held in")
+    ("classifier_chunk_tokens", po::value(&a.classifier_chunk),
+     "auto (default), 0 or N: the tokens the lm_head and the loss run over at a time (zerotrain's flag); the "
+     "logits held are one chunk's")
     ("bf16", po::bool_switch(&a.bf16), "bf16 parameters and gradients")
     ("fp16", po::bool_switch(&a.fp16), "fp16 parameters and gradients")
     ("accelerator", po::value(&a.accelerator),
@@ -244,6 +249,7 @@ RunShape make_run_shape(const Args& a, const ModelConfig& model) {
   run.seq_len = int(a.block > 0 ? a.block : default_block_size(model));
   run.gradient_checkpointing = a.checkpointing;
   run.activation_dtype = a.activation_dtype;
+  run.classifier_chunk = parse_classifier_chunk(a.classifier_chunk);
   run.cuda = a.cuda();
   ZT_USAGE_CHECK(run.seq_len <= model.n_positions, "--block_size ", run.seq_len, " exceeds n_positions ",
                  model.n_positions);

@@ -55,6 +55,21 @@ DType resolve_activation_dtype(const std::string& choice, DType param_dtype, boo
   return param_dtype == DType::kBF16 && on_gpu ? DType::kBF16 : DType::kF32;
 }
 
+int parse_classifier_chunk(const std::string& text) {
+  if (text == "auto") return -1;
+  size_t used = 0;
+  long long n = -1;
+  try {
+    n = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  ZT_USAGE_CHECK(used == text.size() && !text.empty() && n >= 0 && n <= INT32_MAX,
+                 "--classifier_chunk_tokens must be auto, 0 (the whole batch at once) or a number of tokens, got '",
+                 text, "'");
+  return int(n);
+}
+
 std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   TrainArgs a;
   std::string bf16 = "false", fp16 = "false", overwrite = "false", do_eval = "false";
@@ -105,6 +120,10 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     ("activation_dtype", po::value(&a.activation_dtype),
      "auto (default: bf16 in a bf16 run on a GPU, else fp32), fp32, or bf16 (a bf16 model: activations and "
      "GEMMs in bf16, fp32 statistics and gradients)")
+    ("classifier_chunk_tokens", po::value(&a.classifier_chunk_tokens),
+     "run the lm_head and the loss over at most N tokens at a time, each chunk's backward straight after it, so "
+     "that only one chunk's logits are held (a 128K vocabulary's logits are 256 KB a token in bf16): auto "
+     "(default: chunks when the whole batch's logits would pass 1 GiB), 0 (never), or N")
     ("disable_tqdm", flag(disable_tqdm), "no live progress line")
     ("profile_steps", po::value(&a.profile_steps),
      "time N steps after the first (a warm-up) by op class with the backend's events (CUDA events on a GPU), then "
@@ -204,6 +223,7 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
                  a.block_size);
   ZT_USAGE_CHECK(!(a.bf16 && a.fp16), "--bf16 and --fp16 are exclusive");
   resolve_activation_dtype(a.activation_dtype, DType::kF32, false);  // only checks the word
+  parse_classifier_chunk(a.classifier_chunk_tokens);
   ZT_USAGE_CHECK(!a.do_eval || !a.eval_data.empty(), "--do_eval needs --eval_data GLOB");
   ZT_USAGE_CHECK(!a.eval_on_start || !a.eval_data.empty(), "--eval_on_start needs --eval_data GLOB");
   return a;

@@ -47,6 +47,8 @@ struct TrainArgs {
   bool gradient_checkpointing = false;
   /// What the model computes with: "auto" (bf16 in a bf16 run on a GPU, else fp32), "fp32", "bf16".
   std::string activation_dtype = "auto";
+  /// The lm_head and loss over at most this many tokens at a time: "auto", "0" (all) or a count.
+  std::string classifier_chunk_tokens = "auto";
   bool disable_tqdm = false;  ///< no live progress line
   int64_t profile_steps = 0;  ///< the self-profile: time per op class over N steps after the first (0: off)
   std::string accelerator = "auto";  ///< auto, cpu, emulated, cuda (backend/accelerator.h)
@@ -66,6 +68,10 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv);
 /// speed is) and fp32 elsewhere (on a CPU the bf16 path widens each op, and the fp32 path with
 /// bf16 GEMM inputs is the faster one). bf16 with fp16 training is a UsageError.
 DType resolve_activation_dtype(const std::string& choice, DType param_dtype, bool on_gpu);
+
+/// --classifier_chunk_tokens as a number: -1 for "auto" (model_memory.h's kClassifierChunkAuto),
+/// else the count (0: the whole batch at once). Anything else is a UsageError naming the flag.
+int parse_classifier_chunk(const std::string& text);
 
 /// Parses "true"/"false"/"1"/"0"/"yes"/"no" (any case), as HF's argument parser does.
 bool parse_bool_flag(const std::string& flag, const std::string& text);

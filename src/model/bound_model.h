@@ -14,7 +14,8 @@ class BoundModel {
  public:
   virtual ~BoundModel() = default;
   /// CausalLM::forward with the bound parameters.
-  virtual void forward(const int32_t* inputs, const int32_t* targets, int B, int T_, double loss_weight = 1.0) = 0;
+  virtual void forward(const int32_t* inputs, const int32_t* targets, int B, int T_, double loss_weight = 1.0,
+                       std::optional<double> backward_scale = std::nullopt) = 0;
   /// CausalLM::backward with the bound parameters.
   virtual void backward(double dloss_scale) = 0;
   virtual double take_loss() = 0;
@@ -30,8 +31,9 @@ class BoundCausalLM final : public BoundModel {
  public:
   BoundCausalLM(std::unique_ptr<CausalLM<T>> model, ParamSource<T>& params)
       : model_(std::move(model)), params_(params) {}
-  void forward(const int32_t* inputs, const int32_t* targets, int B, int T_, double loss_weight) override {
-    model_->forward(params_, inputs, targets, B, T_, loss_weight);
+  void forward(const int32_t* inputs, const int32_t* targets, int B, int T_, double loss_weight,
+               std::optional<double> backward_scale) override {
+    model_->forward(params_, inputs, targets, B, T_, loss_weight, backward_scale);
   }
   void backward(double dloss_scale) override { model_->backward(params_, dloss_scale); }
   double take_loss() override { return model_->take_loss(); }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "backend/device_array.h"
 #include "backend/kernel_ops.h"
@@ -28,9 +29,12 @@ class CausalLM {
 
   /// Runs the model on inputs[B,T] (host memory; uploaded through the backend) and adds
   /// `loss_weight` x the mean cross-entropy over positions whose target is >= 0 to the loss
-  /// accumulated on the device. Keeps what backward needs.
+  /// accumulated on the device. Keeps what backward needs. `backward_scale`: the dloss_scale of
+  /// the backward that follows, where one does. A model whose classifier runs in chunks
+  /// (logits_rows() < B T) keeps only one chunk's logits, so it runs the lm_head's backward here,
+  /// chunk by chunk; its backward then needs a forward that was given the same scale.
   virtual void forward(ParamSource<T>& params, const int32_t* inputs, const int32_t* targets, int B, int T_,
-                       double loss_weight = 1.0) = 0;
+                       double loss_weight = 1.0, std::optional<double> backward_scale = std::nullopt) = 0;
   /// Backpropagates `dloss_scale` x d(mean loss) of the last forward into the parameter
   /// gradients (accumulated through the ParamSource).
   virtual void backward(ParamSource<T>& params, double dloss_scale) = 0;
@@ -45,23 +49,32 @@ class CausalLM {
   double take_loss();
   /// Positions with a target (>= 0) in the last forward: the mean loss's denominator.
   int64_t last_prediction_count() const { return int64_t(loss_count_); }
+  /// The rows of logits held at once (classifier_logits_rows): the classifier's chunk.
+  int logits_rows() const { return logits_rows_; }
 
  protected:
-  CausalLM(Backend& backend, KernelOps<T>& ops, int max_batch, int max_seq_len);
+  /// `classifier_chunk`: --classifier_chunk_tokens (kClassifierChunkAuto, 0 or rows), resolved
+  /// against the vocabulary and the kernels' logits stride.
+  CausalLM(Backend& backend, KernelOps<T>& ops, int max_batch, int max_seq_len, int vocab_size,
+           int classifier_chunk);
   /// Checks the shape against the allocation, uploads the tokens and counts the targets.
   void start_forward(const int32_t* inputs, const int32_t* targets, int B, int T_);
   /// The loss's weight per position for the last forward (the mean's 1 / count).
   double per_position(double weight) const { return loss_count_ > 0 ? weight / loss_count_ : 0.0; }
 
   // What every architecture's end looks like: the final norm's output `normed` [BT, C] through the
-  // lm_head (weights [V, C] in `head_unit`) to logits [BT, V] (row stride KernelOps::logits_stride)
-  // and the cross-entropy, through the kernels' classifier ops.
-  /// logits = normed head^T, then loss_weight x the mean cross-entropy into the loss sum.
-  void head_forward(ParamSource<T>& params, int head_unit, const T* normed, T* logits, S* losses, int C, int V,
-                    double loss_weight);
-  /// Its backward: d(logits) in place, the head's gradient accumulated, d(normed) into `dnormed`.
-  /// The head's unit finishes here unless it is the embedding's (tied): then the caller finishes
-  /// it after embedding_backward, into the accumulator returned.
+  // lm_head (weights [V, C] in `head_unit`) to logits [logits_rows(), V] (row stride
+  // KernelOps::logits_stride) and the cross-entropy, through the kernels' classifier ops.
+  /// logits = normed head^T, then loss_weight x the mean cross-entropy into the loss sum, over the
+  /// rows in chunks of logits_rows(). With more than one chunk and a backward to follow
+  /// (backward_scale), each chunk's backward runs after it: the head's gradient accumulated (its
+  /// accumulator opened here), d(normed) into `dnormed`.
+  void head_forward(ParamSource<T>& params, int head_unit, const T* normed, T* logits, S* losses, T* dnormed, int C,
+                    int V, double loss_weight, std::optional<double> backward_scale);
+  /// Its backward (where head_forward did not run it): d(logits) in place, the head's gradient
+  /// accumulated, d(normed) into `dnormed`. The head's unit finishes here unless it is the
+  /// embedding's (tied): then the caller finishes it after embedding_backward, into the
+  /// accumulator returned.
   G* head_backward(ParamSource<T>& params, int head_unit, int embedding_unit, const T* normed, T* logits, T* dnormed,
                    int C, int V, double dloss_scale);
   /// The blocks' backward, last to first: block_unit(l)'s weights acquired and its gradient
@@ -91,13 +104,19 @@ class CausalLM {
   std::unique_ptr<Event> uploaded_;                         // the staging is free again
   DeviceArray<double> loss_host_;                           // pinned: where take_loss reads it
   double loss_count_ = 0;
+  int logits_rows_ = 0;
+  // Set by a head_forward that ran the head's backward: its accumulator and the scale it used.
+  G* head_grads_ = nullptr;
+  std::optional<double> head_backward_scale_;
 };
 
 /// The model of `layout`'s architecture, with activations for batches of up to max_batch
 /// sequences of max_seq_len; with activation checkpointing each block keeps only its input and
-/// recomputes the rest in backward.
+/// recomputes the rest in backward. `classifier_chunk`: see CausalLM's constructor (0, the
+/// default, holds the logits of the whole batch).
 template <typename T>
 std::unique_ptr<CausalLM<T>> make_causal_lm(const ModelLayout& layout, Backend& backend, KernelOps<T>& ops,
-                                            int max_batch, int max_seq_len, bool activation_checkpointing);
+                                            int max_batch, int max_seq_len, bool activation_checkpointing,
+                                            int classifier_chunk = 0);
 
 }  // namespace zt

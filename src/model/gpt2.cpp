@@ -9,15 +9,17 @@ namespace zt {
 
 template <typename T>
 Gpt2Model<T>::Gpt2Model(const Gpt2Layout& layout, Backend& backend, KernelOps<T>& ops, int max_batch,
-                        int max_seq_len, bool activation_checkpointing)
-    : CausalLM<T>(backend, ops, max_batch, max_seq_len), layout_(layout), checkpointing_(activation_checkpointing) {
+                        int max_seq_len, bool activation_checkpointing, int classifier_chunk)
+    : CausalLM<T>(backend, ops, max_batch, max_seq_len, layout.config().vocab_size, classifier_chunk),
+      layout_(layout),
+      checkpointing_(activation_checkpointing) {
   const auto& cfg = layout.config();
   ZT_USAGE_CHECK(max_seq_len <= cfg.n_positions, "block_size ", max_seq_len, " exceeds n_positions ",
                  cfg.n_positions);
   // The arrays zero_estimate counts (model_memory.h), allocated one by one.
   const Gpt2ActivationArrays a =
       gpt2_activation_arrays(cfg, size_t(max_batch), size_t(max_seq_len), checkpointing_, ops.attention_saves_lse(),
-                             size_t(ops.logits_stride(cfg.vocab_size)));
+                             size_t(ops.logits_stride(cfg.vocab_size)), size_t(this->logits_rows()));
   per_block_elems_ = a.per_block;
   per_block_stats_ = a.per_block_stats;
   block_inputs_ = DeviceArray<T>(backend, a.block_inputs);
@@ -124,7 +126,7 @@ void Gpt2Model<T>::block_backward(const T* w, G* g, const T* x, const BlockActs&
 
 template <typename T>
 void Gpt2Model<T>::forward(ParamSource<T>& params, const int32_t* inputs, const int32_t* targets, int B, int T_,
-                           double loss_weight) {
+                           double loss_weight, std::optional<double> backward_scale) {
   const auto& cfg = layout_.config();
   this->start_forward(inputs, targets, B, T_);
   const size_t BT = size_t(B) * T_, C = cfg.n_embd;
@@ -146,8 +148,8 @@ void Gpt2Model<T>::forward(ParamSource<T>& params, const int32_t* inputs, const 
   params.release_weights(layout_.final_norm_unit());
 
   // lm_head: tied to the embedding.
-  this->head_forward(params, layout_.embedding_unit(), lnf_.data(), logits_.data(), losses_.data(), cfg.n_embd,
-                     cfg.vocab_size, loss_weight);
+  this->head_forward(params, layout_.embedding_unit(), lnf_.data(), logits_.data(), losses_.data(), dln_.data(),
+                     cfg.n_embd, cfg.vocab_size, loss_weight, backward_scale);
 }
 
 template <typename T>

@@ -12,10 +12,10 @@ class Gpt2Model final : public CausalLM<T> {
  public:
   /// Activations are allocated once for batches of up to max_batch sequences of max_seq_len.
   Gpt2Model(const Gpt2Layout& layout, Backend& backend, KernelOps<T>& ops, int max_batch, int max_seq_len,
-            bool activation_checkpointing);
+            bool activation_checkpointing, int classifier_chunk = 0);
 
   void forward(ParamSource<T>& params, const int32_t* inputs, const int32_t* targets, int B, int T_,
-               double loss_weight = 1.0) override;
+               double loss_weight = 1.0, std::optional<double> backward_scale = std::nullopt) override;
   void backward(ParamSource<T>& params, double dloss_scale) override;
   size_t activation_bytes() const override;
   double flops_per_token_forward(int seq_len) const override;

@@ -14,10 +14,10 @@ template <typename T>
 class LlamaModel final : public CausalLM<T> {
  public:
   LlamaModel(const LlamaLayout& layout, Backend& backend, KernelOps<T>& ops, int max_batch, int max_seq_len,
-             bool activation_checkpointing);
+             bool activation_checkpointing, int classifier_chunk = 0);
 
   void forward(ParamSource<T>& params, const int32_t* inputs, const int32_t* targets, int B, int T_,
-               double loss_weight = 1.0) override;
+               double loss_weight = 1.0, std::optional<double> backward_scale = std::nullopt) override;
   void backward(ParamSource<T>& params, double dloss_scale) override;
   size_t activation_bytes() const override;
   double flops_per_token_forward(int seq_len) const override;

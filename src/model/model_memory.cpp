@@ -11,7 +11,8 @@ namespace zt {
 // another. Plus every block's input (one array), ln_f with its statistics, the logits and losses,
 // and backward's scratch (14C per token), each its own array.
 Gpt2ActivationArrays gpt2_activation_arrays(const ModelConfig& m, size_t batch, size_t seq_len,
-                                            bool gradient_checkpointing, bool attention_lse, size_t logits_stride) {
+                                            bool gradient_checkpointing, bool attention_lse, size_t logits_stride,
+                                            size_t logits_rows) {
   const size_t B = batch, T = seq_len, BT = B * T;
   const size_t C = size_t(m.n_embd), V = size_t(m.vocab_size), H = size_t(m.n_head), L = size_t(m.n_layer);
   Gpt2ActivationArrays a;
@@ -22,7 +23,7 @@ Gpt2ActivationArrays gpt2_activation_arrays(const ModelConfig& m, size_t batch, 
   a.act_stats = (gradient_checkpointing ? 1 : L) * a.per_block_stats;
   a.lnf = BT * C;
   a.lnf_mean = a.lnf_rstd = a.losses = BT;
-  a.logits = BT * (logits_stride ? logits_stride : V);
+  a.logits = (logits_rows ? logits_rows : BT) * (logits_stride ? logits_stride : V);
   a.dres = a.dln = a.datty = BT * C;
   a.dqkv = BT * 3 * C;
   a.dfch = a.dfch_gelu = BT * 4 * C;
@@ -44,7 +45,7 @@ std::vector<ActivationArray> Gpt2ActivationArrays::arrays() const {
 // backward's scratch, each its own array.
 LlamaActivationArrays llama_activation_arrays(const ModelConfig& m, size_t batch, size_t seq_len,
                                               bool gradient_checkpointing, bool attention_lse,
-                                              size_t logits_stride) {
+                                              size_t logits_stride, size_t logits_rows) {
   const size_t B = batch, T = seq_len, BT = B * T;
   const size_t C = size_t(m.n_embd), V = size_t(m.vocab_size), H = size_t(m.n_head), L = size_t(m.n_layer);
   const size_t q = H * size_t(m.head_size()), kv = size_t(m.n_kv_head) * size_t(m.head_size());
@@ -57,7 +58,7 @@ LlamaActivationArrays llama_activation_arrays(const ModelConfig& m, size_t batch
   a.act_stats = (gradient_checkpointing ? 1 : L) * a.per_block_stats;
   a.lnf = BT * C;
   a.lnf_rstd = a.losses = BT;
-  a.logits = BT * (logits_stride ? logits_stride : V);
+  a.logits = (logits_rows ? logits_rows : BT) * (logits_stride ? logits_stride : V);
   a.rope_cos = a.rope_sin = T * size_t(m.head_size() / 2);
   a.dres = a.dln = BT * C;
   a.datty = a.dq = BT * q;
@@ -73,13 +74,24 @@ std::vector<ActivationArray> LlamaActivationArrays::arrays() const {
           {dh},           {dgate}, {dup}, {xn}};
 }
 
+size_t classifier_logits_rows(size_t rows, size_t row_bytes, int classifier_chunk) {
+  if (classifier_chunk > 0) return std::min(rows, size_t(classifier_chunk));
+  if (classifier_chunk == 0 || rows * row_bytes <= kClassifierChunkAutoBytes) return rows;
+  const size_t fit = row_bytes ? kClassifierChunkAutoBytes / row_bytes / 64 * 64 : rows;
+  return std::min(rows, std::max<size_t>(fit, 64));
+}
+
 std::vector<size_t> activation_allocations(const ModelConfig& m, size_t batch, size_t seq_len,
                                            bool gradient_checkpointing, DType activation_dtype, bool attention_lse,
-                                           size_t logits_stride) {
+                                           size_t logits_stride, size_t logits_rows) {
   const std::vector<ActivationArray> arrays =
       m.architecture() == Architecture::kLlama
-          ? llama_activation_arrays(m, batch, seq_len, gradient_checkpointing, attention_lse, logits_stride).arrays()
-          : gpt2_activation_arrays(m, batch, seq_len, gradient_checkpointing, attention_lse, logits_stride).arrays();
+          ? llama_activation_arrays(m, batch, seq_len, gradient_checkpointing, attention_lse, logits_stride,
+                                    logits_rows)
+                .arrays()
+          : gpt2_activation_arrays(m, batch, seq_len, gradient_checkpointing, attention_lse, logits_stride,
+                                   logits_rows)
+                .arrays();
   std::vector<size_t> bytes;
   for (const ActivationArray& a : arrays) {
     bytes.push_back(a.elements * (a.stat ? sizeof(float) : dtype_size(activation_dtype)));
@@ -88,10 +100,10 @@ std::vector<size_t> activation_allocations(const ModelConfig& m, size_t batch, s
 }
 
 size_t activation_bytes(const ModelConfig& m, size_t batch, size_t seq_len, bool gradient_checkpointing,
-                        DType activation_dtype, bool attention_lse, size_t logits_stride) {
+                        DType activation_dtype, bool attention_lse, size_t logits_stride, size_t logits_rows) {
   size_t total = 0;
-  for (size_t b :
-       activation_allocations(m, batch, seq_len, gradient_checkpointing, activation_dtype, attention_lse, logits_stride)) {
+  for (size_t b : activation_allocations(m, batch, seq_len, gradient_checkpointing, activation_dtype, attention_lse,
+                                         logits_stride, logits_rows)) {
     total += b;
   }
   return total;
@@ -99,15 +111,16 @@ size_t activation_bytes(const ModelConfig& m, size_t batch, size_t seq_len, bool
 
 // The floats each op of widened_bf16_kernels.cpp declares (its widened inputs and outputs),
 // for every op the model runs; the arena is the largest.
-size_t widened_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len) {
+size_t widened_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len, size_t logits_rows) {
   const size_t T = seq_len, BT = batch * seq_len, C = size_t(m.n_embd), V = size_t(m.vocab_size);
+  const size_t R = logits_rows ? logits_rows : BT;  // the classifier's rows a call
   // A GEMM's forward (out, x, weight, bias) and backward (dx, dout, x, weight).
   auto gemm = [&](size_t in, size_t out, bool bias) {
     return std::max(BT * out + BT * in + in * out + (bias ? out : 0), BT * in + BT * out + BT * in + in * out);
   };
   std::vector<size_t> ops{
-      BT * V + BT * C + V * C,          // lm_head forward
-      BT * C + BT * V + BT * C + V * C,  // lm_head backward
+      R * V + R * C + V * C,            // lm_head forward
+      R * C + R * V + R * C + V * C,    // lm_head backward
       2 * BT * C,                       // residual accumulate
       3 * BT * C + C,                   // norm backward (layernorm's forward 2 BT C + 2 C is smaller)
   };

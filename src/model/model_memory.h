@@ -33,10 +33,11 @@ struct Gpt2ActivationArrays {
 };
 /// `attention_lse`: the kernels save each attention row's logsumexp instead of its probabilities
 /// (KernelOps::attention_saves_lse); `logits_stride`: the row stride of the logits
-/// (KernelOps::logits_stride; 0: the vocabulary).
+/// (KernelOps::logits_stride; 0: the vocabulary); `logits_rows`: the rows of logits held at once
+/// (classifier_logits_rows; 0: every token of the batch).
 Gpt2ActivationArrays gpt2_activation_arrays(const ModelConfig& config, size_t batch, size_t seq_len,
                                             bool gradient_checkpointing, bool attention_lse = false,
-                                            size_t logits_stride = 0);
+                                            size_t logits_stride = 0, size_t logits_rows = 0);
 
 /// The same for LlamaModel (the Llama family); statistics: act_stats, lnf_rstd, losses and the
 /// rotary tables.
@@ -50,7 +51,19 @@ struct LlamaActivationArrays {
 };
 LlamaActivationArrays llama_activation_arrays(const ModelConfig& config, size_t batch, size_t seq_len,
                                               bool gradient_checkpointing, bool attention_lse = false,
-                                              size_t logits_stride = 0);
+                                              size_t logits_stride = 0, size_t logits_rows = 0);
+
+/// --classifier_chunk_tokens: the lm_head and the loss over at most this many tokens at a time,
+/// each chunk's backward run in the forward (CausalLM::head_forward), so that the logits of only
+/// one chunk are ever held: kClassifierChunkAuto, 0 (the whole batch at once) or a row count.
+constexpr int kClassifierChunkAuto = -1;
+/// Under auto, the logits held at once stay within this (when one chunk of 64 rows fits in it).
+constexpr size_t kClassifierChunkAutoBytes = size_t(1) << 30;
+/// The rows of logits a model holds for batches of up to `rows` tokens whose logits rows are
+/// `row_bytes` each (the row stride times the activation size), given `classifier_chunk`: all of
+/// them when 0 or at least `rows`; auto: all when they fit in kClassifierChunkAutoBytes, else the
+/// largest multiple of 64 rows that does (at least 64).
+size_t classifier_logits_rows(size_t rows, size_t row_bytes, int classifier_chunk);
 
 /// Bytes of each activation array the model allocates for a forward and backward of `batch`
 /// sequences of `seq_len` tokens with activations in `activation_dtype` (fp32 or bf16;
@@ -58,16 +71,18 @@ LlamaActivationArrays llama_activation_arrays(const ModelConfig& config, size_t 
 /// device allocation (the CUDA allocator rounds each).
 std::vector<size_t> activation_allocations(const ModelConfig& config, size_t batch, size_t seq_len,
                                            bool gradient_checkpointing, DType activation_dtype = DType::kF32,
-                                           bool attention_lse = false, size_t logits_stride = 0);
+                                           bool attention_lse = false, size_t logits_stride = 0,
+                                           size_t logits_rows = 0);
 /// Their sum.
 size_t activation_bytes(const ModelConfig& config, size_t batch, size_t seq_len, bool gradient_checkpointing,
-                        DType activation_dtype = DType::kF32, bool attention_lse = false, size_t logits_stride = 0);
+                        DType activation_dtype = DType::kF32, bool attention_lse = false, size_t logits_stride = 0,
+                        size_t logits_rows = 0);
 
 /// The fp32 scratch the CPU's bf16 kernels hold (backend/cpu/widened_bf16_kernels.cpp: each op
 /// widens its bf16 operands into one arena, which grows to the largest op's): the largest op of
 /// a forward and backward of `batch` x `seq_len`, counting the whole embedding table (the
 /// kernels widen its rows up to the batch's largest token).
-size_t widened_bf16_scratch_bytes(const ModelConfig& config, size_t batch, size_t seq_len);
+size_t widened_bf16_scratch_bytes(const ModelConfig& config, size_t batch, size_t seq_len, size_t logits_rows = 0);
 
 /// DeepSpeed's "largest layer": the most parameters held directly by one module of the HF model
 /// (the token embedding or the lm_head, or an MLP projection when the model is wide).

@@ -42,6 +42,7 @@
 #include "data/token_shard.h"
 #include "model/bound_model.h"
 #include "model/model_layout.h"
+#include "model/model_memory.h"
 #include "train/metrics.h"
 #include "train/monitor.h"
 #include "train/output_dir.h"
@@ -173,6 +174,8 @@ struct EngineParts {
 // its memory and NVMe swap files (a bad nvme_path, a full disk), the model its activations (a
 // micro-batch too large for memory), and rank 0 creates the monitors' directories and files.
 // Both are built over the profiler's kernels and communicator (the backend's own unless profiling).
+static_assert(kClassifierChunkAuto == -1, "parse_classifier_chunk gives -1 for auto");
+
 EngineParts build_engine(const Setup& setup, const TrainArgs& args, const ModelLayout& layout, Backend& backend,
                          StepProfiler& profiler, HostComm& comm) {
   const int micro_batch = int(setup.ds.train_micro_batch_size_per_gpu);
@@ -187,7 +190,7 @@ EngineParts build_engine(const Setup& setup, const TrainArgs& args, const ModelL
     parts.engine = std::make_unique<ZeroEngine>(layout, backend, profiler.data_comm(), comm, setup.ds, activations);
     parts.model = make_engine_model(*parts.engine, layout, backend, profiler.kernels<float>(),
                                     profiler.kernels<bf16>(), std::max(micro_batch, eval_batch), setup.seq_len,
-                                    args.gradient_checkpointing);
+                                    args.gradient_checkpointing, parse_classifier_chunk(args.classifier_chunk_tokens));
     parts.monitors = std::make_unique<MonitorMaster>(setup.ds.tensorboard, setup.ds.csv_monitor, comm.rank() == 0);
   } catch (const OutOfMemory& e) {
     // A run that does not fit is bad input like any other here: agreed on, one line, exit 2.
@@ -436,7 +439,8 @@ void forward_backward(const Trainer& t, const TrainerState& state, int64_t step,
     t.batches.sampler->fill(rank_first + uint64_t(micro * micro_batch), micro_batch, batch.inputs.data(),
                             batch.targets.data());
     timers.start("forward");
-    t.model.forward(batch.inputs.data(), batch.targets.data(), micro_batch, t.seq_len);
+    // The backward's scale, so that a chunked classifier runs its backward in the forward.
+    t.model.forward(batch.inputs.data(), batch.targets.data(), micro_batch, t.seq_len, 1.0, t.engine.backward_scale());
     timers.stop("forward");
     maybe_inject_fault(t.comm.rank(), step);
     timers.start("backward");

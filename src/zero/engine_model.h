@@ -15,12 +15,14 @@ namespace zt {
 /// self-profile's), whichever is engine.activation_dtype()'s, bound to engine.params<T>().
 std::unique_ptr<BoundModel> make_engine_model(ZeroEngine& engine, const ModelLayout& layout, Backend& backend,
                                               KernelOps<float>& fp32_ops, KernelOps<bf16>& bf16_ops, int max_batch,
-                                              int max_seq_len, bool activation_checkpointing);
+                                              int max_seq_len, bool activation_checkpointing,
+                                              int classifier_chunk = 0);
 /// The same over the backend's own tables.
 inline std::unique_ptr<BoundModel> make_engine_model(ZeroEngine& engine, const ModelLayout& layout, Backend& backend,
-                                                     int max_batch, int max_seq_len, bool activation_checkpointing) {
+                                                     int max_batch, int max_seq_len, bool activation_checkpointing,
+                                                     int classifier_chunk = 0) {
   return make_engine_model(engine, layout, backend, backend.ops(), backend.ops_bf16(), max_batch, max_seq_len,
-                           activation_checkpointing);
+                           activation_checkpointing, classifier_chunk);
 }
 
 }  // namespace zt

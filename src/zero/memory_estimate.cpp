@@ -189,9 +189,13 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   const bool flash = cuda_bf16 && (model.head_size() == 64 || model.head_size() == 128);
   // Its logits rows are padded to 16-byte alignment for the lm_head's tensor-core GEMMs.
   const size_t logits_stride = cuda_bf16 ? size_t(aligned_logits_stride(model.vocab_size)) : 0;
+  // The classifier's chunk (CausalLM's constructor): the rows of logits held at once.
+  const size_t logits_rows = classifier_logits_rows(
+      BT, (logits_stride ? logits_stride : size_t(model.vocab_size)) * dtype_size(activation_dtype),
+      run.classifier_chunk);
   std::vector<size_t> activations = activation_allocations(model, batch, size_t(run.seq_len),
                                                            run.gradient_checkpointing, activation_dtype, cuda_bf16,
-                                                           logits_stride);
+                                                           logits_stride, logits_rows);
   if (cuda_bf16) {
     // The backend's one scratch buffer, as large as the largest request: the attention's (flash:
     // D; other head sizes: fp32 copies of q, k, v, dout and the gradients, at most 8 C per token
@@ -206,7 +210,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
     activations.push_back(sizeof(float) * probabilities);
   } else if (activation_dtype == DType::kBF16) {
     // The CPU's bf16 kernels widen their operands into an fp32 arena (widened_bf16_kernels.cpp).
-    activations.push_back(widened_bf16_scratch_bytes(model, batch, size_t(run.seq_len)));
+    activations.push_back(widened_bf16_scratch_bytes(model, batch, size_t(run.seq_len), logits_rows));
   }
   for (size_t bytes : activations) est.activations += bytes;
   add(Pool::kDevice, est.activations);

@@ -59,6 +59,8 @@ struct RunShape {
   bool gradient_checkpointing = false;
   /// --activation_dtype: auto, fp32 or bf16 (resolve_activation_dtype, with the config's dtype).
   std::string activation_dtype = "auto";
+  /// --classifier_chunk_tokens as parse_classifier_chunk gives it (-1: auto).
+  int classifier_chunk = -1;
   /// On CUDA GPUs: the gradients stay on the device (ZeroPlan's kernels_reach_host is false) and
   /// the data path is NCCL's, whose collectives are not cut at MPI's limit.
   bool cuda = false;

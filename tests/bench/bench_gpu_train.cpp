@@ -7,6 +7,8 @@
 // --activation_dtype auto (bf16 activations in a bf16 run, as the trainer on a GPU) | fp32 | bf16.
 // ZeRO-Offload's headline (a model larger than the GPU, its optimizer stepped by the CPU):
 // --stage 2 --offload_optimizer cpu --gradient_checkpointing --accumulation N.
+// --classifier_chunk_tokens auto | 0 | N, as zerotrain's (auto: chunks when the batch's logits would
+// pass 1 GiB).
 // --loss_check N instead trains N steps of the same batch twice, a bf16 model (bf16 parameters
 // and activations) and an fp32 one from the same initialisation, and checks that the bf16 losses
 // stay within --loss_tolerance (default 0.03: 3 %) of the fp32 ones, relative, at every step (the
@@ -18,7 +20,7 @@
 //                         --vocab 50257 --block 1024 --batch 16 --steps 10 --dtype bf16
 //                         --activation_dtype auto --stage 0 --offload_optimizer none
 //                         --gradient_checkpointing --accumulation 1 --target 160000 --peak_tflops 0
-//                         --loss_check 0 --loss_tolerance 0.03]
+//                         --classifier_chunk_tokens auto --loss_check 0 --loss_tolerance 0.03]
 // Its last line: RESULT tokens_per_s=... step_ms=... mfu=... peak_device_bytes=... target=...
 #include <algorithm>
 #include <cmath>
@@ -62,7 +64,7 @@ int main(int argc, char** argv) try {
   bool checkpointing = false;
   std::string offload = "none";
   double target = 160e3, peak_tflops = 0;
-  std::string dtype = "bf16", model_type = "gpt2", activation_dtype = "auto";
+  std::string dtype = "bf16", model_type = "gpt2", activation_dtype = "auto", classifier_chunk = "auto";
   po::options_description opts("bench_gpu_train");
   opts.add_options()("layers", po::value(&layers))("embd", po::value(&embd))("heads", po::value(&heads))(
       "vocab", po::value(&vocab))("block", po::value(&block))("batch", po::value(&batch))("steps", po::value(&steps))(
@@ -71,7 +73,7 @@ int main(int argc, char** argv) try {
       "activation_dtype", po::value(&activation_dtype))("stage", po::value(&stage))(
       "offload_optimizer", po::value(&offload))("gradient_checkpointing", po::bool_switch(&checkpointing))(
       "accumulation", po::value(&accumulation))("loss_check", po::value(&loss_check))(
-      "loss_tolerance", po::value(&loss_tolerance));
+      "loss_tolerance", po::value(&loss_tolerance))("classifier_chunk_tokens", po::value(&classifier_chunk));
   po::variables_map vm;
   parse_tool_command_line(argc, argv, opts, vm);
   ZT_USAGE_CHECK(steps >= 1 && batch >= 1 && block >= 1, "--steps, --batch and --block must be >= 1");
@@ -132,7 +134,7 @@ int main(int argc, char** argv) try {
     /// One optimizer step over the batch; returns its mean loss.
     double step(const std::vector<int32_t>& in, const std::vector<int32_t>& tg, int batch, int block, int micro) {
       for (int m = 0; m < micro; ++m) {
-        model->forward(in.data(), tg.data(), batch, block);
+        model->forward(in.data(), tg.data(), batch, block, 1.0, engine->backward_scale());
         model->backward(engine->backward_scale());
       }
       engine->step();
@@ -143,7 +145,8 @@ int main(int argc, char** argv) try {
     Run r;
     r.engine = std::make_unique<ZeroEngine>(layout, *backend, *data_comm, comm, cfg, activations);
     r.engine->init_params(1);
-    r.model = make_engine_model(*r.engine, layout, *backend, batch, block, checkpointing);
+    r.model = make_engine_model(*r.engine, layout, *backend, batch, block, checkpointing,
+                                parse_classifier_chunk(classifier_chunk));
     return r;
   };
 

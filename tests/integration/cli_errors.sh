@@ -56,6 +56,8 @@ expect_usage_error "--adam_beta1 1.5" "^zerotrain: error: --adam_beta1 and --ada
   train --adam_beta1 1.5 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9c"
 expect_usage_error "--activation_dtype fp8" "^zerotrain: error: --activation_dtype must be auto, fp32 or bf16, got 'fp8'" \
   train --activation_dtype fp8 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9d"
+expect_usage_error "--classifier_chunk_tokens -3" "^zerotrain: error: --classifier_chunk_tokens must be auto, 0 .*or a number of tokens, got '-3'" \
+  train --classifier_chunk_tokens -3 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9g"
 expect_usage_error "bf16 activations, fp16 training" "--activation_dtype bf16 with fp16 training is not implemented" \
   train --activation_dtype bf16 --fp16 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9e"
 expect_usage_error "--tf32 on the CPU" "--tf32 needs a GPU with TF32 \(Ampere or newer\); the cpu backend" \

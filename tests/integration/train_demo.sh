@@ -87,6 +87,20 @@ a, b = losses(sys.argv[1]), losses(sys.argv[2])
 assert len(a) == 5 and a == b, (a, b)
 PY
 
+# A chunked classifier (--classifier_chunk_tokens: the lm_head and the loss over 100 tokens at a
+# time, each chunk's backward in the forward) trains to the losses of the whole batch at once
+# (the head's gradient sums its rows in chunks: equal to rounding), holding less.
+run "$WORK/chunk_on" --max_steps 5 --classifier_chunk_tokens 100 2>/dev/null
+/usr/bin/python3 - "$WORK/chunk_on/metrics.jsonl" "$WORK/ckpt_off/metrics.jsonl" <<'PY' && pass "a chunked classifier trains to the same losses" || fail "chunked classifier losses differ"
+import json, sys
+def read(p): return [json.loads(l) for l in open(p)]
+a, b = read(sys.argv[1]), read(sys.argv[2])
+la = [l["loss"] for l in a if l["event"] == "step"]
+lb = [l["loss"] for l in b if l["event"] == "step"]
+assert len(la) == 5 and all(abs(x - y) <= 1e-4 * abs(y) for x, y in zip(la, lb)), (la, lb)
+assert a[0]["activation_bytes"] < b[0]["activation_bytes"], (a[0]["activation_bytes"], b[0]["activation_bytes"])
+PY
+
 # The self-profile (--profile_steps): 3 steps, the first a warm-up, the other 2 profiled; one table
 # on stderr (every class, its ms and % adding up to the step) and one `profile` line.
 if run "$WORK/profile" --max_steps 3 --profile_steps 2 2>"$WORK/profile.log"; then

@@ -4,6 +4,8 @@
 // switch, tied and untied heads.
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/memory_pool.h"
@@ -224,6 +226,81 @@ TEST_P(ArchGradient, Bf16ModelTracksFloat) {
   EXPECT_LT(std::sqrt(err / ref), 3e-2);
   EXPECT_GT(err, 0) << "the bf16 model's gradients equal the fp32 model's";
   EXPECT_EQ(0, std::memcmp(pb.grads.data(), pc.grads.data(), pb.grads.size() * sizeof(float)));
+}
+
+// --classifier_chunk_tokens: the lm_head and the loss over chunks of 5 of the batch's 12 tokens
+// (5, 5, 2), each chunk's backward run in the forward, against the whole batch at once, for fp32
+// and bf16 models: the same loss and gradients within rounding (each row's work is the same; the
+// head's gradient sums its rows in three GEMMs instead of one), the logits of one chunk held, as
+// the memory estimate counts them. An evaluation forward (no backward scale) gives the same loss
+// and leaves nothing for a backward: one is an error, as is a backward with another scale.
+template <typename T>
+void check_chunked_classifier(const ModelConfig& cfg) {
+  auto backend = make_cpu_backend();
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(cfg);
+  const ModelLayout& layout = *layout_ptr;
+  FlatParams<T> whole(layout), chunked(layout);
+  std::vector<float> init(layout.flat_size());
+  layout.init(11, init.data(), 0, layout.flat_size());
+  for (size_t i = 0; i < init.size(); ++i) {
+    if constexpr (std::is_same_v<T, bf16>) whole.weights[i] = to_bf16(init[i]);
+    else whole.weights[i] = init[i];
+  }
+  chunked.weights = whole.weights;
+  const int B = 2, T_ = 6, BT = B * T_, V = cfg.vocab_size;
+  std::vector<int32_t> inputs(BT), targets(BT);
+  for (int i = 0; i < BT; ++i) {
+    inputs[i] = (i * 7 + 2) % V;
+    targets[i] = i == 4 ? -1 : (i * 5 + 3) % V;
+  }
+  KernelOps<T>& ops = backend->template kernels<T>();
+  const auto mw = make_causal_lm<T>(layout, *backend, ops, B, T_, false, 0);
+  const auto mc = make_causal_lm<T>(layout, *backend, ops, B, T_, false, 5);
+  const std::string what = cfg.model_type + (std::is_same_v<T, bf16> ? " bf16" : " fp32");
+  ASSERT_EQ(mw->logits_rows(), BT) << what;
+  ASSERT_EQ(mc->logits_rows(), 5) << what;
+  const DType dt = std::is_same_v<T, bf16> ? DType::kBF16 : DType::kF32;
+  EXPECT_EQ(mc->activation_bytes(), activation_bytes(cfg, B, T_, false, dt, false, 0, 5)) << what;
+  EXPECT_EQ(mw->activation_bytes() - mc->activation_bytes(), size_t(BT - 5) * V * sizeof(T)) << what;
+
+  const double scale = 0.5;
+  mw->forward(whole, inputs.data(), targets.data(), B, T_);
+  mc->forward(chunked, inputs.data(), targets.data(), B, T_, 1.0, scale);
+  const double lw = mw->take_loss(), lc = mc->take_loss();
+  EXPECT_NEAR(lc, lw, 1e-6 * lw) << what;
+  mw->backward(whole, scale);
+  mc->backward(chunked, scale);
+  EXPECT_EQ(chunked.done_count, whole.done_count) << what;
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < whole.grads.size(); ++i) {
+    err += double(chunked.grads[i] - whole.grads[i]) * double(chunked.grads[i] - whole.grads[i]);
+    ref += double(whole.grads[i]) * double(whole.grads[i]);
+  }
+  ASSERT_GT(ref, 0) << what;
+  EXPECT_LT(std::sqrt(err / ref), 1e-5) << what;
+
+  mc->forward(chunked, inputs.data(), targets.data(), B, T_);  // an evaluation
+  EXPECT_NEAR(mc->take_loss(), lw, 1e-6 * lw) << what;
+  EXPECT_THROW(mc->backward(chunked, scale), std::exception) << what << ": a backward with no logits kept";
+  mc->forward(chunked, inputs.data(), targets.data(), B, T_, 1.0, scale);
+  EXPECT_THROW(mc->backward(chunked, 2 * scale), std::exception) << what << ": another scale";
+}
+
+TEST_P(ArchGradient, ChunkedClassifierMatchesWhole) {
+  check_chunked_classifier<float>(GetParam());
+  check_chunked_classifier<bf16>(GetParam());
+}
+
+// auto chunks only where the whole batch's logits pass 1 GiB, by multiples of 64 rows.
+TEST(ClassifierChunk, AutoKeepsTheLogitsUnderOneGiB) {
+  const size_t gib = size_t(1) << 30;
+  EXPECT_EQ(classifier_logits_rows(16384, 50304 * 2, kClassifierChunkAuto), 10624u);  // GPT-2, bf16, padded
+  EXPECT_EQ(classifier_logits_rows(8192, 128256 * 2, kClassifierChunkAuto), 4160u);   // Llama 3, bf16
+  EXPECT_EQ(classifier_logits_rows(4096, 50257 * 4, kClassifierChunkAuto), 4096u);    // 823 MB: whole
+  EXPECT_EQ(classifier_logits_rows(100, gib, kClassifierChunkAuto), 64u);             // at least 64 rows
+  EXPECT_EQ(classifier_logits_rows(8192, 128256 * 2, 0), 8192u);
+  EXPECT_EQ(classifier_logits_rows(8192, 128256 * 2, 1000), 1000u);
+  EXPECT_EQ(classifier_logits_rows(10, 128256 * 2, 1000), 10u);
 }
 
 TEST(Gpt2Layout, HfNamesShapesAndCount) {
