@@ -135,6 +135,16 @@ class KernelOps {
     softmax_xent_backward(logits, targets, rows, V, dloss);
     linear_backward(dx, dhead, nullptr, logits, x, head, rows, C, V, false);
   }
+  /// classifier_forward then classifier_backward on the same rows, for a backward known in the
+  /// forward (CausalLM's chunked classifier): the same results, bit for bit; a table may write
+  /// the logits' gradient in the softmax's pass instead of storing the probabilities and reading
+  /// them back.
+  virtual void classifier_forward_backward(T* dx, G* dhead, T* logits, S* losses, const T* x, const T* head,
+                                           const int32_t* targets, int rows, int C, int V, double* loss_sum,
+                                           double weight, double dloss) {
+    classifier_forward(logits, losses, x, head, targets, rows, C, V, loss_sum, weight);
+    classifier_backward(dx, dhead, logits, x, head, targets, rows, C, V, dloss);
+  }
 
   /// The dtype GEMM inputs (matmul_*, linear_*) are rounded to: kF32 (the default) or kBF16
   /// (DeepSpeed's bf16 mode runs its matmuls in bf16: inputs rounded to bf16, products summed

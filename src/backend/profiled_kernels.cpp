@@ -141,6 +141,14 @@ class ProfiledKernels final : public KernelOps<T> {
     timed(OpClass::kClassifier,
           [&] { inner_.classifier_backward(dx, dhead, logits, x, head, targets, rows, C, V, dloss); });
   }
+  void classifier_forward_backward(T* dx, G* dhead, T* logits, S* losses, const T* x, const T* head,
+                                   const int32_t* targets, int rows, int C, int V, double* loss_sum, double weight,
+                                   double dloss) override {
+    timed(OpClass::kClassifier, [&] {
+      inner_.classifier_forward_backward(dx, dhead, logits, losses, x, head, targets, rows, C, V, loss_sum, weight,
+                                         dloss);
+    });
+  }
   DType set_matmul_dtype(DType dtype) override { return inner_.set_matmul_dtype(dtype); }
   bool set_allow_tf32(bool allow) override { return inner_.set_allow_tf32(allow); }
   void linear_forward(T* out, const T* x, const T* weight, const T* bias, int rows, int in_dim,

@@ -61,18 +61,23 @@ void CausalLM<T>::head_forward(ParamSource<T>& params, int head_unit, const T* n
   const int BT = batch_ * seq_, chunk = std::min(BT, logits_rows_);
   head_grads_ = nullptr;
   head_backward_scale_.reset();
-  // One chunk: the logits stay for backward (head_backward). More: each chunk's backward now.
-  const bool backward_now = backward_scale.has_value() && chunk < BT;
+  // With a backward to follow, the head's backward runs now, chunk by chunk (a table may then
+  // write dlogits in the softmax's pass); else the logits of the last chunk stay (head_backward
+  // needs one chunk: the whole batch).
+  const bool backward_now = backward_scale.has_value();
   if (backward_now) head_grads_ = params.grad_accumulator(head_unit);
   const T* head = params.acquire_weights(head_unit);
   for (int r0 = 0; r0 < BT; r0 += chunk) {
     const int rows = std::min(chunk, BT - r0);
     const size_t at = size_t(r0) * C;
-    ops_.classifier_forward(logits, losses + r0, normed + at, head, targets_.data() + r0, rows, C, V,
-                            loss_sum_.data(), per_position(loss_weight));
+    const int32_t* targets = targets_.data() + r0;
     if (backward_now) {
-      ops_.classifier_backward(dnormed + at, head_grads_, logits, normed + at, head, targets_.data() + r0, rows, C, V,
-                               per_position(*backward_scale));
+      ops_.classifier_forward_backward(dnormed + at, head_grads_, logits, losses + r0, normed + at, head, targets, rows,
+                                       C, V, loss_sum_.data(), per_position(loss_weight),
+                                       per_position(*backward_scale));
+    } else {
+      ops_.classifier_forward(logits, losses + r0, normed + at, head, targets, rows, C, V, loss_sum_.data(),
+                              per_position(loss_weight));
     }
   }
   params.release_weights(head_unit);

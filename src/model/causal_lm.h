@@ -30,9 +30,11 @@ class CausalLM {
   /// Runs the model on inputs[B,T] (host memory; uploaded through the backend) and adds
   /// `loss_weight` x the mean cross-entropy over positions whose target is >= 0 to the loss
   /// accumulated on the device. Keeps what backward needs. `backward_scale`: the dloss_scale of
-  /// the backward that follows, where one does. A model whose classifier runs in chunks
-  /// (logits_rows() < B T) keeps only one chunk's logits, so it runs the lm_head's backward here,
-  /// chunk by chunk; its backward then needs a forward that was given the same scale.
+  /// the backward that follows, where one does (training): the lm_head's backward then runs here,
+  /// chunk by chunk (KernelOps::classifier_forward_backward), so that the logits are written and
+  /// read once and only one chunk's are held (logits_rows()); backward then needs that same
+  /// scale. Without it (evaluation, or a backward computed from kept logits) a model whose
+  /// classifier runs in chunks (logits_rows() < B T) can only be evaluated.
   virtual void forward(ParamSource<T>& params, const int32_t* inputs, const int32_t* targets, int B, int T_,
                        double loss_weight = 1.0, std::optional<double> backward_scale = std::nullopt) = 0;
   /// Backpropagates `dloss_scale` x d(mean loss) of the last forward into the parameter
@@ -66,9 +68,9 @@ class CausalLM {
   // lm_head (weights [V, C] in `head_unit`) to logits [logits_rows(), V] (row stride
   // KernelOps::logits_stride) and the cross-entropy, through the kernels' classifier ops.
   /// logits = normed head^T, then loss_weight x the mean cross-entropy into the loss sum, over the
-  /// rows in chunks of logits_rows(). With more than one chunk and a backward to follow
-  /// (backward_scale), each chunk's backward runs after it: the head's gradient accumulated (its
-  /// accumulator opened here), d(normed) into `dnormed`.
+  /// rows in chunks of logits_rows(). With a backward to follow (backward_scale), each chunk's
+  /// backward with it: the head's gradient accumulated (its accumulator opened here), d(normed)
+  /// into `dnormed`.
   void head_forward(ParamSource<T>& params, int head_unit, const T* normed, T* logits, S* losses, T* dnormed, int C,
                     int V, double loss_weight, std::optional<double> backward_scale);
   /// Its backward (where head_forward did not run it): d(logits) in place, the head's gradient

@@ -11,7 +11,8 @@
 #   attention  causal attention forward+backward, bf16, T 1024/2048/4096, head dims 64 and 128:
 #              torch_sdpa_bench.py (PyTorch's SDPA), and ours through bench_gpu_attention if built
 #   tests      ctest --test-dir BUILD -L gpu -j 8 --output-on-failure
-#   loss       bench_gpu_train --loss_check (bf16 against fp32 loss), where it takes that flag
+#   loss       bench_gpu_train --loss_check (bf16 against fp32 loss), where it takes that flag, and
+#              torch_gpu_train.py --loss_check (PyTorch's bf16 autocast against its fp32, same test)
 #   profile    one zerotrain run with --profile_steps 1 (GPT-2 124M, 3 steps of 16 x 1024, bf16),
 #              where zerotrain takes that flag
 #   offload    bench_gpu_train on a 5.1B Llama shape with ZeRO-Offload (stage 2, optimizer on the
@@ -259,7 +260,10 @@ part_loss() {
   if [[ ! -x $train_bin ]]; then
     absent loss ours "no bench_gpu_train in $bench_dir"
   elif knows_flag "$train_bin" --loss_check; then
-    # GPT-2 124M at a quarter of the batch: 50 steps of the bf16 model and 50 of fp32.
+    # GPT-2 124M at a quarter of the batch: 50 steps of the bf16 model and 50 of fp32, and
+    # PyTorch's own bf16 autocast against its fp32 on the same test: how far rounding alone moves it.
+    run_side loss pytorch 120 "$python" tests/bench/torch_gpu_train.py --model gpt2 --layers 12 --embd 768 \
+      --heads 12 --vocab 50257 --block 1024 --batch 4 --loss_check 50
     run_side loss ours 120 "$train_bin" --layers 12 --embd 768 --heads 12 --vocab 50257 --block 1024 --batch 4 \
       --dtype bf16 --loss_check 50
   else

@@ -240,7 +240,14 @@ def plain_part(name, sides, gpus):
     if name == "offload" and c and c["state"] == "ran":
         for r in parse_results(c["lines"]):
             fig.update({k: v for k, v in r.items() if k.endswith("_ratio")})
-    part = dict(ours=fig, pytorch={}, ratio=None)
+    # loss: PyTorch's own bf16 autocast against its fp32 on the same test (torch_gpu_train.py
+    # --loss_check), the yardstick for our drift.
+    pyfig = {}
+    py = sides.get("pytorch")
+    if name == "loss" and py and py["state"] == "ran":
+        for r in parse_results(py["lines"]):
+            pyfig.update(r)
+    part = dict(ours=fig, pytorch=pyfig, ratio=None)
     return part, st
 
 
@@ -305,7 +312,10 @@ def cell(name, fig):
             return "-"
         return f"{fig['passed']}/{fig['total']} passed" + (f" ({fig['skipped']} skipped)" if fig.get("skipped") else "")
     if name == "loss" and "max_loss_diff" in fig:
-        return f"max |bf16 - fp32| {fig['max_loss_diff']:.4f} over {fig.get('loss_steps', '?')} steps"
+        text = f"max |bf16 - fp32| {fig['max_loss_diff']:.4f} over {fig.get('loss_steps', '?')} steps"
+        if "max_rel_diff" in fig:
+            text += f" ({fig['max_rel_diff'] * 100:.1f} %)"
+        return text
     if name == "offload" and ("tokens_per_s" in fig or "d2h_ratio" in fig):
         text = f"{human(fig['tokens_per_s'])} tok/s, MFU {fig.get('mfu', 0) * 100:.1f}%" if "tokens_per_s" in fig else ""
         if "d2h_ratio" in fig:

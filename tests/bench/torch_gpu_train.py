@@ -29,6 +29,11 @@ against the same peak table (H100/H200 SXM 989 TFLOP/s dense bf16, H100 PCIe 756
 --peak_tflops overrides). Peak memory: torch.cuda.max_memory_allocated (and _reserved) over the
 timed run. The last line is `RESULT {json}`.
 
+--loss_check N instead trains N steps of one batch (--batch x --block) twice from the same
+initialisation, in bf16 autocast and in fp32 (lr 6e-4, as bench_gpu_train --loss_check), and
+prints the same table and 'RESULT loss_steps=... max_rel_diff=...' line: how far PyTorch's own
+bf16 wanders from its fp32 on that test, the yardstick for ours. Eager unless --compile 1.
+
 --largest_batch 1 finds the largest micro-batch that fits (eager steps at --batch, doubling until
 out of memory or --max_batch, then bisecting between the last that fit and the first that did
 not), then times that batch (with --compile as asked; halving again if the compiled run does not
@@ -43,7 +48,8 @@ a message, and attention falls back to a manual causal softmax(QK^T)V, which the
 Usage: torch_gpu_train.py [--model gpt2|llama] [--layers --embd --heads --kv_heads --intermediate
          --vocab --block --batch --tie --rope_theta] [--steps 20 --warmup 3 --compile 0|1
          --compile_scope model|blocks --dtype bf16|fp32 --device cuda|cpu --seed 0 --data hash|random
-         --gqa auto|enable|repeat --largest_batch 0|1 --max_batch 256 --peak_tflops 0 --count_only 0|1]
+         --gqa auto|enable|repeat --largest_batch 0|1 --max_batch 256 --peak_tflops 0 --count_only 0|1
+         --loss_check 0]
 Exit codes: 0 done; 1 a failure (out of memory included); 2 bad usage or a feature this PyTorch lacks.
 """
 import argparse
@@ -329,11 +335,11 @@ def make_batch(a, B, device):
 
 
 class Trainer:
-    def __init__(self, a, model, device):
+    def __init__(self, a, model, device, lr=1e-4):
         self.a, self.model, self.device = a, model, device
         self.fn = model
         self.params = [p for p in model.parameters()]
-        kw = dict(lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+        kw = dict(lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
         self.fused = False
         if device.type == "cuda":
             try:
@@ -448,6 +454,32 @@ def timed_run(tr, a, B):
     return times, losses
 
 
+def loss_check(a, model, device):
+    """N steps of one batch in bf16 autocast, then in fp32 from the same weights: their losses."""
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    idx, tgt = make_batch(a, a.batch, device)
+    runs = {}
+    for dtype in ("bf16", "fp32"):
+        model.load_state_dict(init)
+        a.dtype = dtype
+        tr = Trainer(a, model, device, lr=6e-4)
+        if a.compile:
+            tr.compile()
+        runs[dtype] = [float(tr.step(idx, tgt)) for _ in range(a.loss_check)]
+        del tr
+    lb, lf = runs["bf16"], runs["fp32"]
+    print(f"# loss check: torch {torch.__version__}, {a.loss_check} steps of one batch, bf16 autocast against fp32",
+          flush=True)
+    print(f"{'step':>8} {'bf16':>10} {'fp32':>10} {'diff':>10}")
+    for s in range(a.loss_check):
+        if s % 10 == 0 or s + 1 == a.loss_check:
+            print(f"{s + 1:8d} {lb[s]:10.4f} {lf[s]:10.4f} {lb[s] - lf[s]:10.4f}")
+    worst = max(abs(x - y) for x, y in zip(lb, lf))
+    worst_rel = max(abs(x - y) / abs(y) for x, y in zip(lb, lf))
+    print(f"RESULT loss_steps={a.loss_check} max_loss_diff={worst:.5f} max_rel_diff={worst_rel:.5f} "
+          f"final_bf16={lb[-1]:.5f} final_fp32={lf[-1]:.5f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description="PyTorch side of gpu_perf.sh: GPT-2 / Llama training throughput")
     p.add_argument("--model", choices=("gpt2", "llama"), default="gpt2")
@@ -470,6 +502,8 @@ def main():
     p.add_argument("--peak_tflops", type=float, default=0.0)
     p.add_argument("--count_only", type=int, choices=(0, 1), default=0)
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: PyTorch's default)")
+    p.add_argument("--loss_check", type=int, default=0,
+                   help="N steps of one batch in bf16 autocast and in fp32 from the same init: their losses")
     a = p.parse_args()
     for k, v in DEFAULTS[a.model].items():
         if getattr(a, k) is None:
@@ -537,6 +571,9 @@ def main():
     total = sum(t.numel() for t in model.parameters())
     if total != total_a:
         die(f"built {total} parameters but the shape gives {total_a}: the model or the count is wrong", 1)
+    if a.loss_check > 0:
+        loss_check(a, model, device)
+        return
     tr = Trainer(a, model, device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     peak = a.peak_tflops or (peak_bf16_tflops(name) if device.type == "cuda" else 0.0)

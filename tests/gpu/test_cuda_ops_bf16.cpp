@@ -726,6 +726,7 @@ TEST_F(CudaOpsBf16, Classifier) {
 
 // ---- determinism --------------------------------------------------------------------------------
 
+
 template <typename T>
 DeviceArray<T> upload(Backend& b, const std::vector<T>& host) {
   DeviceArray<T> a(b, host.size());
@@ -739,6 +740,55 @@ std::vector<uint8_t> bytes_of(Backend& b, const DeviceArray<T>& a) {
   b.copy_to_host(host.data(), a.data(), a.bytes());
   return host;
 }
+
+// classifier_forward_backward (training's classifier: the softmax writes dlogits in its last pass)
+// against classifier_forward then classifier_backward on the GPU from the same inputs: the same
+// bits in every output (the logits buffer, now dlogits with its padding zeroed, the losses, the
+// loss sum, dx and the accumulated dhead), at GPT-2's vocabulary, an odd one and an aligned one.
+TEST_F(CudaOpsBf16, ClassifierForwardBackwardIsBothInOne) {
+  struct Case {
+    int rows, C, V;
+  };
+  KernelOps<bf16>& k = gpu->ops_bf16();
+  for (const Case c : {Case{64, 768, 50257}, Case{37, 72, 101}, Case{37, 72, 128}}) {
+    const int stride = k.logits_stride(c.V);
+    const std::string shape = cat(" (rows ", c.rows, " C ", c.C, " V ", c.V, ")");
+    const auto x = bf16_values(randn(size_t(c.rows) * c.C, 90));
+    const auto head = bf16_values(randn(size_t(c.V) * c.C, 91, float(0.1 / std::sqrt(double(c.C)))));
+    const auto targets = random_tokens(c.rows, c.V, 92, true);
+    const auto logits0 = bf16_values(randn(size_t(c.rows) * stride, 93));  // garbage, padding included
+    const auto dx0 = bf16_values(randn(size_t(c.rows) * c.C, 94));
+    const auto dhead0 = randn(size_t(c.V) * c.C, 95, 1e-4f);
+    struct Side {
+      DeviceArray<bf16> x, head, logits, dx;
+      DeviceArray<int32_t> targets;
+      DeviceArray<float> losses, dhead;
+      DeviceArray<double> loss_sum;
+    };
+    auto side = [&] {
+      return Side{upload(*gpu, x), upload(*gpu, head), upload(*gpu, logits0), upload(*gpu, dx0),
+                  upload(*gpu, targets), upload(*gpu, std::vector<float>(c.rows, 7.0f)), upload(*gpu, dhead0),
+                  upload(*gpu, std::vector<double>{0.25})};
+    };
+    Side two = side(), one = side();
+    const double weight = 0.5, dloss = 1.0 / 64;
+    k.classifier_forward(two.logits.data(), two.losses.data(), two.x.data(), two.head.data(), two.targets.data(),
+                         c.rows, c.C, c.V, two.loss_sum.data(), weight);
+    k.classifier_backward(two.dx.data(), two.dhead.data(), two.logits.data(), two.x.data(), two.head.data(),
+                          two.targets.data(), c.rows, c.C, c.V, dloss);
+    k.classifier_forward_backward(one.dx.data(), one.dhead.data(), one.logits.data(), one.losses.data(),
+                                  one.x.data(), one.head.data(), one.targets.data(), c.rows, c.C, c.V,
+                                  one.loss_sum.data(), weight, dloss);
+    gpu->synchronize();
+    EXPECT_EQ(bytes_of(*gpu, one.logits), bytes_of(*gpu, two.logits)) << "dlogits" << shape;
+    EXPECT_EQ(bytes_of(*gpu, one.losses), bytes_of(*gpu, two.losses)) << "losses" << shape;
+    EXPECT_EQ(bytes_of(*gpu, one.loss_sum), bytes_of(*gpu, two.loss_sum)) << "loss_sum" << shape;
+    EXPECT_EQ(bytes_of(*gpu, one.dx), bytes_of(*gpu, two.dx)) << "dx" << shape;
+    EXPECT_EQ(bytes_of(*gpu, one.dhead), bytes_of(*gpu, two.dhead)) << "dhead" << shape;
+    EXPECT_NE(bytes_of(*gpu, one.dhead), bytes_of(*gpu, upload(*gpu, dhead0))) << "dhead untouched" << shape;
+  }
+}
+
 
 // The backward ops that sum across rows (the norms' parameter gradients, bias gradients, the
 // embedding's) run twice on the GPU from the same inputs into fresh buffers: the results must be

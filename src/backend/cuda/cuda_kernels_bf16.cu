@@ -23,6 +23,8 @@
 //   up to 64 (padded_logits_stride) and run the lm_head's three GEMMs over that padded width, with
 //   the head padded by zero rows: with an odd V in any GEMM dimension cuBLASLt runs kernels 5-7x
 //   slower. The softmax's rows are all body and tail; it never reads the padding columns.
+//   classifier_forward_backward (training) writes the loss's gradient in the softmax's last pass
+//   instead of the probabilities, with the same arithmetic as the two kernels it replaces.
 // - Attention: cuda_attention_bf16.cu, flash attention (cuda_flash_attention.cu) saving only the
 //   logsumexp of each row (attention_saves_lse), with an exact widened-fp32 fallback for the shapes
 //   it does not take.
@@ -362,9 +364,14 @@ __device__ __forceinline__ void for_row_bf16(bf16* l, int V, F&& f) {
 // written over the logits, rounded once (exp(l - max) is recomputed rather than stored: a bf16
 // store of it would round twice). The row's loss from the target logit read before any write.
 // Row r is l[r * stride, r * stride + V): stride = V for dense logits, padded_logits_stride(V) for
-// the classifier's, whose columns past V are left alone.
+// the classifier's. kGrad (classifier_forward_backward): the last pass writes the loss's gradient
+// instead, (p - onehot(target)) d from the bf16-rounded p with softmax_xent_backward_bf16_kernel's
+// arithmetic (the same bits as the two kernels, one pass over memory fewer), and zeroes the
+// columns V..zero_to-1.
+template <bool kGrad>
 __global__ void __launch_bounds__(512)
-    softmax_xent_forward_bf16_kernel(bf16* logits, float* losses, const int32_t* targets, int V, size_t stride) {
+    softmax_xent_forward_bf16_kernel(bf16* logits, float* losses, const int32_t* targets, int V, size_t stride,
+                                     int zero_to, float d) {
   __shared__ float shared_f[kWarp];
   const int r = blockIdx.x;
   bf16* l = logits + size_t(r) * stride;
@@ -381,9 +388,23 @@ __global__ void __launch_bounds__(512)
   });
   sum = block_sum(sum, shared_f);
   const float inv = 1.0f / sum;
-  for_row_bf16<true>(l, V, [&](auto& x, int) {
-    for (float& e : x) e = expf(e - maxval) * inv;
-  });
+  if constexpr (kGrad) {
+    for (int v = V + int(threadIdx.x); v < zero_to; v += blockDim.x) l[v] = bf16{0};
+    for_row_bf16<true>(l, V, [&](auto& x, int v) {
+      int j = 0;
+      for (float& e : x) {
+        const float p = bf16_to_float(float_to_bf16(expf(e - maxval) * inv));
+        float g = target < 0 ? 0.0f : __fmul_rn(p, d);
+        if (v + j == target) g = __fsub_rn(g, d);
+        e = g;
+        ++j;
+      }
+    });
+  } else {
+    for_row_bf16<true>(l, V, [&](auto& x, int) {
+      for (float& e : x) e = expf(e - maxval) * inv;
+    });
+  }
   // -log softmax[target] = log(sum exp(l - max)) + max - l[target]
   if (threadIdx.x == 0) losses[r] = target >= 0 ? logf(sum) + maxval - target_logit : 0.0f;
 }
@@ -581,15 +602,8 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
 
   void classifier_forward(bf16* logits, float* losses, const bf16* x, const bf16* head, const int32_t* targets,
                           int rows, int C, int V, double* loss_sum, double weight) override {
-    const int stride = logits_stride(V);
-    {  // logits[rows,stride] = x[rows,C] @ head[stride,C]^T, bf16
-      GemmArgs args = bf16_gemm(DType::kBF16);
-      args.trans_b = true;
-      args.m = rows, args.n = stride, args.k = C;
-      args.a = x, args.b = padded_head(head, V, C), args.d = logits;
-      gemm(ctx_, args);
-    }
-    softmax_xent_forward_strided(logits, losses, targets, rows, V, stride, loss_sum, weight);
+    classifier_logits(logits, x, head, rows, C, V);
+    softmax_xent_forward_strided(logits, losses, targets, rows, V, logits_stride(V), loss_sum, weight);
   }
 
   void classifier_backward(bf16* dx, float* dhead, bf16* logits, const bf16* x, const bf16* head,
@@ -597,31 +611,23 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     const int stride = logits_stride(V);
     // probabilities -> dlogits, the padding columns -> 0
     softmax_xent_backward_strided(logits, targets, rows, V, stride, stride, dloss);
-    if (dx) {  // dx[rows,C] = dlogits[rows,stride] @ head[stride,C], bf16 (overwritten)
-      GemmArgs args = bf16_gemm(DType::kBF16);
-      args.m = rows, args.n = C, args.k = stride;
-      args.a = logits, args.b = padded_head(head, V, C), args.d = dx;
-      gemm(ctx_, args);
+    classifier_gemms_backward(dx, dhead, logits, x, head, rows, C, V);
+  }
+
+  // The softmax writes dlogits in its last pass: the probabilities are never stored.
+  void classifier_forward_backward(bf16* dx, float* dhead, bf16* logits, float* losses, const bf16* x,
+                                   const bf16* head, const int32_t* targets, int rows, int C, int V, double* loss_sum,
+                                   double weight, double dloss) override {
+    const int stride = logits_stride(V);
+    classifier_logits(logits, x, head, rows, C, V);
+    if (rows > 0) {
+      softmax_xent_forward_bf16_kernel<true><<<unsigned(rows), 512, 0, ctx_.compute>>>(
+          logits, losses, targets, V, size_t(stride), stride, float(dloss));
+      ZT_CUDA_CHECK_LAUNCH("softmax_xent_forward_bf16_kernel<grad>");
+      add_loss_sum_bf16_kernel<<<1, 256, 0, ctx_.compute>>>(loss_sum, losses, rows, weight);
+      ZT_CUDA_CHECK_LAUNCH("add_loss_sum_bf16_kernel");
     }
-    // dhead[V,C] += dlogits[rows,V]^T @ x[rows,C], fp32: rows [0, V64) in place ...
-    const int V64 = stride == V ? V : V / 64 * 64;
-    GemmArgs args = bf16_gemm(DType::kF32);
-    args.trans_a = true;
-    args.m = V64, args.n = C, args.k = rows;
-    args.a = logits, args.b = x, args.d = dhead;
-    args.lda = stride;
-    args.accumulate = true;
-    gemm(ctx_, args);
-    if (V64 == V || rows == 0 || C == 0) return;
-    // ... and the last tile, rows [V64, stride) of which the first V - V64 are dhead's, in scratch.
-    float* tile = padded_head_tile(V, C);
-    args.m = stride - V64;
-    args.a = logits + V64, args.d = tile;
-    args.accumulate = false;
-    gemm(ctx_, args);
-    const size_t n = size_t(V - V64) * C;
-    add_f32_kernel<<<grid(n), kThreads, 0, ctx_.compute>>>(dhead + size_t(V64) * C, tile, n);
-    ZT_CUDA_CHECK_LAUNCH("add_f32_kernel");
+    classifier_gemms_backward(dx, dhead, logits, x, head, rows, C, V);
   }
 
   void linear_forward(bf16* out, const bf16* x, const bf16* weight, const bf16* bias, int rows, int in_dim,
@@ -713,12 +719,53 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     gemm(ctx_, args);
   }
 
+  /// logits[rows,stride] = x[rows,C] @ head[stride,C]^T, bf16, over the padded head.
+  void classifier_logits(bf16* logits, const bf16* x, const bf16* head, int rows, int C, int V) {
+    GemmArgs args = bf16_gemm(DType::kBF16);
+    args.trans_b = true;
+    args.m = rows, args.n = logits_stride(V), args.k = C;
+    args.a = x, args.b = padded_head(head, V, C), args.d = logits;
+    gemm(ctx_, args);
+  }
+
+  /// The lm_head's backward GEMMs from dlogits[rows,stride] (padding columns 0): dx (overwritten;
+  /// skipped when null) and dhead += dlogits^T x.
+  void classifier_gemms_backward(bf16* dx, float* dhead, const bf16* dlogits, const bf16* x, const bf16* head,
+                                 int rows, int C, int V) {
+    const int stride = logits_stride(V);
+    if (dx) {  // dx[rows,C] = dlogits[rows,stride] @ head[stride,C], bf16
+      GemmArgs args = bf16_gemm(DType::kBF16);
+      args.m = rows, args.n = C, args.k = stride;
+      args.a = dlogits, args.b = padded_head(head, V, C), args.d = dx;
+      gemm(ctx_, args);
+    }
+    // dhead[V,C] += dlogits[rows,V]^T @ x[rows,C], fp32: rows [0, V64) in place ...
+    const int V64 = stride == V ? V : V / 64 * 64;
+    GemmArgs args = bf16_gemm(DType::kF32);
+    args.trans_a = true;
+    args.m = V64, args.n = C, args.k = rows;
+    args.a = dlogits, args.b = x, args.d = dhead;
+    args.lda = stride;
+    args.accumulate = true;
+    gemm(ctx_, args);
+    if (V64 == V || rows == 0 || C == 0) return;
+    // ... and the last tile, rows [V64, stride) of which the first V - V64 are dhead's, in scratch.
+    float* tile = padded_head_tile(V, C);
+    args.m = stride - V64;
+    args.a = dlogits + V64, args.d = tile;
+    args.accumulate = false;
+    gemm(ctx_, args);
+    const size_t n = size_t(V - V64) * C;
+    add_f32_kernel<<<grid(n), kThreads, 0, ctx_.compute>>>(dhead + size_t(V64) * C, tile, n);
+    ZT_CUDA_CHECK_LAUNCH("add_f32_kernel");
+  }
+
   /// softmax_xent_forward over rows `stride` elements apart (V columns each).
   void softmax_xent_forward_strided(bf16* logits_to_probs, float* losses, const int32_t* targets, int rows, int V,
                                     int stride, double* loss_sum, double weight) {
     if (rows == 0) return;
-    softmax_xent_forward_bf16_kernel<<<unsigned(rows), 512, 0, ctx_.compute>>>(logits_to_probs, losses, targets, V,
-                                                                               size_t(stride));
+    softmax_xent_forward_bf16_kernel<false><<<unsigned(rows), 512, 0, ctx_.compute>>>(
+        logits_to_probs, losses, targets, V, size_t(stride), V, 0.0f);
     ZT_CUDA_CHECK_LAUNCH("softmax_xent_forward_bf16_kernel");
     add_loss_sum_bf16_kernel<<<1, 256, 0, ctx_.compute>>>(loss_sum, losses, rows, weight);
     ZT_CUDA_CHECK_LAUNCH("add_loss_sum_bf16_kernel");

@@ -49,6 +49,18 @@ class QueuedKernels final : public KernelOps<T> {
                         in(x, R * C), in(head, size_t(V) * C), in(targets, R)},
                        [=, this] { k_.classifier_backward(dx, dhead, logits, x, head, targets, rows, C, V, dloss); });
   }
+  void classifier_forward_backward(T* dx, G* dhead, T* logits, S* losses, const T* x, const T* head,
+                                   const int32_t* targets, int rows, int C, int V, double* loss_sum, double weight,
+                                   double dloss) override {
+    const size_t R = size_t(rows);
+    q_.enqueue_compute("classifier_forward_backward",
+                       {out(dx, R * C), out(dhead, size_t(V) * C), out(logits, R * size_t(k_.logits_stride(V))),
+                        out(losses, R), in(x, R * C), in(head, size_t(V) * C), in(targets, R), out(loss_sum, 1)},
+                       [=, this] {
+                         k_.classifier_forward_backward(dx, dhead, logits, losses, x, head, targets, rows, C, V,
+                                                        loss_sum, weight, dloss);
+                       });
+  }
 
   void embedding_forward(T* o, const int32_t* tok, const T* wte, const T* wpe, int B, int T_, int C) override {
     const size_t BT = size_t(B) * T_;
