@@ -7,7 +7,9 @@
 #              T 2048; lm_head untied, as bench_gpu_train --model llama builds it: 1.50B parameters)
 #              at the largest micro-batch that fits: PyTorch's found by torch_gpu_train.py
 #              --largest_batch; ours at that batch (or by its own --largest_batch, once it has one),
-#              where bench_gpu_train takes --model (else "absent: not supported by this build")
+#              where bench_gpu_train takes --model (else "absent: not supported by this build");
+#              ours again as PyTorch lays it out (side "autocast": --dtype fp32 --activation_dtype
+#              bf16, fp32 parameters and bf16 activations)
 #   attention  causal attention forward+backward, bf16, T 1024/2048/4096, head dims 64 and 128:
 #              torch_sdpa_bench.py (PyTorch's SDPA), and ours through bench_gpu_attention if built
 #   tests      ctest --test-dir BUILD -L gpu -j 8 --output-on-failure
@@ -232,6 +234,10 @@ part_llama() {
       args+=(--batch "${batch:-1}")
     fi
     run_side llama ours 150 --smi "$train_bin" "${args[@]}"
+    # PyTorch's own layout: fp32 parameters (16 B a parameter with AdamW), bf16 activations.
+    if knows_flag "$train_bin" --activation_dtype; then
+      run_side llama autocast 150 --smi "$train_bin" "${args[@]/bf16/fp32}" --activation_dtype bf16
+    fi
   fi
 }
 

@@ -174,6 +174,16 @@ def train_part(name, sides, gpus):
     if not o.get("peak_mem_bytes") and o.get("peak_mem_smi_bytes"):
         o["peak_mem_bytes"] = o["peak_mem_smi_bytes"]  # ours has no report of its own yet
         o["peak_mem_basis"] = "nvidia-smi sample"
+    # llama: ours again in PyTorch's layout (fp32 parameters, bf16 activations: autocast).
+    a_s = sides.get("autocast")
+    if a_s and a_s["state"] == "ran":
+        a = part["ours_autocast"] = bench_train_figures(a_s)
+        if st["autocast"] == "ok" and "tokens_per_s" not in a:
+            st["autocast"] = "FAILED (no RESULT line)"
+        if a.get("tokens_per_s") and p.get("tokens_per_s"):
+            part["ratio_autocast"] = round(a["tokens_per_s"] / p["tokens_per_s"], 4)
+            if a.get("peak_mem_bytes") and p.get("peak_mem_bytes"):
+                part["mem_ratio_autocast"] = round(a["peak_mem_bytes"] / p["peak_mem_bytes"], 4)
     return part, st
 
 
@@ -331,6 +341,11 @@ def print_table(summary):
     for name, part in summary["parts"].items():
         ratio = f"{part['ratio']:.2f}x" if part.get("ratio") is not None else "-"
         rows.append((name, cell(name, part.get("ours")), cell(name, part.get("pytorch")), ratio, part["verdict"]))
+        if part.get("ours_autocast"):
+            r = part.get("ratio_autocast")
+            m = part.get("mem_ratio_autocast")
+            rows.append((f"  autocast", cell(name, part["ours_autocast"]), "", f"{r:.2f}x" if r else "-",
+                         f"fp32 parameters, bf16 activations; memory {m:.2f}x PyTorch's" if m else ""))
         if name == "attention":
             for c in part.get("cases", []):
                 o, p = c["ours"].get("fwd_bwd_ms"), c["pytorch"].get("fwd_bwd_ms")
