@@ -166,6 +166,29 @@ TEST(Engine, AllocatesWhatZeroEstimateSays) {
     EXPECT_EQ(b->activation_bytes(), activation_bytes(model, 3, 16, checkpointing, DType::kBF16)) << checkpointing;
     EXPECT_LT(b->activation_bytes(), f->activation_bytes()) << checkpointing;
   }
+  // A chunked classifier (--classifier_chunk_tokens 7): the estimate counts one chunk's logits, as
+  // the model allocates them, in either dtype (with the CPU bf16 arena sized for a chunk).
+  for (DType activations : {DType::kF32, DType::kBF16}) {
+    RunShape run;
+    run.micro_batch = run.eval_batch = 3;
+    run.seq_len = 16;
+    run.activation_dtype = dtype_name(activations);
+    run.classifier_chunk = 7;
+    const MemoryEstimate chunked = estimate_memory(model, config_for(DType::kF32), run);
+    run.classifier_chunk = 0;
+    const MemoryEstimate whole = estimate_memory(model, config_for(DType::kF32), run);
+    const size_t elem = dtype_size(activations);
+    if (activations == DType::kF32) {
+      const auto m = make_causal_lm<float>(layout, *backend, backend->ops(), 3, 16, false, 7);
+      EXPECT_EQ(chunked.activations, m->activation_bytes());
+      EXPECT_EQ(whole.activations - chunked.activations, size_t(48 - 7) * model.vocab_size * elem);
+    } else {
+      const auto m = make_causal_lm<bf16>(layout, *backend, backend->ops_bf16(), 3, 16, false, 7);
+      EXPECT_EQ(chunked.activations,
+                m->activation_bytes() + widened_bf16_scratch_bytes(model, 3, 16, size_t(m->logits_rows())));
+      EXPECT_GE(whole.activations - chunked.activations, size_t(48 - 7) * model.vocab_size * elem);
+    }
+  }
   // The flash attention's saved state (the logsumexp of each row) is T times smaller.
   const size_t probabilities = size_t(model.n_layer) * 3 * model.n_head * 16 * 16 * sizeof(float);
   EXPECT_EQ(activation_bytes(model, 3, 16, false, DType::kBF16, false) -
