@@ -225,7 +225,8 @@ int main(int argc, char** argv) {
   for (int s = 0; s <= o.steps; ++s) {  // step 0 is a warm-up and is not counted
     if (s == 1) timed.totals().clear();
     Stopwatch total, part;
-    model.forward(engine, in.data(), tg.data(), o.batch, o.block);
+    // As the trainer: given the backward's scale, the lm_head's backward runs in the forward.
+    model.forward(engine, in.data(), tg.data(), o.batch, o.block, 1.0, engine.backward_scale());
     double fwd = part.ms();
     part.reset();
     model.backward(engine, engine.backward_scale());
