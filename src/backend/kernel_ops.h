@@ -44,8 +44,8 @@ inline int aligned_logits_stride(int V) { return (V + 63) / 64 * 64; }
 
 /// The device scratch the CUDA bf16 table's classifier takes when V is not a multiple of 64 (0
 /// when it is): the head padded with zero rows to aligned_logits_stride(V), in bf16, so that the
-/// lm_head's forward and dx GEMMs run with every dimension a multiple of 64 (with GPT-2's odd V
-/// cuBLASLt picks kernels 5-7x slower, even with aligned leading dimensions), then the fp32 dhead
+/// lm_head's forward and dx GEMMs run with a vocabulary dimension that is a multiple of 64 (with
+/// GPT-2's odd V cuBLASLt picks kernels 5-7x slower, even with aligned leading dimensions), then the fp32 dhead
 /// of the last 64-row tile, 256-byte aligned after it. The memory estimate counts it.
 inline size_t padded_classifier_scratch_bytes(int V, int C) {
   const size_t stride = size_t(aligned_logits_stride(V));

@@ -20,7 +20,8 @@ class ParamSource {
   virtual const T* acquire_weights(int unit) = 0;
   virtual void release_weights(int unit) = 0;
   /// Where the model adds (+=) this micro-step's gradients of the unit. Called before the unit's
-  /// backward starts; stays valid until grads_done(unit).
+  /// backward starts (the lm_head's may start in the forward: CausalLM runs the classifier's
+  /// backward there in training); stays valid until grads_done(unit).
   virtual GradOf<T>* grad_accumulator(int unit) = 0;
   /// The unit's backward is complete for this micro-step.
   virtual void grads_done(int unit) = 0;

@@ -61,7 +61,9 @@ void ZeroEngine::release_weights(int unit) {
 }
 
 float* ZeroEngine::grad_accumulator(int unit) {
-  // The last backward of the step begins: the optimizer's first NVMe pieces can start reading.
+  // The last backward of the step begins (at the lm_head, in the last micro-step's forward when
+  // the model runs the classifier's backward there): the optimizer's first NVMe pieces can start
+  // reading.
   if (!offload_prefetched_ && gradients_final()) {
     optimizer_.prefetch();
     offload_prefetched_ = true;

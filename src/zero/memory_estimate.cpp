@@ -196,18 +196,25 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   std::vector<size_t> activations = activation_allocations(model, batch, size_t(run.seq_len),
                                                            run.gradient_checkpointing, activation_dtype, cuda_bf16,
                                                            logits_stride, logits_rows);
+  // A GPU's kernels share one scratch buffer, as large as their largest request. Besides the
+  // attention's and the classifier's below, the column sums of bias and norm-weight gradients
+  // (cuda_bf16.cuh, cuda_column_sums.cuh) take 8 bytes for each of about 4 x 256 columns per SM,
+  // bounded here for up to 256 SMs, or for every column where the rows make one chunk; the
+  // embedding's token links, 8 bytes a token, are fewer than flash attention's D.
+  const size_t widest = size_t(std::max({model.n_embd, 4 * model.n_embd, model.intermediate_size}));
+  const size_t column_sums = 8 * std::max<size_t>(size_t(4) * 256 * 256, widest);
   if (cuda_bf16) {
-    // The backend's one scratch buffer, as large as the largest request: the attention's (flash:
-    // D; other head sizes: fp32 copies of q, k, v, dout and the gradients, at most 8 C per token
-    // as C >= NH hs, and two layers' worth of probabilities rebuilt from the logsumexp) or the
-    // classifier's padded head where V is not a multiple of 64 (kernel_ops.h).
+    // The attention's (flash: D; other head sizes: fp32 copies of q, k, v, dout and the gradients,
+    // at most 8 C per token as C >= NH hs, and two layers' worth of probabilities rebuilt from the
+    // logsumexp) or the classifier's padded head where V is not a multiple of 64 (kernel_ops.h).
     const size_t attention = flash ? sizeof(float) * batch * size_t(model.n_head) * run.seq_len
                                    : sizeof(float) * (8 * BT * size_t(model.n_embd) + 2 * probabilities);
-    activations.push_back(std::max(attention, padded_classifier_scratch_bytes(model.vocab_size, model.n_embd)));
+    activations.push_back(
+        std::max({attention, padded_classifier_scratch_bytes(model.vocab_size, model.n_embd), column_sums}));
   } else if (run.cuda) {
     // The fp32 attention's backward keeps its softmax gradient in the backend's scratch buffer
     // (backend/cuda/cuda_attention.cu): as large as one layer's saved probabilities.
-    activations.push_back(sizeof(float) * probabilities);
+    activations.push_back(std::max(sizeof(float) * probabilities, column_sums));
   } else if (activation_dtype == DType::kBF16) {
     // The CPU's bf16 kernels widen their operands into an fp32 arena (widened_bf16_kernels.cpp).
     activations.push_back(widened_bf16_scratch_bytes(model, batch, size_t(run.seq_len), logits_rows));

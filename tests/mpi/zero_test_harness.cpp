@@ -94,7 +94,8 @@ std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& c
           tg[size_t(b) * kSeq + t] = (token(step, first + b, t) + 1 + (token(step, first + b, t + 100) % 5 == 0)) % 97;
         }
       }
-      model.forward(in.data(), tg.data(), micro, kSeq);
+      // As the trainer: the lm_head's backward runs in the forward, its gradient slot opened there.
+      model.forward(in.data(), tg.data(), micro, kSeq, 1.0, engine.backward_scale());
       model.backward(engine.backward_scale());
     }
     engine.step();

@@ -232,8 +232,9 @@ TEST_P(ArchGradient, Bf16ModelTracksFloat) {
 // (5, 5, 2), each chunk's backward run in the forward, against the whole batch at once, for fp32
 // and bf16 models: the same loss and gradients within rounding (each row's work is the same; the
 // head's gradient sums its rows in three GEMMs instead of one), the logits of one chunk held, as
-// the memory estimate counts them. An evaluation forward (no backward scale) gives the same loss
-// and leaves nothing for a backward: one is an error, as is a backward with another scale.
+// the memory estimate counts them; unchunked, the head's backward in the forward gives the
+// backward's own bits. An evaluation forward (no backward scale) gives the same loss and leaves
+// nothing for a backward: one is an error, as is a backward with another scale.
 template <typename T>
 void check_chunked_classifier(const ModelConfig& cfg) {
   auto backend = make_cpu_backend();
@@ -278,6 +279,16 @@ void check_chunked_classifier(const ModelConfig& cfg) {
   }
   ASSERT_GT(ref, 0) << what;
   EXPECT_LT(std::sqrt(err / ref), 1e-5) << what;
+
+  // Unchunked and given the scale (the trainer's path where the logits fit): the head's backward
+  // in the forward, bit for bit the backward's own on the CPU (the same ops in the same order).
+  FlatParams<T> fused(layout);
+  fused.weights = whole.weights;
+  mw->forward(fused, inputs.data(), targets.data(), B, T_, 1.0, scale);
+  EXPECT_EQ(mw->take_loss(), lw) << what;
+  mw->backward(fused, scale);
+  EXPECT_EQ(0, std::memcmp(fused.grads.data(), whole.grads.data(), whole.grads.size() * sizeof(whole.grads[0])))
+      << what << ": the unchunked head's backward in the forward";
 
   mc->forward(chunked, inputs.data(), targets.data(), B, T_);  // an evaluation
   EXPECT_NEAR(mc->take_loss(), lw, 1e-6 * lw) << what;

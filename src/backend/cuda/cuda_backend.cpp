@@ -367,7 +367,7 @@ class CudaBackend final : public Backend {
   void* scratch(size_t bytes) {
     if (bytes > scratch_bytes_) {
       if (scratch_) deallocate(Pool::kDevice, scratch_, scratch_bytes_);
-      // Exactly the largest request so far, as the memory estimate counts it (zero/
+      // Exactly the largest request so far, which the memory estimate bounds (zero/
       // memory_estimate.cpp); the requests are the same every step, so it grows in the first.
       scratch_bytes_ = bytes;
       scratch_ = allocate(Pool::kDevice, scratch_bytes_);

@@ -602,7 +602,7 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
 
   void classifier_forward(bf16* logits, float* losses, const bf16* x, const bf16* head, const int32_t* targets,
                           int rows, int C, int V, double* loss_sum, double weight) override {
-    classifier_logits(logits, x, head, rows, C, V);
+    classifier_logits(logits, x, padded_head(head, V, C), rows, C, V);
     softmax_xent_forward_strided(logits, losses, targets, rows, V, logits_stride(V), loss_sum, weight);
   }
 
@@ -611,7 +611,7 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     const int stride = logits_stride(V);
     // probabilities -> dlogits, the padding columns -> 0
     softmax_xent_backward_strided(logits, targets, rows, V, stride, stride, dloss);
-    classifier_gemms_backward(dx, dhead, logits, x, head, rows, C, V);
+    classifier_gemms_backward(dx, dhead, logits, x, padded_head(head, V, C), rows, C, V);
   }
 
   // The softmax writes dlogits in its last pass: the probabilities are never stored.
@@ -619,7 +619,8 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
                                    const bf16* head, const int32_t* targets, int rows, int C, int V, double* loss_sum,
                                    double weight, double dloss) override {
     const int stride = logits_stride(V);
-    classifier_logits(logits, x, head, rows, C, V);
+    const bf16* padded = padded_head(head, V, C);  // one copy for both GEMMs that read it
+    classifier_logits(logits, x, padded, rows, C, V);
     if (rows > 0) {
       softmax_xent_forward_bf16_kernel<true><<<unsigned(rows), 512, 0, ctx_.compute>>>(
           logits, losses, targets, V, size_t(stride), stride, float(dloss));
@@ -627,7 +628,7 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
       add_loss_sum_bf16_kernel<<<1, 256, 0, ctx_.compute>>>(loss_sum, losses, rows, weight);
       ZT_CUDA_CHECK_LAUNCH("add_loss_sum_bf16_kernel");
     }
-    classifier_gemms_backward(dx, dhead, logits, x, head, rows, C, V);
+    classifier_gemms_backward(dx, dhead, logits, x, padded, rows, C, V);
   }
 
   void linear_forward(bf16* out, const bf16* x, const bf16* weight, const bf16* bias, int rows, int in_dim,
@@ -719,24 +720,24 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     gemm(ctx_, args);
   }
 
-  /// logits[rows,stride] = x[rows,C] @ head[stride,C]^T, bf16, over the padded head.
-  void classifier_logits(bf16* logits, const bf16* x, const bf16* head, int rows, int C, int V) {
+  /// logits[rows,stride] = x[rows,C] @ head[stride,C]^T, bf16; `padded` is padded_head's.
+  void classifier_logits(bf16* logits, const bf16* x, const bf16* padded, int rows, int C, int V) {
     GemmArgs args = bf16_gemm(DType::kBF16);
     args.trans_b = true;
     args.m = rows, args.n = logits_stride(V), args.k = C;
-    args.a = x, args.b = padded_head(head, V, C), args.d = logits;
+    args.a = x, args.b = padded, args.d = logits;
     gemm(ctx_, args);
   }
 
   /// The lm_head's backward GEMMs from dlogits[rows,stride] (padding columns 0): dx (overwritten;
-  /// skipped when null) and dhead += dlogits^T x.
-  void classifier_gemms_backward(bf16* dx, float* dhead, const bf16* dlogits, const bf16* x, const bf16* head,
+  /// skipped when null) and dhead += dlogits^T x. `padded` is padded_head's, still in scratch.
+  void classifier_gemms_backward(bf16* dx, float* dhead, const bf16* dlogits, const bf16* x, const bf16* padded,
                                  int rows, int C, int V) {
     const int stride = logits_stride(V);
     if (dx) {  // dx[rows,C] = dlogits[rows,stride] @ head[stride,C], bf16
       GemmArgs args = bf16_gemm(DType::kBF16);
       args.m = rows, args.n = C, args.k = stride;
-      args.a = dlogits, args.b = padded_head(head, V, C), args.d = dx;
+      args.a = dlogits, args.b = padded, args.d = dx;
       gemm(ctx_, args);
     }
     // dhead[V,C] += dlogits[rows,V]^T @ x[rows,C], fp32: rows [0, V64) in place ...
@@ -781,8 +782,8 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
   }
 
   /// head[V,C] followed by zero rows up to padded_logits_stride(V), in the backend's scratch (the
-  /// head itself when V needs no padding). Copied again for each use: 2 bytes a weight, next to a
-  /// GEMM over every token.
+  /// head itself when V needs no padding). Copied once per classifier op (the scratch may serve
+  /// other ops between two): 2 bytes a weight, next to GEMMs over every token of the chunk.
   const bf16* padded_head(const bf16* head, int V, int C) {
     const int stride = padded_logits_stride(V);
     if (stride == V) return head;

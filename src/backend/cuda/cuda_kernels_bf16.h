@@ -22,8 +22,8 @@ namespace zt::cuda {
 /// of GPT-2 124M's FLOPs, the step's slowest. Aligned rows alone were not enough (an odd GEMM
 /// dimension is slow too, measured on an H100), so the classifier's GEMMs run over all `stride`
 /// columns against a head padded with zero rows (padded_classifier_scratch_bytes): the forward
-/// writes 0 into the padding, the backward zeroes it again before reading it as dlogits, and the
-/// softmax never touches it. The rule itself is kernel_ops.h's
+/// writes 0 into the padding, the backward (or the fused softmax's gradient pass) zeroes it again
+/// before reading it as dlogits, and the softmax never reads it. The rule itself is kernel_ops.h's
 /// aligned_logits_stride, which code without the CUDA headers (the memory estimate) sizes the
 /// logits by; this name says which table uses it.
 inline int padded_logits_stride(int V) { return aligned_logits_stride(V); }
