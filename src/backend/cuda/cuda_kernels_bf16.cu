@@ -360,6 +360,21 @@ __device__ __forceinline__ void for_row_bf16(bf16* l, int V, F&& f) {
   for (int v = body_end + threadIdx.x; v < V; v += blockDim.x) visit_bf16<1, Write>(l + v, v, f);
 }
 
+/// The loss's gradient at column v of a row whose target is `target` (-1: none), from the
+/// column's probability p: (p - onehot(target)) d with the CPU's two roundings (p d, then - d)
+/// kept apart from an FMA; 0 in a row with no target.
+__device__ __forceinline__ float xent_dlogit(float p, int v, int target, float d) {
+  float g = target < 0 ? 0.0f : __fmul_rn(p, d);
+  if (v == target) g = __fsub_rn(g, d);
+  return g;
+}
+
+/// Columns V..zero_to-1 of the row l set to +0 by the block's threads: the classifier's padding,
+/// which its padded GEMMs read as dlogits.
+__device__ __forceinline__ void zero_padding_bf16(bf16* l, int V, int zero_to) {
+  for (int v = V + int(threadIdx.x); v < zero_to; v += blockDim.x) l[v] = bf16{0};
+}
+
 // One block per row: the max, the sum of exponentials, then the probabilities exp(l - max) / sum
 // written over the logits, rounded once (exp(l - max) is recomputed rather than stored: a bf16
 // store of it would round twice). The row's loss from the target logit read before any write.
@@ -389,14 +404,11 @@ __global__ void __launch_bounds__(512)
   sum = block_sum(sum, shared_f);
   const float inv = 1.0f / sum;
   if constexpr (kGrad) {
-    for (int v = V + int(threadIdx.x); v < zero_to; v += blockDim.x) l[v] = bf16{0};
+    zero_padding_bf16(l, V, zero_to);
     for_row_bf16<true>(l, V, [&](auto& x, int v) {
       int j = 0;
       for (float& e : x) {
-        const float p = bf16_to_float(float_to_bf16(expf(e - maxval) * inv));
-        float g = target < 0 ? 0.0f : __fmul_rn(p, d);
-        if (v + j == target) g = __fsub_rn(g, d);
-        e = g;
+        e = xent_dlogit(bf16_to_float(float_to_bf16(expf(e - maxval) * inv)), v + j, target, d);
         ++j;
       }
     });
@@ -424,21 +436,19 @@ __global__ void add_loss_sum_bf16_kernel(double* loss_sum, const float* losses, 
   if (threadIdx.x == 0) *loss_sum += weight * acc;
 }
 
-// (p - onehot(target)) d per row, in place, with the CPU's two roundings (p d, then - d) kept apart
-// from an FMA, then one rounding to bf16; rows with no target get zeros. Rows `stride` apart, as in
-// the forward; columns V..zero_to-1 of each row are set to +0 (the classifier's padding, which its
-// padded GEMMs read as dlogits: zero whatever the forward left there).
+// The probabilities to the loss's gradient per row, in place (xent_dlogit), rounded once to bf16.
+// Rows `stride` apart, as in the forward; columns V..zero_to-1 of each row are set to +0 (the
+// classifier's padding: zero whatever the forward left there).
 __global__ void softmax_xent_backward_bf16_kernel(bf16* probs, const int32_t* targets, int V, size_t stride,
                                                   int zero_to, float d) {
   const int r = blockIdx.x;
   const int target = targets[r];
-  for (int v = V + int(threadIdx.x); v < zero_to; v += blockDim.x) probs[size_t(r) * stride + v] = bf16{0};
-  for_row_bf16<true>(probs + size_t(r) * stride, V, [&](auto& x, int v) {
+  bf16* l = probs + size_t(r) * stride;
+  zero_padding_bf16(l, V, zero_to);
+  for_row_bf16<true>(l, V, [&](auto& x, int v) {
     int j = 0;
     for (float& e : x) {
-      float g = target < 0 ? 0.0f : __fmul_rn(e, d);
-      if (v + j == target) g = __fsub_rn(g, d);
-      e = g;
+      e = xent_dlogit(e, v + j, target, d);
       ++j;
     }
   });
