@@ -98,13 +98,41 @@ class KernelOps {
 
   /// out = gelu_tanh(x), elementwise
   virtual void gelu_forward(T* out, const T* x, size_t n) = 0;
-  /// dx = dout * gelu_tanh'(x) (overwrites)
+  /// dx = dout * gelu_tanh'(x) (overwrites; dx may be dout: elementwise, in place)
   virtual void gelu_backward(T* dx, const T* x, const T* dout, size_t n) = 0;
 
   /// out = a + b
   virtual void residual_forward(T* out, const T* a, const T* b, size_t n) = 0;
   /// acc += x
   virtual void accumulate(T* acc, const T* x, size_t n) = 0;
+
+  // ---- a GEMM with its neighbour: one op, so that a table can fuse them (cuBLASLt's epilogues on
+  // the GPU: the GEMM's output is then not read back by a kernel of its own). Each default is the
+  // two ops it replaces, in order, with their roundings: the CPU's results do not change.
+
+  /// out = x @ weight + bias + residual: matmul_forward, then accumulate(out, residual) (a
+  /// residual branch's output projection). out overlaps neither residual nor x.
+  virtual void matmul_forward_residual(T* out, const T* x, const T* weight, const T* bias, const T* residual,
+                                       int rows, int in_dim, int out_dim) {
+    matmul_forward(out, x, weight, bias, rows, in_dim, out_dim);
+    accumulate(out, residual, size_t(rows) * size_t(out_dim));
+  }
+  /// pre = x @ weight + bias, out = gelu_tanh(pre): matmul_forward, then gelu_forward. pre is
+  /// what the backward's matmul_backward_gelu reads.
+  virtual void matmul_gelu_forward(T* pre, T* out, const T* x, const T* weight, const T* bias, int rows, int in_dim,
+                                   int out_dim) {
+    matmul_forward(pre, x, weight, bias, rows, in_dim, out_dim);
+    gelu_forward(out, pre, size_t(rows) * size_t(out_dim));
+  }
+  /// matmul_backward of a GEMM whose input x = gelu_tanh(gelu_pre), with the GELU's backward
+  /// folded into dx: dx = gelu_tanh'(gelu_pre) * (dout @ weight^T), i.e. d(gelu_pre) (never null
+  /// here); dweight += x^T @ dout; dbias += column sums of dout (when not null). dx overlaps none
+  /// of gelu_pre, x and dout.
+  virtual void matmul_backward_gelu(T* dx, G* dweight, G* dbias, const T* dout, const T* x, const T* weight,
+                                    const T* gelu_pre, int rows, int in_dim, int out_dim) {
+    matmul_backward(dx, dweight, dbias, dout, x, weight, rows, in_dim, out_dim);
+    gelu_backward(dx, gelu_pre, dx, size_t(rows) * size_t(in_dim));
+  }
 
   /// logits[rows,V] @ -> probabilities in place; losses[row] = -log p[target]. Targets < 0 are
   /// ignored (loss 0). Adds weight x (the sum of the losses) to *loss_sum, a device double: the
@@ -170,6 +198,13 @@ class KernelOps {
   /// input); dweight += dout^T @ x; dbias += column sums of dout (when dbias is not null).
   virtual void linear_backward(T* dx, G* dweight, G* dbias, const T* dout, const T* x, const T* weight, int rows,
                                int in_dim, int out_dim, bool accumulate_dx) = 0;
+  /// out = x @ weight^T + bias + residual: linear_forward, then accumulate(out, residual) (as
+  /// matmul_forward_residual, for nn.Linear's layout). out overlaps neither residual nor x.
+  virtual void linear_forward_residual(T* out, const T* x, const T* weight, const T* bias, const T* residual,
+                                       int rows, int in_dim, int out_dim) {
+    linear_forward(out, x, weight, bias, rows, in_dim, out_dim);
+    accumulate(out, residual, size_t(rows) * size_t(out_dim));
+  }
 
   // ---- the Llama family ----------------------------------------------------------------------
 

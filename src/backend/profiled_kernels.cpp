@@ -120,6 +120,27 @@ class ProfiledKernels final : public KernelOps<T> {
   void accumulate(T* acc, const T* x, size_t n) override {
     timed(OpClass::kElementwise, [&] { inner_.accumulate(acc, x, n); });
   }
+  // A GEMM with its neighbour: the table's fused op (an epilogue) is timed as the GEMM it mostly is.
+  void matmul_forward_residual(T* out, const T* x, const T* weight, const T* bias, const T* residual, int rows,
+                               int in_dim, int out_dim) override {
+    timed(OpClass::kGemm,
+          [&] { inner_.matmul_forward_residual(out, x, weight, bias, residual, rows, in_dim, out_dim); });
+  }
+  void linear_forward_residual(T* out, const T* x, const T* weight, const T* bias, const T* residual, int rows,
+                               int in_dim, int out_dim) override {
+    timed(OpClass::kGemm,
+          [&] { inner_.linear_forward_residual(out, x, weight, bias, residual, rows, in_dim, out_dim); });
+  }
+  void matmul_gelu_forward(T* pre, T* out, const T* x, const T* weight, const T* bias, int rows, int in_dim,
+                           int out_dim) override {
+    timed(OpClass::kGemm, [&] { inner_.matmul_gelu_forward(pre, out, x, weight, bias, rows, in_dim, out_dim); });
+  }
+  void matmul_backward_gelu(T* dx, G* dweight, G* dbias, const T* dout, const T* x, const T* weight,
+                            const T* gelu_pre, int rows, int in_dim, int out_dim) override {
+    timed(OpClass::kGemm, [&] {
+      inner_.matmul_backward_gelu(dx, dweight, dbias, dout, x, weight, gelu_pre, rows, in_dim, out_dim);
+    });
+  }
   void softmax_xent_forward(T* logits_to_probs, S* losses, const int32_t* targets, int rows, int V,
                             double* loss_sum, double weight) override {
     timed(OpClass::kClassifier,

@@ -20,7 +20,7 @@ namespace zt {
 /// Where a step's time goes. The first five are the op table's ops (ProfiledKernels); the trainer
 /// brackets the engine's step (optimizer) and the collective waits (communication).
 enum class OpClass : int {
-  kGemm,           ///< matmul_*, linear_* (the lm_head's GEMM among them)
+  kGemm,           ///< matmul_*, linear_* (the lm_head's GEMM among them; a fused residual or GELU with its GEMM)
   kAttention,      ///< attention_*, gqa_attention_*
   kNorm,           ///< layernorm_*, rmsnorm_*
   kClassifier,     ///< softmax_xent_*: softmax, cross-entropy and its gradient

@@ -35,13 +35,12 @@ Gpt2Model<T>::Gpt2Model(const Gpt2Layout& layout, Backend& backend, KernelOps<T>
   dqkv_ = DeviceArray<T>(backend, a.dqkv);
   datty_ = DeviceArray<T>(backend, a.datty);
   dfch_ = DeviceArray<T>(backend, a.dfch);
-  dfch_gelu_ = DeviceArray<T>(backend, a.dfch_gelu);
 }
 
 template <typename T>
 size_t Gpt2Model<T>::activation_bytes() const {
   size_t total = act_stats_.bytes() + lnf_mean_.bytes() + lnf_rstd_.bytes() + losses_.bytes();
-  for (const auto* a : {&block_inputs_, &acts_, &lnf_, &logits_, &dres_, &dln_, &dqkv_, &datty_, &dfch_, &dfch_gelu_}) {
+  for (const auto* a : {&block_inputs_, &acts_, &lnf_, &logits_, &dres_, &dln_, &dqkv_, &datty_, &dfch_}) {
     total += a->bytes();
   }
   return total;
@@ -93,14 +92,13 @@ void Gpt2Model<T>::block_forward(const T* w, const T* x, T* out, const BlockActs
   ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w + o.ln1_w, w + o.ln1_b, BT, C, cfg.layer_norm_epsilon);
   ops_.matmul_forward(a.qkv, a.ln1, w + o.attn_w, w + o.attn_b, BT, C, 3 * C);
   ops_.attention_forward(a.atty, a.att, a.qkv, B, T_, C, cfg.n_head);
-  ops_.matmul_forward(a.res2, a.atty, w + o.attn_proj_w, w + o.attn_proj_b, BT, C, C);
-  ops_.accumulate(a.res2, x, size_t(BT) * C);  // residual: res2 = x + proj(attn)
+  // residual: res2 = x + proj(attn), the residual added by the GEMM where the table fuses it
+  ops_.matmul_forward_residual(a.res2, a.atty, w + o.attn_proj_w, w + o.attn_proj_b, x, BT, C, C);
   ops_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w + o.ln2_w, w + o.ln2_b, BT, C,
                          cfg.layer_norm_epsilon);
-  ops_.matmul_forward(a.fch, a.ln2, w + o.fc_w, w + o.fc_b, BT, C, 4 * C);
-  ops_.gelu_forward(a.fch_gelu, a.fch, size_t(BT) * 4 * C);
-  ops_.matmul_forward(out, a.fch_gelu, w + o.fc_proj_w, w + o.fc_proj_b, BT, 4 * C, C);
-  ops_.accumulate(out, a.res2, size_t(BT) * C);  // residual: out = res2 + mlp
+  ops_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, w + o.fc_w, w + o.fc_b, BT, C, 4 * C);
+  // residual: out = res2 + mlp
+  ops_.matmul_forward_residual(out, a.fch_gelu, w + o.fc_proj_w, w + o.fc_proj_b, a.res2, BT, 4 * C, C);
 }
 
 // dres holds d(block output) on entry and d(block input) on return.
@@ -109,9 +107,9 @@ void Gpt2Model<T>::block_backward(const T* w, G* g, const T* x, const BlockActs&
   const auto& cfg = layout_.config();
   const BlockOffsets& o = layout_.block();
   const int BT = B * T_, C = cfg.n_embd;
-  ops_.matmul_backward(dfch_gelu_.data(), g + o.fc_proj_w, g + o.fc_proj_b, dres, a.fch_gelu, w + o.fc_proj_w, BT,
-                       4 * C, C);
-  ops_.gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), size_t(BT) * 4 * C);
+  // d(fch), the GELU's input: fc_proj's dx with the GELU's backward folded in
+  ops_.matmul_backward_gelu(dfch_.data(), g + o.fc_proj_w, g + o.fc_proj_b, dres, a.fch_gelu, w + o.fc_proj_w, a.fch,
+                            BT, 4 * C, C);
   ops_.matmul_backward(dln_.data(), g + o.fc_w, g + o.fc_b, dfch_.data(), a.ln2, w + o.fc_w, BT, C, 4 * C);
   // The residual passes dres through; layernorm adds its part (dx +=), giving d(res2).
   ops_.layernorm_backward(dres, g + o.ln2_w, g + o.ln2_b, dln_.data(), a.res2, w + o.ln2_w, a.ln2_mean,

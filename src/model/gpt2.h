@@ -43,7 +43,7 @@ class Gpt2Model final : public CausalLM<T> {
   DeviceArray<S> act_stats_;     // L blocks (or 1) x per_block_stats_: norm statistics, attention
   DeviceArray<T> lnf_, logits_;
   DeviceArray<S> lnf_mean_, lnf_rstd_, losses_;
-  DeviceArray<T> dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
+  DeviceArray<T> dres_, dln_, dqkv_, datty_, dfch_;
 };
 
 }  // namespace zt

@@ -105,10 +105,13 @@ void LlamaModel<T>::project_backward(T* dx, G* g, const T* dout, const T* x, con
 
 namespace {
 
+/// out = x @ w[weight]^T (+ w[bias]) (+ residual, added by the GEMM where the table fuses it)
 template <typename T>
 void project(KernelOps<T>& ops, T* out, const T* x, const T* w, size_t weight, size_t bias, int rows, int in,
-             int out_dim) {
-  ops.linear_forward(out, x, w + weight, bias == LlamaBlockOffsets::kNone ? nullptr : w + bias, rows, in, out_dim);
+             int out_dim, const T* residual = nullptr) {
+  const T* b = bias == LlamaBlockOffsets::kNone ? nullptr : w + bias;
+  if (residual) ops.linear_forward_residual(out, x, w + weight, b, residual, rows, in, out_dim);
+  else ops.linear_forward(out, x, w + weight, b, rows, in, out_dim);
 }
 
 }  // namespace
@@ -127,14 +130,12 @@ void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaB
   ops.rotary(a.q, cos + past * half, sin + past * half, B, T_, cfg.n_head, hs, false);
   ops.rotary(a.k, cos + past * half, sin + past * half, B, T_, cfg.n_kv_head, hs, false);
   ops.gqa_attention_forward(a.atty, a.att, a.q, a.k_all, a.v_all, B, T_, past + T_, cfg.n_head, cfg.n_kv_head, hs);
-  project(ops, a.res2, a.atty, w, o.o, o.o_bias, BT, q_dim, C);
-  ops.accumulate(a.res2, x, size_t(BT) * C);  // residual: res2 = x + o_proj(attention)
+  project(ops, a.res2, a.atty, w, o.o, o.o_bias, BT, q_dim, C, x);  // residual: res2 = x + o_proj(attention)
   ops.rmsnorm_forward(a.xn2, a.rstd2, a.res2, w + o.post_norm, BT, C, cfg.layer_norm_epsilon);
   project(ops, a.gate, a.xn2, w, o.gate, o.gate_bias, BT, C, I);
   project(ops, a.up, a.xn2, w, o.up, o.up_bias, BT, C, I);
   ops.swiglu_forward(a.h, a.gate, a.up, size_t(BT) * I);
-  project(ops, out, a.h, w, o.down, o.down_bias, BT, I, C);
-  ops.accumulate(out, a.res2, size_t(BT) * C);  // residual: out = res2 + mlp
+  project(ops, out, a.h, w, o.down, o.down_bias, BT, I, C, a.res2);  // residual: out = res2 + mlp
 }
 
 // dres holds d(block output) on entry and d(block input) on return. a.xn1 = a.xn2 and a.h are

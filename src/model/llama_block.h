@@ -56,7 +56,8 @@ LlamaBlockActs<T> carve_llama_block_acts(T*& p, StatOf<T>*& ps, const ModelConfi
 }
 
 /// out[B,T,C] = block(x) for positions [past, past + T); cos and sin are the tables from
-/// position 0 (rope.h). Training passes past = 0 and k_all = k.
+/// position 0 (rope.h). Training passes past = 0 and k_all = k. out may be x (the decoder's
+/// generation step), but no array of `a`: the residual projections add a.res2 into it.
 template <typename T>
 void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
                          const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past,

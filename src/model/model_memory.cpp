@@ -9,7 +9,8 @@ namespace zt {
 // qkv, attention output, residual, ln2 (7C per token) and the MLP's two 4C intermediates in one
 // array; four layernorm statistics per token and the attention probabilities (H T per token) in
 // another. Plus every block's input (one array), ln_f with its statistics, the logits and losses,
-// and backward's scratch (14C per token), each its own array.
+// and backward's scratch (10C per token: the MLP's backward takes d(GELU input) straight from
+// the fc_proj GEMM, matmul_backward_gelu), each its own array.
 Gpt2ActivationArrays gpt2_activation_arrays(const ModelConfig& m, size_t batch, size_t seq_len,
                                             bool gradient_checkpointing, bool attention_lse, size_t logits_stride,
                                             size_t logits_rows) {
@@ -26,13 +27,13 @@ Gpt2ActivationArrays gpt2_activation_arrays(const ModelConfig& m, size_t batch, 
   a.logits = (logits_rows ? logits_rows : BT) * (logits_stride ? logits_stride : V);
   a.dres = a.dln = a.datty = BT * C;
   a.dqkv = BT * 3 * C;
-  a.dfch = a.dfch_gelu = BT * 4 * C;
+  a.dfch = BT * 4 * C;
   return a;
 }
 
 std::vector<ActivationArray> Gpt2ActivationArrays::arrays() const {
   return {{block_inputs}, {acts}, {act_stats, true}, {lnf}, {lnf_mean, true}, {lnf_rstd, true}, {logits},
-          {losses, true}, {dres}, {dln}, {dqkv}, {datty}, {dfch}, {dfch_gelu}};
+          {losses, true}, {dres}, {dln}, {dqkv}, {datty}, {dfch}};
 }
 
 // LlamaModel. Per block: q, k and v after the rotary, the attention output, the residual, and

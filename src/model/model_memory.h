@@ -27,7 +27,7 @@ struct ActivationArray {
 struct Gpt2ActivationArrays {
   size_t per_block = 0, per_block_stats = 0;  ///< what one block keeps, of each type
   size_t block_inputs = 0, acts = 0, act_stats = 0, lnf = 0, lnf_mean = 0, lnf_rstd = 0, logits = 0, losses = 0;
-  size_t dres = 0, dln = 0, dqkv = 0, datty = 0, dfch = 0, dfch_gelu = 0;
+  size_t dres = 0, dln = 0, dqkv = 0, datty = 0, dfch = 0;
   /// Every allocation, in the constructor's order.
   std::vector<ActivationArray> arrays() const;
 };

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "backend/accelerator.h"
+#include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/cuda_backend.h"
 #include "comm/data_comm.h"
 #include "comm/self_comm.h"
@@ -224,6 +225,10 @@ int main(int argc, char** argv) try {
               peak_tflops > 0 ? flops_per_step / median / (peak_tflops * 1e12) * 100 : 0.0, peak_tflops);
   std::printf("# llm.c, same model and shape: about %.0fK tokens/s on one A100 (its README); ours / that: %.2f\n",
               kLlmcA100TokensPerSecond / 1e3, tokens / kLlmcA100TokensPerSecond);
+  // Which GEMM path ran: a fused op cuBLASLt declined ran composed, correct but slower.
+  const cuda::GemmCounts gemms = cuda::gemm_counts();
+  std::printf("# cuBLASLt: %zu fused GEMMs launched (residual addend, GELU epilogues), %zu declined and composed\n",
+              gemms.fused_launches, gemms.declined_calls);
   const double mfu = peak_tflops > 0 ? flops_per_step / median / (peak_tflops * 1e12) : 0;
   const size_t peak_device = pool_peaks().bytes[size_t(Pool::kDevice)];
   std::printf("RESULT tokens_per_s=%.0f step_ms=%.2f mfu=%.4f peak_device_bytes=%zu target=%.0f\n", tokens,

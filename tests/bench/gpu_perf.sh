@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 30's one prepared GPU benchmark: ours against PyTorch on the same GPU in the same call, in
-# about 8 minutes on one H100/H200. Each part is selectable, so that a short run can do only some:
+# about 9 minutes on one H100/H200 (the gpu tests alone take 3.5 of them: test_zero_stages_cuda_np2
+# ran 205 s on an H100). Each part is selectable, so that a short run can do only some:
 #   gpt2       bench_gpu_train, GPT-2 124M, 16 x 1024, bf16; and torch_gpu_train.py, the same model
 #              and shape in PyTorch (bf16 autocast, SDPA, fused AdamW, torch.compile)
 #   llama      the Llama 3.2 1B shape (16 layers, 2048 wide, 32/8 heads, SwiGLU 8192, vocab 128256,
@@ -9,7 +10,8 @@
 #              --largest_batch; ours at that batch (or by its own --largest_batch, once it has one),
 #              where bench_gpu_train takes --model (else "absent: not supported by this build");
 #              ours again as PyTorch lays it out (side "autocast": --dtype fp32 --activation_dtype
-#              bf16, fp32 parameters and bf16 activations)
+#              bf16, fp32 parameters and bf16 activations), and at ZeRO stage 1 (side "zero1":
+#              bf16 gradients, DeepSpeed's default for bf16 there: 16 B a parameter, as PyTorch's)
 #   attention  causal attention forward+backward, bf16, T 1024/2048/4096, head dims 64 and 128:
 #              torch_sdpa_bench.py (PyTorch's SDPA), and ours through bench_gpu_attention if built
 #   tests      ctest --test-dir BUILD -L gpu -j 8 --output-on-failure
@@ -18,7 +20,7 @@
 #   profile    one zerotrain run with --profile_steps 1 (GPT-2 124M, 3 steps of 16 x 1024, bf16),
 #              where zerotrain takes that flag
 #   offload    bench_gpu_train on a 5.1B Llama shape with ZeRO-Offload (stage 2, optimizer on the
-#              CPU, checkpointing, 4 micro-steps), then bench_gpu_offload (its copies against bare
+#              CPU, checkpointing, 16 micro-steps), then bench_gpu_offload (its copies against bare
 #              pinned copies)
 # A program this build lacks makes its side "absent": reported, not a failure.
 #
@@ -32,7 +34,7 @@
 #   --out DIR          where the logs (DIR/<part>.log) and DIR/summary.json go (required)
 #   --build-dir DIR    the build with bench_gpu_* and zerotrain     (default: build/release)
 #   --parts LIST       comma-separated parts, run in the order above (default: all of them)
-#   --time-limit S     seconds for the whole run (default 470): each side of a part runs under
+#   --time-limit S     seconds for the whole run (default 580): each side of a part runs under
 #                      `timeout` with its own limit, cut to what is left; a side that would start
 #                      with under 20 s left is skipped and reported
 #
@@ -57,7 +59,7 @@ out=""
 build_dir=$root/build/release
 build_dir_given=0
 parts_arg=$(IFS=,; echo "${all_parts[*]}")
-time_limit=470
+time_limit=580
 min_side=20
 
 say() { echo "gpu_perf: $*" >&2; }
@@ -238,6 +240,10 @@ part_llama() {
     if knows_flag "$train_bin" --activation_dtype; then
       run_side llama autocast 150 --smi "$train_bin" "${args[@]/bf16/fp32}" --activation_dtype bf16
     fi
+    # DeepSpeed's bf16 at ZeRO stage 1 (one GPU): gradients in bf16, the other 2 B a parameter.
+    if knows_flag "$train_bin" --stage; then
+      run_side llama zero1 150 --smi "$train_bin" "${args[@]}" --stage 1
+    fi
   fi
 }
 
@@ -255,8 +261,9 @@ part_attention() {
 
 part_tests() {
   if [[ -f $build_dir/CTestTestfile.cmake ]]; then
-    # -j 8 as the README's timings (148-159 s on an H200); PROCESSORS keeps the MPI tests in bounds.
-    run_side tests ours 240 ctest --test-dir "$build_dir" -L gpu -j 8 --output-on-failure --no-tests=error
+    # -j 10: 205 s on an H100 (2026-11-26; the longest test, test_zero_stages_cuda_np2, is most of it);
+    # PROCESSORS keeps the MPI tests in bounds.
+    run_side tests ours 240 ctest --test-dir "$build_dir" -L gpu -j 10 --output-on-failure --no-tests=error
   else
     absent tests ours "no CTestTestfile.cmake in $build_dir"
   fi
@@ -299,15 +306,17 @@ part_offload() {
   # ZeRO-Offload's headline: a Llama shape of 5.1B parameters (24 layers of Llama 2 7B's width;
   # its fp32 master, moments and gradients, ~82 GB, fit the machine's 128 GiB of host memory,
   # 7B's ~108 GB would not) at stage 2, the optimizer on the CPU, activation checkpointing and
-  # 4 micro-steps of 2 x 2048 tokens: its tokens/s and MFU (target: 40 %). Then the copies alone.
+  # 16 micro-steps of 2 x 2048 tokens (65,536 tokens a step, a usual global batch for a model of
+  # this size: the CPU's Adam over 5.1B parameters, about a second, is paid once per step): its
+  # tokens/s and MFU (target: 40 %). Then the copies alone.
   if [[ ! -x $train_bin ]]; then
     absent offload ours "no bench_gpu_train in $bench_dir"
   elif ! knows_flag "$train_bin" --offload_optimizer; then
     absent offload ours "not supported by this build: bench_gpu_train takes no --offload_optimizer"
   else
     run_side offload ours 240 --smi "$train_bin" --model llama --layers 24 --embd 4096 --heads 32 --kv_heads 32 \
-      --intermediate 11008 --vocab 32000 --block 2048 --batch 2 --accumulation 4 --dtype bf16 --stage 2 \
-      --offload_optimizer cpu --gradient_checkpointing --steps 3 --target 0
+      --intermediate 11008 --vocab 32000 --block 2048 --batch 2 --accumulation 16 --dtype bf16 --stage 2 \
+      --offload_optimizer cpu --gradient_checkpointing --steps 2 --target 0
   fi
   if [[ -x $bench_dir/bench_gpu_offload ]]; then
     run_side offload copies 60 "$bench_dir/bench_gpu_offload"

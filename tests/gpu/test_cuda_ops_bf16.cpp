@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <random>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/device_array.h"
 #include "core/dtype.h"
@@ -345,6 +347,76 @@ TEST_F(CudaOpsBf16, LinearBackward) {
   }
 }
 
+// ---- a GEMM with its neighbour (cuBLASLt's epilogues) -------------------------------------------
+
+// The fused pairs of kernel_ops.h against the CPU's, which are the two ops composed: the residual
+// added as the GEMM's C (matmul_ and linear_forward_residual), GELU_AUX_BIAS (matmul_gelu_forward:
+// the GELU's input and output) and DGELU (matmul_backward_gelu: dx with the GELU's gradient, and
+// dweight, dbias as matmul_backward). Each with an aligned bias, none, and one 2 bytes off
+// alignment (the composed ops then). The GPU rounds once where the CPU rounds twice: normwise
+// within a bf16 ulp. On the aligned shapes every fused op must run as one fused GEMM (seven of
+// them: three ops with each of two biases, and the DGELU), none declined: the composed ops give
+// the same values, so only cublaslt_gemm's call counts can tell that the fast path ran. The
+// unaligned shape (an odd width, which no GELU epilogue takes) must give the same values through
+// whichever path it takes.
+TEST_F(CudaOpsBf16, FusedGemmNeighbours) {
+  for (const GemmShape& s : kGemmShapes) {
+    const std::string shape = s.name();
+    const size_t o = s.off, n_in = size_t(s.rows) * s.in + o, n_out = size_t(s.rows) * s.out + o;
+    const cuda::GemmCounts before = cuda::gemm_counts();
+    auto x = bf16_twin(n_in, 150), w = bf16_twin(size_t(s.in) * s.out, 151, 0.1f), bias = bf16_twin(s.out + 1, 152);
+    auto residual = bf16_twin(n_out, 153);
+    for (int bias_kind = 0; bias_kind < 3; ++bias_kind) {
+      const char* names[] = {" with bias", " without bias", " with a bias not 16-byte aligned"};
+      auto bias_on = [&](Backend& b) -> const bf16* {
+        return bias_kind == 0 ? bias.on(b) : bias_kind == 1 ? nullptr : bias.on(b) + 1;
+      };
+      for (bool linear : {false, true}) {
+        const std::string op = cat(linear ? "linear" : "matmul", "_forward_residual", names[bias_kind], shape);
+        auto out = bf16_twin(n_out, 154);
+        on_both(op, [&](KernelOps<bf16>& k, Backend& b) {
+          if (linear)
+            k.linear_forward_residual(out.on(b) + o, x.on(b) + o, w.on(b), bias_on(b), residual.on(b) + o, s.rows,
+                                      s.in, s.out);
+          else
+            k.matmul_forward_residual(out.on(b) + o, x.on(b) + o, w.on(b), bias_on(b), residual.on(b) + o, s.rows,
+                                      s.in, s.out);
+        });
+        expect_close(out, kBf16Tol, op, true);
+      }
+      const std::string op = cat("matmul_gelu_forward", names[bias_kind], shape);
+      auto pre = bf16_twin(n_out, 155), out = bf16_twin(n_out, 156);
+      on_both(op, [&](KernelOps<bf16>& k, Backend& b) {
+        k.matmul_gelu_forward(pre.on(b) + o, out.on(b) + o, x.on(b) + o, w.on(b), bias_on(b), s.rows, s.in, s.out);
+      });
+      expect_close(pre, kBf16Tol, op + ": the GELU's input", true);
+      expect_close(out, kBf16Tol, op + ": the GELU's output", true);
+    }
+    // The backward of a GEMM whose input is gelu(pre): x = gelu(pre) on both sides, as in a model.
+    auto dout = bf16_twin(n_out, 157), dx = bf16_twin(n_in, 158), gelu_pre = bf16_twin(n_in, 159, 3.0f);
+    auto gelu_out = bf16_twin(n_in, 160);
+    auto dw = f32_twin(size_t(s.in) * s.out, 161), db = f32_twin(s.out, 162);
+    on_both("gelu_forward (the backward's input)" + shape, [&](KernelOps<bf16>& k, Backend& b) {
+      k.gelu_forward(gelu_out.on(b) + o, gelu_pre.on(b) + o, size_t(s.rows) * s.in);
+    });
+    use_cpu_values(gelu_out);
+    on_both("matmul_backward_gelu" + shape, [&](KernelOps<bf16>& k, Backend& b) {
+      k.matmul_backward_gelu(dx.on(b) + o, dw.on(b), db.on(b), dout.on(b) + o, gelu_out.on(b) + o, w.on(b),
+                             gelu_pre.on(b) + o, s.rows, s.in, s.out);
+    });
+    expect_close(dx, kBf16Tol, "matmul_backward_gelu: d(gelu_pre)" + shape, true);
+    expect_close(dw, kF32Tol, "matmul_backward_gelu: dweight (+=)" + shape, true);
+    expect_close(db, kF32Tol, "matmul_backward_gelu: dbias (+=)" + shape);
+    if (s.in % 8 == 0 && s.out % 8 == 0 && o == 0) {
+      const cuda::GemmCounts after = cuda::gemm_counts();
+      EXPECT_EQ(after.declined_calls, before.declined_calls)
+          << "cuBLASLt declined a fused GEMM on an aligned shape" << shape << " (see the warning above)";
+      EXPECT_EQ(after.fused_launches - before.fused_launches, 7u)
+          << "fused GEMMs launched on an aligned shape" << shape << ": the ops were composed instead";
+    }
+  }
+}
+
 // ---- attention ----------------------------------------------------------------------------------
 
 // The CPU's table saves the probabilities; the GPU's (flash attention, attention_saves_lse) the
@@ -567,6 +639,30 @@ TEST_F(CudaOpsBf16, Rotary) {
 
 // Rows of V = 101 (odd: every row at another alignment), also one element off; V = 1024 (every row
 // 16-byte aligned: the vector body only); GPT-2's V = 50257. Every fifth target is -1 (ignored).
+// The online softmax's edge cases, in rows of 37 columns so that most of the block's threads see
+// one element or none: a NaN logit makes its row's loss NaN even where it is the only element a
+// thread sees (row 0's column 36: the tail's fifth element, thread 4's only one; a thread with no
+// finite element must not drop it from the sum), and a -inf logit adds nothing (row 1's column 2,
+// the unaligned head's third element, thread 2's only one): that row's loss is the CPU's.
+TEST_F(CudaOpsBf16, SoftmaxLossKeepsNaNAndIgnoresMinusInfinity) {
+  const int rows = 3, V = 37;
+  std::vector<float> values = randn(size_t(rows) * V, 73, 2.0f);
+  values[size_t(0) * V + 36] = std::numeric_limits<float>::quiet_NaN();
+  values[size_t(1) * V + 2] = -std::numeric_limits<float>::infinity();
+  auto logits = twin(bf16_values(values));
+  auto targets = twin(std::vector<int32_t>{3, 7, 11});
+  auto losses = f32_twin(rows, 74);
+  auto loss_sum = twin(std::vector<double>{0.0});
+  on_both("softmax_xent_forward with NaN and -inf logits", [&](KernelOps<bf16>& k, Backend& b) {
+    k.softmax_xent_forward(logits.on(b), losses.on(b), targets.on(b), rows, V, loss_sum.on(b), 1.0);
+  });
+  const auto got = read(*gpu, losses.g), want = read(*cpu, losses.c);
+  EXPECT_TRUE(std::isnan(got[0])) << "a NaN logit left row 0's loss at " << got[0];
+  for (int r = 1; r < rows; ++r) {
+    EXPECT_NEAR(got[r], want[r], kF32Tol * std::max(1.0f, std::fabs(want[r]))) << "row " << r << "'s loss";
+  }
+}
+
 TEST_F(CudaOpsBf16, SoftmaxCrossEntropy) {
   struct Case {
     int rows, V;

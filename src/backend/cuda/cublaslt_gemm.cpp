@@ -13,17 +13,25 @@
 // layout's first dimension, as before leading dimensions could be given.
 //
 // Descriptors, layouts and the heuristic's algorithm are cached per shape (and per pointer
-// alignment, which decides which algorithms may run); only the bias pointer changes per call.
+// alignment, which decides which algorithms may run); only the bias and aux pointers change per
+// call. A shape cuBLASLt has no algorithm for is cached too, as declined.
+//
+// The GELU epilogues' aux matrix has D's shape: column-major [n, m] here, so its leading
+// dimension is n (cuBLASLt wants it divisible by 8). cuBLASLt's GELU is the tanh approximation,
+// GPT-2's gelu_new, as our kernels compute it.
 #include "backend/cuda/cublaslt_gemm.h"
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace zt::cuda {
 namespace {
@@ -55,9 +63,13 @@ struct GemmKey {
   uint32_t align_a, align_b, align_d;
   int device;
   size_t workspace_bytes;  // the algorithm chosen may use up to this much
+  bool has_c;
+  GemmEpilogue epilogue;
+  uint32_t align_c, align_aux, align_bias;  // 0 where the operand is absent
   auto tie() const {
     return std::tie(trans_a, trans_b, m, n, k, ab_dtype, d_dtype, bias, accumulate, allow_tf32, lda, ldb, ldd,
-                    align_a, align_b, align_d, device, workspace_bytes);
+                    align_a, align_b, align_d, device, workspace_bytes, has_c, epilogue, align_c, align_aux,
+                    align_bias);
   }
   bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
@@ -80,7 +92,27 @@ struct GemmPlan {
   MatmulDesc desc;
   Layout first, second, d;  // C shares D's layout (C = D when accumulating)
   cublasLtMatmulAlgo_t algo{};
+  bool declined = false;              // cuBLASLt has no algorithm: `why` says what it answered
+  std::string why;
 };
+
+cublasLtEpilogue_t lt_epilogue(const GemmKey& key) {
+  switch (key.epilogue) {
+    case GemmEpilogue::kGeluAux: return key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmEpilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
+    case GemmEpilogue::kNone: break;
+  }
+  return key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+const char* epilogue_name(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kGeluAux: return " with the GELU_AUX epilogue";
+    case GemmEpilogue::kDGelu: return " with the DGELU epilogue";
+    case GemmEpilogue::kNone: break;
+  }
+  return "";
+}
 
 /// A column-major layout of `rows` x `cols` with leading dimension ld >= rows (the row-major
 /// matrix stored [cols, rows] with row stride ld).
@@ -120,8 +152,18 @@ void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAtt
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
 }
 
-std::unique_ptr<GemmPlan> make_plan(CudaContext& ctx, const GemmKey& key) {
+/// The plan for `key`, or one marked declined where cuBLASLt has no algorithm. bias and aux are
+/// the first call's pointers: the heuristic reads their alignment (the key holds it).
+std::unique_ptr<GemmPlan> make_plan(CudaContext& ctx, const GemmKey& key, const void* bias, void* aux) {
   auto plan = std::make_unique<GemmPlan>();
+  if (key.epilogue != GemmEpilogue::kNone && (key.n % 8 != 0 || key.align_aux < 16)) {
+    // cuBLASLt's documented bounds for the GELU aux matrix: its leading dimension divisible by 8
+    // (and 16-byte rows with it); checked here rather than met as an error at launch.
+    plan->declined = true;
+    plan->why = cat("the GEMM m=", key.m, " n=", key.n, " k=", key.k, epilogue_name(key.epilogue),
+                    ": the aux matrix needs n divisible by 8 and a 16-byte aligned pointer");
+    return plan;
+  }
   const bool f32 = key.ab_dtype == DType::kF32;
   const cublasComputeType_t compute =
       f32 && key.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -134,9 +176,15 @@ std::unique_ptr<GemmPlan> make_plan(CudaContext& ctx, const GemmKey& key) {
   const cublasOperation_t op_second = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, op_first);
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, op_second);
+  const cublasLtEpilogue_t epilogue = lt_epilogue(key);
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   if (key.bias) {
-    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(key.d_dtype));  // the default, stated
+    set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  }
+  if (key.epilogue != GemmEpilogue::kNone) {  // aux: D's shape and dtype (the default), densely packed
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(key.n));
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   }
 
   // Each layout is [cols, rows] of the matrix as stored, with its row stride as the leading dimension.
@@ -152,26 +200,42 @@ std::unique_ptr<GemmPlan> make_plan(CudaContext& ctx, const GemmKey& key) {
   set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(ctx.lt_workspace_bytes));
   set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);  // cuBLASLt's A is our B
   set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
-  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
+  set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.has_c ? key.align_c : key.align_d);
   set_preference(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  ZT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc, plan->first.get(), plan->second.get(), plan->d.get(),
-                                                 plan->d.get(), raw_pref, 1, &result, &found));
-  ZT_CHECK(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, "cuBLASLt has no algorithm for the GEMM m=", key.m,
-           " n=", key.n, " k=", key.k, " trans_a=", key.trans_a, " trans_b=", key.trans_b, " lda=", key.lda,
-           " ldb=", key.ldb, " ldd=", key.ldd, " ",
-           dtype_name(key.ab_dtype), " -> ", dtype_name(key.d_dtype), key.bias ? " with bias" : "");
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      ctx.lt, desc, plan->first.get(), plan->second.get(), plan->d.get(), plan->d.get(), raw_pref, 1, &result, &found);
+  // Declined: no algorithm, or NOT_SUPPORTED. Any other status is a mistake in what we asked
+  // (an attribute's value, a layout) and fails here rather than being composed around quietly.
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED)
+    ZT_CUBLAS_CHECK(status, "(heuristic for m=", key.m, " n=", key.n, " k=", key.k, epilogue_name(key.epilogue), ")");
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    plan->declined = true;
+    plan->why = cat("cuBLASLt has no algorithm for the GEMM m=", key.m, " n=", key.n, " k=", key.k,
+                    " trans_a=", key.trans_a, " trans_b=", key.trans_b, " lda=", key.lda, " ldb=", key.ldb,
+                    " ldd=", key.ldd, " ", dtype_name(key.ab_dtype), " -> ", dtype_name(key.d_dtype),
+                    key.bias ? " with bias" : "", key.has_c ? " with an addend" : "", epilogue_name(key.epilogue),
+                    " (", cublasLtGetStatusString(status != CUBLAS_STATUS_SUCCESS ? status : result.state), ")");
+    return plan;
+  }
   plan->algo = result.algo;
   return plan;
 }
 
-}  // namespace
+std::mutex plans_mutex;
+GemmCounts counts;  // under plans_mutex
 
-void gemm(CudaContext& ctx, const GemmArgs& args) {
+/// Enqueues the GEMM (true), or returns false where the plan is declined (with its reason in *why).
+bool run_gemm(CudaContext& ctx, const GemmArgs& args, std::string* why) {
+
   ZT_CHECK(args.m >= 0 && args.n >= 0 && args.k >= 0, "gemm: negative shape m=", args.m, " n=", args.n, " k=", args.k);
   ZT_CHECK(!(args.bias && args.accumulate), "gemm: a bias epilogue with accumulate is not supported");
+  ZT_CHECK(!(args.c && args.accumulate), "gemm: an addend C with accumulate (C = D) is not supported");
+  ZT_CHECK(args.epilogue == GemmEpilogue::kNone || (args.aux && !args.c && !args.accumulate),
+           "gemm: a GELU epilogue needs its aux matrix and takes no addend");
+  ZT_CHECK(args.epilogue != GemmEpilogue::kDGelu || !args.bias, "gemm: the DGELU epilogue takes no bias");
   // cuBLASLt reads the bias vector in 16-byte pieces (llm.c checks the same); callers with a less
   // aligned bias broadcast it into D themselves and accumulate.
   ZT_CHECK(args.bias == nullptr || reinterpret_cast<uintptr_t>(args.bias) % 16 == 0,
@@ -184,10 +248,11 @@ void gemm(CudaContext& ctx, const GemmArgs& args) {
   const int lda = resolve_ld(args.lda, args.trans_a ? args.m : args.k, "lda");
   const int ldb = resolve_ld(args.ldb, args.trans_b ? args.k : args.n, "ldb");
   const int ldd = resolve_ld(args.ldd, args.n, "ldd");
-  if (args.m == 0 || args.n == 0) return;
+  if (args.m == 0 || args.n == 0) return true;
   if (args.k == 0) {
     // An empty sum: D = 0 (+ bias), or D unchanged when accumulating. cuBLASLt rejects k = 0.
-    ZT_CHECK(args.bias == nullptr, "gemm: k = 0 with a bias is not supported");
+    ZT_CHECK(args.bias == nullptr && args.c == nullptr && args.epilogue == GemmEpilogue::kNone,
+             "gemm: k = 0 with a bias, an addend or an epilogue is not supported");
     if (!args.accumulate) {
       const size_t es = dtype_size(args.d_dtype);
       if (ldd == args.n)
@@ -195,7 +260,7 @@ void gemm(CudaContext& ctx, const GemmArgs& args) {
       else  // the m rows of n elements only: the padding past them may be another matrix's
         ZT_CUDA_CHECK(cudaMemset2DAsync(args.d, size_t(ldd) * es, 0, size_t(args.n) * es, size_t(args.m), ctx.compute));
     }
-    return;
+    return true;
   }
 
   const GemmKey key{args.trans_a,
@@ -215,21 +280,61 @@ void gemm(CudaContext& ctx, const GemmArgs& args) {
                     row_alignment(args.b, args.ldb, args.ab_dtype),
                     row_alignment(args.d, args.ldd, args.d_dtype),
                     ctx.device,
-                    ctx.lt_workspace_bytes};
-  // One lock over lookup and launch: the cached descriptor's bias pointer is set per call.
-  static std::mutex mutex;
+                    ctx.lt_workspace_bytes,
+                    args.c != nullptr,
+                    args.epilogue,
+                    args.c ? row_alignment(args.c, args.ldd, args.d_dtype) : 0,
+                    args.aux ? alignment_of(args.aux) : 0,
+                    args.bias ? alignment_of(args.bias) : 0};
+  // One lock over lookup and launch: the cached descriptor's bias and aux pointers are set per call.
   static std::map<GemmKey, std::unique_ptr<GemmPlan>> plans;
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(plans_mutex);
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, key)).first;
+  if (it == plans.end()) {
+    it = plans.emplace(key, make_plan(ctx, key, args.bias, args.aux)).first;
+    if (it->second->declined) ++counts.declined_shapes;
+  }
   GemmPlan& plan = *it->second;
+  const bool fused = args.c || args.epilogue != GemmEpilogue::kNone;
+  if (plan.declined) {
+    ++counts.declined_calls;
+    *why = plan.why;
+    return false;
+  }
+  if (fused) ++counts.fused_launches;
   if (args.bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, args.bias);
+  if (args.aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, args.aux);
 
-  const float alpha = 1.0f, beta = args.accumulate ? 1.0f : 0.0f;
+  const float alpha = 1.0f, beta = args.accumulate || args.c ? 1.0f : 0.0f;
+  const void* c = args.c ? args.c : args.d;
   ZT_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan.desc.get(), &alpha, args.b, plan.first.get(), args.a,
-                                 plan.second.get(), &beta, args.d, plan.d.get(), args.d, plan.d.get(), &plan.algo,
+                                 plan.second.get(), &beta, c, plan.d.get(), args.d, plan.d.get(), &plan.algo,
                                  ctx.lt_workspace, ctx.lt_workspace_bytes, ctx.compute),
-                  "(m=", args.m, " n=", args.n, " k=", args.k, ")");
+                  "(m=", args.m, " n=", args.n, " k=", args.k, epilogue_name(args.epilogue), ")");
+  return true;
+}
+
+}  // namespace
+
+void gemm(CudaContext& ctx, const GemmArgs& args) {
+  std::string why;
+  if (!run_gemm(ctx, args, &why)) throw_error(__FILE__, __LINE__, why);
+}
+
+bool try_gemm(CudaContext& ctx, const GemmArgs& args) {
+  std::string why;
+  if (run_gemm(ctx, args, &why)) return true;
+  // Once per shape: the first decline of a key is the one that planned it.
+  static std::mutex warned_mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(warned_mutex);
+  if (warned.insert(why).second) log_line(LogLevel::kWarn, cat(why, "; composing the op from a plain GEMM and a kernel"));
+  return false;
+}
+
+GemmCounts gemm_counts() {
+  std::lock_guard<std::mutex> lock(plans_mutex);
+  return counts;
 }
 
 }  // namespace zt::cuda

@@ -9,6 +9,9 @@
 // - GEMMs: cuBLASLt with bf16 A and B and fp32 accumulation (tensor cores); the forward writes
 //   bf16 with the bias fused (BIAS epilogue, bf16 bias), dx is bf16, and dweight is fp32 with
 //   D += (beta = 1), so the fp32 gradient never passes through bf16.
+//   The fused pairs of kernel_ops.h are epilogues too: a residual projection adds the residual as
+//   the GEMM's C, and GPT-2's MLP runs its GELU (GELU_AUX_BIAS) and the GELU's backward (DGELU)
+//   inside the GEMMs. Those round once where the CPU's composed ops round twice.
 // - Bias gradients: a deterministic column sum over the bf16 dout, 16 bytes a row per thread
 //   (cuda_bf16.cuh). cuBLASLt's BGRADA epilogue could fuse it into the dweight GEMM, but it
 //   writes rather than adds (so a scratch vector and an add kernel besides) and its reduction
@@ -375,9 +378,9 @@ __device__ __forceinline__ void zero_padding_bf16(bf16* l, int V, int zero_to) {
   for (int v = V + int(threadIdx.x); v < zero_to; v += blockDim.x) l[v] = bf16{0};
 }
 
-// One block per row: the max, the sum of exponentials, then the probabilities exp(l - max) / sum
-// written over the logits, rounded once (exp(l - max) is recomputed rather than stored: a bf16
-// store of it would round twice). The row's loss from the target logit read before any write.
+// One block per row: the max and the sum of exponentials (one pass), then the probabilities
+// exp(l - max) / sum written over the logits, rounded once (exp(l - max) is recomputed rather
+// than stored: a bf16 store of it would round twice). The row's loss from the target logit read before any write.
 // Row r is l[r * stride, r * stride + V): stride = V for dense logits, padded_logits_stride(V) for
 // the classifier's. kGrad (classifier_forward_backward): the last pass writes the loss's gradient
 // instead, (p - onehot(target)) d from the bf16-rounded p with softmax_xent_backward_bf16_kernel's
@@ -392,16 +395,24 @@ __global__ void __launch_bounds__(512)
   bf16* l = logits + size_t(r) * stride;
   const int target = targets[r];
   const float target_logit = target >= 0 ? bf16_to_float(l[target]) : 0.0f;  // read before any thread writes l
-  float maxval = -INFINITY;
+  // One read for the max and the sum (online softmax: each thread's sum of exp(l - m) over its
+  // own running max m, rescaled when m grows), then the block's max and each thread's sum rescaled
+  // to it: a pass over the row fewer than a max pass then a sum pass.
+  float m = -INFINITY, part = 0;
   for_row_bf16<false>(l, V, [&](auto& x, int) {
-    for (float e : x) maxval = fmaxf(maxval, e);
+    for (float e : x) {
+      if (e > m) {
+        part = part * expf(m - e) + 1.0f;  // m = -inf: part is 0, exp(-inf) 0
+        m = e;
+      } else if (e != -INFINITY) {  // a -inf logit adds 0 (and -inf - -inf would be NaN)
+        part += expf(e - m);
+      }
+    }
   });
-  maxval = block_max(maxval, shared_f);  // its barriers also order the reads above before the writes below
-  float sum = 0;
-  for_row_bf16<false>(l, V, [&](auto& x, int) {
-    for (float e : x) sum += expf(e - maxval);
-  });
-  sum = block_sum(sum, shared_f);
+  const float maxval = block_max(m, shared_f);  // its barriers also order the reads above before the writes below
+  // part is 0 exactly where this thread saw only -inf: it adds 0 (exp(-inf - maxval) could be
+  // NaN); a NaN it saw stays NaN in the sum, so the loss says so, as the two-pass form did.
+  const float sum = block_sum(part == 0.0f ? 0.0f : part * expf(m - maxval), shared_f);
   const float inv = 1.0f / sum;
   if constexpr (kGrad) {
     zero_padding_bf16(l, V, zero_to);
@@ -560,6 +571,55 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     if (dbias) add_bf16_column_sums(ctx_, dbias, dout, rows, out_dim);
   }
 
+  // A GEMM with its neighbour (kernel_ops.h), as cuBLASLt's epilogues: the residual is the GEMM's
+  // addend C (out = x W + bias + residual, rounded once), GELU_AUX_BIAS writes gelu(P) and keeps
+  // P = x W + bias for the backward, DGELU multiplies dx's product by gelu'(P) before rounding.
+  // So these round once where the ops they replace round twice (the GELU reads P unrounded):
+  // within a bf16 ulp of the composed ops, which the GPU tests hold them to. Where cuBLASLt has
+  // no algorithm (try_gemm) or the bias is not 16-byte aligned: the composed ops.
+  void matmul_forward_residual(bf16* out, const bf16* x, const bf16* weight, const bf16* bias, const bf16* residual,
+                               int rows, int in_dim, int out_dim) override {
+    GemmArgs args = bf16_gemm(DType::kBF16);
+    args.m = rows, args.n = out_dim, args.k = in_dim;
+    args.a = x, args.b = weight, args.d = out, args.c = residual, args.bias = bias;
+    if (fusable(args) && try_gemm(ctx_, args)) return;
+    KernelOps<bf16>::matmul_forward_residual(out, x, weight, bias, residual, rows, in_dim, out_dim);
+  }
+
+  void linear_forward_residual(bf16* out, const bf16* x, const bf16* weight, const bf16* bias, const bf16* residual,
+                               int rows, int in_dim, int out_dim) override {
+    GemmArgs args = bf16_gemm(DType::kBF16);
+    args.trans_b = true;
+    args.m = rows, args.n = out_dim, args.k = in_dim;
+    args.a = x, args.b = weight, args.d = out, args.c = residual, args.bias = bias;
+    if (fusable(args) && try_gemm(ctx_, args)) return;
+    KernelOps<bf16>::linear_forward_residual(out, x, weight, bias, residual, rows, in_dim, out_dim);
+  }
+
+  void matmul_gelu_forward(bf16* pre, bf16* out, const bf16* x, const bf16* weight, const bf16* bias, int rows,
+                           int in_dim, int out_dim) override {
+    GemmArgs args = bf16_gemm(DType::kBF16);
+    args.m = rows, args.n = out_dim, args.k = in_dim;
+    args.a = x, args.b = weight, args.d = out, args.bias = bias;
+    args.epilogue = GemmEpilogue::kGeluAux, args.aux = pre;
+    if (fusable(args) && try_gemm(ctx_, args)) return;
+    KernelOps<bf16>::matmul_gelu_forward(pre, out, x, weight, bias, rows, in_dim, out_dim);
+  }
+
+  void matmul_backward_gelu(bf16* dx, float* dweight, float* dbias, const bf16* dout, const bf16* x,
+                            const bf16* weight, const bf16* gelu_pre, int rows, int in_dim, int out_dim) override {
+    GemmArgs args = bf16_gemm(DType::kBF16);  // d(gelu_pre) = gelu'(gelu_pre) * (dout @ weight^T)
+    args.trans_b = true;
+    args.m = rows, args.n = in_dim, args.k = out_dim;
+    args.a = dout, args.b = weight, args.d = dx;
+    args.epilogue = GemmEpilogue::kDGelu, args.aux = const_cast<bf16*>(gelu_pre);  // DGELU only reads it
+    if (fusable(args) && try_gemm(ctx_, args)) {
+      matmul_backward(nullptr, dweight, dbias, dout, x, weight, rows, in_dim, out_dim);  // dweight, dbias
+      return;
+    }
+    KernelOps<bf16>::matmul_backward_gelu(dx, dweight, dbias, dout, x, weight, gelu_pre, rows, in_dim, out_dim);
+  }
+
   // Flash attention: att is lse[B,NH,Tq], and the backward recomputes the probabilities.
   bool attention_saves_lse() const override { return true; }
 
@@ -711,6 +771,12 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     args.ab_dtype = DType::kBF16;
     args.d_dtype = d_dtype;
     return args;
+  }
+
+  /// Whether a fused GEMM may be tried: a non-empty sum (cuBLASLt rejects k = 0) and a bias, if
+  /// any, 16-byte aligned for the epilogue (gemm_plus_bias broadcasts a less aligned one instead).
+  static bool fusable(const GemmArgs& args) {
+    return args.k > 0 && (args.bias == nullptr || is_aligned(args.bias, 16));
   }
 
   /// gemm(args) plus the bf16 bias[n] on every row of D (bias may be null), rounded once with the
