@@ -25,7 +25,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <tuple>
 
@@ -94,6 +93,7 @@ struct GemmPlan {
   cublasLtMatmulAlgo_t algo{};
   bool declined = false;              // cuBLASLt has no algorithm: `why` says what it answered
   std::string why;
+  bool logged = false;                // try_gemm has logged `why` (once a plan)
 };
 
 cublasLtEpilogue_t lt_epilogue(const GemmKey& key) {
@@ -227,7 +227,8 @@ std::unique_ptr<GemmPlan> make_plan(CudaContext& ctx, const GemmKey& key, const 
 std::mutex plans_mutex;
 GemmCounts counts;  // under plans_mutex
 
-/// Enqueues the GEMM (true), or returns false where the plan is declined (with its reason in *why).
+/// Enqueues the GEMM (true), or returns false where the plan is declined, with its reason in *why
+/// (null: logged as a warning, the first time for this plan, for try_gemm's caller composing).
 bool run_gemm(CudaContext& ctx, const GemmArgs& args, std::string* why) {
 
   ZT_CHECK(args.m >= 0 && args.n >= 0 && args.k >= 0, "gemm: negative shape m=", args.m, " n=", args.n, " k=", args.k);
@@ -292,13 +293,17 @@ bool run_gemm(CudaContext& ctx, const GemmArgs& args, std::string* why) {
   auto it = plans.find(key);
   if (it == plans.end()) {
     it = plans.emplace(key, make_plan(ctx, key, args.bias, args.aux)).first;
-    if (it->second->declined) ++counts.declined_shapes;
   }
   GemmPlan& plan = *it->second;
   const bool fused = args.c || args.epilogue != GemmEpilogue::kNone;
   if (plan.declined) {
     ++counts.declined_calls;
-    *why = plan.why;
+    if (why) {
+      *why = plan.why;
+    } else if (!plan.logged) {
+      plan.logged = true;
+      log_line(LogLevel::kWarn, cat(plan.why, "; composing the op from a plain GEMM and a kernel"));
+    }
     return false;
   }
   if (fused) ++counts.fused_launches;
@@ -321,16 +326,7 @@ void gemm(CudaContext& ctx, const GemmArgs& args) {
   if (!run_gemm(ctx, args, &why)) throw_error(__FILE__, __LINE__, why);
 }
 
-bool try_gemm(CudaContext& ctx, const GemmArgs& args) {
-  std::string why;
-  if (run_gemm(ctx, args, &why)) return true;
-  // Once per shape: the first decline of a key is the one that planned it.
-  static std::mutex warned_mutex;
-  static std::set<std::string> warned;
-  std::lock_guard<std::mutex> lock(warned_mutex);
-  if (warned.insert(why).second) log_line(LogLevel::kWarn, cat(why, "; composing the op from a plain GEMM and a kernel"));
-  return false;
-}
+bool try_gemm(CudaContext& ctx, const GemmArgs& args) { return run_gemm(ctx, args, nullptr); }
 
 GemmCounts gemm_counts() {
   std::lock_guard<std::mutex> lock(plans_mutex);

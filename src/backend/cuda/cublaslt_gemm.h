@@ -54,7 +54,6 @@ bool try_gemm(CudaContext& ctx, const GemmArgs& args);
 struct GemmCounts {
   size_t fused_launches = 0;  ///< GEMMs enqueued with an addend or a GELU epilogue
   size_t declined_calls = 0;  ///< calls gemm or try_gemm found no algorithm for
-  size_t declined_shapes = 0; ///< distinct GEMMs among those (each logged once by try_gemm)
 };
 GemmCounts gemm_counts();
 

@@ -36,6 +36,7 @@
 // the fp32 table, so a run repeats bit for bit on the same GPU.
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/cuda_bf16.cuh"
@@ -545,10 +546,7 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
 
   void matmul_forward(bf16* out, const bf16* x, const bf16* weight, const bf16* bias, int rows, int in_dim,
                       int out_dim) override {
-    GemmArgs args = bf16_gemm(DType::kBF16);  // out[rows,out] = x[rows,in] @ weight[in,out] + bias
-    args.m = rows, args.n = out_dim, args.k = in_dim;
-    args.a = x, args.b = weight, args.d = out;
-    gemm_plus_bias(args, bias);
+    gemm_plus_bias(forward_args(out, x, weight, rows, in_dim, out_dim, false), bias);
   }
 
   void matmul_backward(bf16* dx, float* dweight, float* dbias, const bf16* dout, const bf16* x, const bf16* weight,
@@ -579,29 +577,24 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
   // no algorithm (try_gemm) or the bias is not 16-byte aligned: the composed ops.
   void matmul_forward_residual(bf16* out, const bf16* x, const bf16* weight, const bf16* bias, const bf16* residual,
                                int rows, int in_dim, int out_dim) override {
-    GemmArgs args = bf16_gemm(DType::kBF16);
-    args.m = rows, args.n = out_dim, args.k = in_dim;
-    args.a = x, args.b = weight, args.d = out, args.c = residual, args.bias = bias;
+    GemmArgs args = forward_args(out, x, weight, rows, in_dim, out_dim, false);
+    args.c = residual, args.bias = bias;
     if (fusable(args) && try_gemm(ctx_, args)) return;
     KernelOps<bf16>::matmul_forward_residual(out, x, weight, bias, residual, rows, in_dim, out_dim);
   }
 
   void linear_forward_residual(bf16* out, const bf16* x, const bf16* weight, const bf16* bias, const bf16* residual,
                                int rows, int in_dim, int out_dim) override {
-    GemmArgs args = bf16_gemm(DType::kBF16);
-    args.trans_b = true;
-    args.m = rows, args.n = out_dim, args.k = in_dim;
-    args.a = x, args.b = weight, args.d = out, args.c = residual, args.bias = bias;
+    GemmArgs args = forward_args(out, x, weight, rows, in_dim, out_dim, true);
+    args.c = residual, args.bias = bias;
     if (fusable(args) && try_gemm(ctx_, args)) return;
     KernelOps<bf16>::linear_forward_residual(out, x, weight, bias, residual, rows, in_dim, out_dim);
   }
 
   void matmul_gelu_forward(bf16* pre, bf16* out, const bf16* x, const bf16* weight, const bf16* bias, int rows,
                            int in_dim, int out_dim) override {
-    GemmArgs args = bf16_gemm(DType::kBF16);
-    args.m = rows, args.n = out_dim, args.k = in_dim;
-    args.a = x, args.b = weight, args.d = out, args.bias = bias;
-    args.epilogue = GemmEpilogue::kGeluAux, args.aux = pre;
+    GemmArgs args = forward_args(out, x, weight, rows, in_dim, out_dim, false);
+    args.bias = bias, args.epilogue = GemmEpilogue::kGeluAux, args.aux = pre;
     if (fusable(args) && try_gemm(ctx_, args)) return;
     KernelOps<bf16>::matmul_gelu_forward(pre, out, x, weight, bias, rows, in_dim, out_dim);
   }
@@ -691,23 +684,13 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     const int stride = logits_stride(V);
     const bf16* padded = padded_head(head, V, C);  // one copy for both GEMMs that read it
     classifier_logits(logits, x, padded, rows, C, V);
-    if (rows > 0) {
-      softmax_xent_forward_bf16_kernel<true><<<unsigned(rows), 512, 0, ctx_.compute>>>(
-          logits, losses, targets, V, size_t(stride), stride, float(dloss));
-      ZT_CUDA_CHECK_LAUNCH("softmax_xent_forward_bf16_kernel<grad>");
-      add_loss_sum_bf16_kernel<<<1, 256, 0, ctx_.compute>>>(loss_sum, losses, rows, weight);
-      ZT_CUDA_CHECK_LAUNCH("add_loss_sum_bf16_kernel");
-    }
+    softmax_xent_forward_strided(logits, losses, targets, rows, V, stride, loss_sum, weight, dloss);
     classifier_gemms_backward(dx, dhead, logits, x, padded, rows, C, V);
   }
 
   void linear_forward(bf16* out, const bf16* x, const bf16* weight, const bf16* bias, int rows, int in_dim,
                       int out_dim) override {
-    GemmArgs args = bf16_gemm(DType::kBF16);  // out[rows,out] = x[rows,in] @ weight[out,in]^T + bias
-    args.trans_b = true;
-    args.m = rows, args.n = out_dim, args.k = in_dim;
-    args.a = x, args.b = weight, args.d = out;
-    gemm_plus_bias(args, bias);
+    gemm_plus_bias(forward_args(out, x, weight, rows, in_dim, out_dim, true), bias);
   }
 
   void linear_backward(bf16* dx, float* dweight, float* dbias, const bf16* dout, const bf16* x, const bf16* weight,
@@ -770,6 +753,17 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     GemmArgs args;
     args.ab_dtype = DType::kBF16;
     args.d_dtype = d_dtype;
+    return args;
+  }
+
+  /// out[rows,out_dim] = x[rows,in_dim] @ weight, bf16: weight [in,out] (GPT-2's Conv1D) or, when
+  /// `linear`, nn.Linear's [out,in] transposed. No bias: the caller adds it, or an epilogue.
+  static GemmArgs forward_args(bf16* out, const bf16* x, const bf16* weight, int rows, int in_dim, int out_dim,
+                               bool linear) {
+    GemmArgs args = bf16_gemm(DType::kBF16);
+    args.trans_b = linear;
+    args.m = rows, args.n = out_dim, args.k = in_dim;
+    args.a = x, args.b = weight, args.d = out;
     return args;
   }
 
@@ -837,13 +831,22 @@ class CudaKernelsBf16 final : public KernelOps<bf16> {
     ZT_CUDA_CHECK_LAUNCH("add_f32_kernel");
   }
 
-  /// softmax_xent_forward over rows `stride` elements apart (V columns each).
+  /// softmax_xent_forward over rows `stride` elements apart (V columns each). With `dloss`
+  /// (classifier_forward_backward) the last pass writes the loss's gradient instead of the
+  /// probabilities and zeroes each row's padding up to the stride.
   void softmax_xent_forward_strided(bf16* logits_to_probs, float* losses, const int32_t* targets, int rows, int V,
-                                    int stride, double* loss_sum, double weight) {
+                                    int stride, double* loss_sum, double weight,
+                                    std::optional<double> dloss = std::nullopt) {
     if (rows == 0) return;
-    softmax_xent_forward_bf16_kernel<false><<<unsigned(rows), 512, 0, ctx_.compute>>>(
-        logits_to_probs, losses, targets, V, size_t(stride), V, 0.0f);
-    ZT_CUDA_CHECK_LAUNCH("softmax_xent_forward_bf16_kernel");
+    if (dloss) {
+      softmax_xent_forward_bf16_kernel<true><<<unsigned(rows), 512, 0, ctx_.compute>>>(
+          logits_to_probs, losses, targets, V, size_t(stride), stride, float(*dloss));
+      ZT_CUDA_CHECK_LAUNCH("softmax_xent_forward_bf16_kernel<grad>");
+    } else {
+      softmax_xent_forward_bf16_kernel<false><<<unsigned(rows), 512, 0, ctx_.compute>>>(
+          logits_to_probs, losses, targets, V, size_t(stride), V, 0.0f);
+      ZT_CUDA_CHECK_LAUNCH("softmax_xent_forward_bf16_kernel");
+    }
     add_loss_sum_bf16_kernel<<<1, 256, 0, ctx_.compute>>>(loss_sum, losses, rows, weight);
     ZT_CUDA_CHECK_LAUNCH("add_loss_sum_bf16_kernel");
   }
