@@ -111,6 +111,7 @@ struct Args {
       nvme_path = "/local_nvme";
   std::string accelerator = "cpu";
   bool checkpointing = false, bf16 = false, fp16 = false, as_json = false;
+  bool delayed_update = false;  // zerotrain's --delayed_param_update: the pending parameters' host copy
   std::string activation_dtype = "auto";
   std::string classifier_chunk = "auto";
   bool cuda() const { return accelerator == "cuda"; }
@@ -141,6 +142,9 @@ void check_args(const Args& a) {
   ZT_USAGE_CHECK(a.accelerator == "cpu" || a.accelerator == "emulated" || a.accelerator == "cuda",
                  "--accelerator \"", a.accelerator, "\": choose one of ", kEstimateAccelerators,
                  a.accelerator == "auto" ? " (auto is decided where the trainer runs)" : "");
+  ZT_USAGE_CHECK(!a.delayed_update || (!a.model_path.empty() && !a.ds_path.empty()),
+                 "--delayed_param_update needs --config_name and --deepspeed CONFIG (with offload_optimizer): "
+                 "DeepSpeed's tables (--params) assume no delayed update");
   ZT_USAGE_CHECK(!a.cuda() || !a.model_path.empty(),
                  "--accelerator cuda needs --config_name: the GPU view is of zerotrain's estimate per rank");
   // The capacities parse here, so that a bad one is the only line printed.
@@ -179,6 +183,8 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("classifier_chunk_tokens", po::value(&a.classifier_chunk),
      "auto (default), 0 or N: the tokens the lm_head and the loss run over at a time (zerotrain's flag); the "
      "logits held are one chunk's")
+    ("delayed_param_update", po::bool_switch(&a.delayed_update),
+     "zerotrain's flag: counts the host copy of the offloaded parameters that the delayed update keeps")
     ("bf16", po::bool_switch(&a.bf16), "bf16 parameters and gradients")
     ("fp16", po::bool_switch(&a.fp16), "fp16 parameters and gradients")
     ("accelerator", po::value(&a.accelerator),
@@ -268,6 +274,7 @@ DsConfig make_ds_config(const Args& a, const ModelConfig& model, const RunShape&
   if (!a.ds_path.empty()) {
     DsConfig config = load_ds_config(a.ds_path, autos);
     if (a.stage >= 0) config.zero.stage = a.stage;
+    config.zero.delayed_param_update_after = a.delayed_update ? 0 : -1;
     return config;
   }
   const std::string defaults = cat(

@@ -110,6 +110,10 @@ struct ZeroConfig {
   OffloadConfig offload_optimizer, offload_param;
   /// Elements of optimizer state swapped (nvme) or stepped (cpu) as one piece.
   int64_t sub_group_size = 1'000'000'000;
+  /// zerotrain's --delayed_param_update, not a DeepSpeed key (DeepSpeed ships no delayed update;
+  /// the trainer and zero_estimate set it from their flags): the optimizer steps after this many
+  /// run the offloaded part's CPU Adam beside the next step's forward and backward. -1: never.
+  int64_t delayed_param_update_after = -1;
 };
 
 /// DeepSpeed's "tensorboard" and "csv_monitor" blocks: rank 0 writes the training scalars under

@@ -73,7 +73,8 @@ int parse_classifier_chunk(const std::string& text) {
 std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   TrainArgs a;
   std::string bf16 = "false", fp16 = "false", overwrite = "false", do_eval = "false";
-  std::string checkpointing = "false", disable_tqdm = "false", eval_on_start = "false", tf32 = "false";
+  std::string checkpointing = "false", disable_tqdm = "false", eval_on_start = "false", tf32 = "false",
+              delayed_update = "false";
   int64_t local_rank = -1;
   po::options_description opts("zerotrain options (HF Trainer names)");
   auto flag = [](std::string& target) {  // --flag, --flag=true, --flag=false
@@ -124,6 +125,12 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
      "run the lm_head and the loss over at most N tokens at a time, each chunk's backward straight after it, so "
      "that only one chunk's logits are held (a 128K vocabulary's logits are 256 KB a token in bf16): auto "
      "(default: chunks when the whole batch's logits would pass 1 GiB), 0 (never), or N")
+    ("delayed_param_update", flag(delayed_update),
+     "ZeRO-Offload's delayed parameter update (needs offload_optimizer): after the warm-up, the CPU Adam of "
+     "step t runs while step t+1's forward and backward run on the model of step t-1, so that a GPU does not "
+     "wait for the CPU; checkpoints, evaluations and the end of the run see every update")
+    ("delayed_param_update_warmup", po::value(&a.delayed_param_update_warmup),
+     "optimizer steps run undelayed before --delayed_param_update starts (default 40)")
     ("disable_tqdm", flag(disable_tqdm), "no live progress line")
     ("profile_steps", po::value(&a.profile_steps),
      "time N steps after the first (a warm-up) by op class with the backend's events (CUDA events on a GPU), then "
@@ -180,6 +187,7 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
   a.disable_tqdm = parse_bool_flag("disable_tqdm", disable_tqdm);
   a.eval_on_start = parse_bool_flag("eval_on_start", eval_on_start);
   a.tf32 = parse_bool_flag("tf32", tf32);
+  a.delayed_param_update = parse_bool_flag("delayed_param_update", delayed_update);
 
   ZT_USAGE_CHECK(!a.deepspeed.empty(), "--deepspeed CONFIG is required");
   ZT_USAGE_CHECK(!a.config_name.empty() || !a.model_name_or_path.empty(),
@@ -217,6 +225,10 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
                  "--save_strategy no saves nothing; drop --save_steps/--save_total_limit or the strategy");
   ZT_USAGE_CHECK(a.save_total_limit >= 0, "--save_total_limit must be >= 1 (or 0 for all), got ", a.save_total_limit);
   ZT_USAGE_CHECK(a.eval_steps >= 0, "--eval_steps must be >= 0");
+  ZT_USAGE_CHECK(a.delayed_param_update_warmup >= 0, "--delayed_param_update_warmup must be >= 0, got ",
+                 a.delayed_param_update_warmup);
+  ZT_USAGE_CHECK(a.delayed_param_update || !a.given("delayed_param_update_warmup"),
+                 "--delayed_param_update_warmup does nothing without --delayed_param_update");
   ZT_USAGE_CHECK(a.profile_steps >= 0, "--profile_steps must be >= 0 (0: no profile), got ", a.profile_steps);
   ZT_USAGE_CHECK(a.max_eval_samples >= 0, "--max_eval_samples must be >= 0");
   ZT_USAGE_CHECK(a.block_size >= 0 && a.block_size <= INT32_MAX, "--block_size must be in [0, ", INT32_MAX, "], got ",

@@ -49,6 +49,10 @@ struct TrainArgs {
   std::string activation_dtype = "auto";
   /// The lm_head and loss over at most this many tokens at a time: "auto", "0" (all) or a count.
   std::string classifier_chunk_tokens = "auto";
+  /// ZeRO-Offload's delayed parameter update: past the warm-up steps, the offloaded part's CPU
+  /// Adam of step t runs beside step t+1's forward and backward, which see the model of step t-1.
+  bool delayed_param_update = false;
+  int64_t delayed_param_update_warmup = 40;  ///< steps run undelayed first
   bool disable_tqdm = false;  ///< no live progress line
   int64_t profile_steps = 0;  ///< the self-profile: time per op class over N steps after the first (0: off)
   std::string accelerator = "auto";  ///< auto, cpu, emulated, cuda (backend/accelerator.h)

@@ -198,6 +198,16 @@ void OptimizerOffload::adam_step(const AdamStepArgs& args, const void* grad, DTy
   }, params);
 }
 
+void OptimizerOffload::adam_step_to_host(const AdamStepArgs& args, const void* grad, DType grad_dtype, void* params) {
+  const auto* g = static_cast<const unsigned char*>(grad);
+  auto* out = static_cast<unsigned char*>(params);
+  const size_t gsize = dtype_size(grad_dtype), psize = dtype_size(param_dtype_);
+  visit(0, count_, SwapMode::kReadWrite, [&](const OffloadPiece& p) {
+    host_ops_.adam_step(args, p.master, p.exp_avg, p.exp_avg_sq, g + p.lo * gsize, grad_dtype, out + p.lo * psize,
+                        param_dtype_, p.n);
+  });
+}
+
 void OptimizerOffload::copy_params_from_master(const ParamSink& params) {
   send_params(SwapMode::kRead, [&](const OffloadPiece& p, void* staging) {
     convert(p.master, DType::kF32, staging, param_dtype_, p.n);

@@ -67,6 +67,10 @@ class OptimizerOffload {
   /// One Adam step over the whole range on the CPU. `grad` (host-accessible, `grad_dtype`) starts
   /// at the range's first element; each piece's updated parameters go to `params`.
   void adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params);
+  /// The same step writing the updated parameters into host memory `params` (the range's first
+  /// element at its start) and nothing else: no stream, no event. The delayed parameter update
+  /// runs it on its own thread while the caller's thread drives the device.
+  void adam_step_to_host(const AdamStepArgs& args, const void* grad, DType grad_dtype, void* params);
   /// Sends the parameters rounded from the master weights to `params` (after a load).
   void copy_params_from_master(const ParamSink& params);
   /// Recorded when the last parameter copy of adam_step or copy_params_from_master has been

@@ -87,6 +87,7 @@ Setup load_setup(const TrainArgs& args, int world_size, bool check_output_dir) {
   ZT_USAGE_CHECK(s.seq_len <= s.model.n_positions, "--block_size ", s.seq_len, " exceeds n_positions ",
                  s.model.n_positions, " of ", args.config_name);
   s.ds = load_ds_config(args.deepspeed, args.auto_values(world_size, s.model.n_embd));
+  s.ds.zero.delayed_param_update_after = args.delayed_param_update ? args.delayed_param_update_warmup : -1;
   // The model counts the tokens of a batch in 32-bit ints.
   for (auto [what, rows] : {std::pair{"train_micro_batch_size_per_gpu", s.ds.train_micro_batch_size_per_gpu},
                             std::pair{"--per_device_eval_batch_size", args.per_device_eval_batch_size}}) {
@@ -188,6 +189,10 @@ EngineParts build_engine(const Setup& setup, const TrainArgs& args, const ModelL
     ZT_USAGE_CHECK(!args.tf32 || backend.ops().set_allow_tf32(true), "--tf32 needs a GPU with TF32 (Ampere or "
                    "newer); the ", backend.name(), " backend computes fp32 GEMMs in exact fp32");
     parts.engine = std::make_unique<ZeroEngine>(layout, backend, profiler.data_comm(), comm, setup.ds, activations);
+    if (args.delayed_param_update && backend.name() != "cuda" && comm.rank() == 0) {
+      log_warn("--delayed_param_update on the ", backend.name(), " backend: the CPU Adam runs on the cores that "
+               "compute the model, so it overlaps nothing; it pays where the model runs on a GPU");
+    }
     parts.model = make_engine_model(*parts.engine, layout, backend, profiler.kernels<float>(),
                                     profiler.kernels<bf16>(), std::max(micro_batch, eval_batch), setup.seq_len,
                                     args.gradient_checkpointing, parse_classifier_chunk(args.classifier_chunk_tokens));
@@ -315,7 +320,11 @@ void write_start_event(MetricsWriter& metrics, const ZeroEngine& engine, const B
                           {"offload",
                            {{"optimizer", offload_device(ds.zero.offload_optimizer)},
                             {"param", offload_device(ds.zero.offload_param)},
-                            {"ratio", ds.zero.offload_optimizer.ratio}}},
+                            {"ratio", ds.zero.offload_optimizer.ratio},
+                            // --delayed_param_update: the steps after this many are delayed (null: none).
+                            {"delayed_param_update_after", ds.zero.delayed_param_update_after >= 0
+                                                               ? boost::json::value(ds.zero.delayed_param_update_after)
+                                                               : boost::json::value(nullptr)}}},
                           {"buffer_bytes", {{"buckets", u(5)}, {"working", u(6)}, {"gather", 0}, {"offload", u(13)}}},
                           {"activation_bytes", u(7)},
                           {"train_batch_size", ds.train_batch_size},
@@ -552,10 +561,14 @@ std::string log_step(const Trainer& t, TrainerState& state, int64_t step, const 
 
 // Checkpoints: every --save_steps, at the end of training, and when stopped by a signal, unless
 // --save_strategy no. Returns the checkpoint's path, "" when none was saved.
+bool checkpoint_due(const TrainArgs& args, int64_t step, bool stopping) {
+  const bool due = (args.save_steps > 0 && step % args.save_steps == 0) || step == args.max_steps || stopping;
+  return args.save_strategy != "no" && due;
+}
+
 std::string save_checkpoint_if_due(const Trainer& t, const TrainerState& state, int64_t step, bool stopping) {
   const TrainArgs& args = t.args;
-  const bool due = (args.save_steps > 0 && step % args.save_steps == 0) || step == args.max_steps || stopping;
-  if (args.save_strategy == "no" || !due) return {};
+  if (!checkpoint_due(args, step, stopping)) return {};
   Stopwatch clock;
   const SavedCheckpoint saved = save_checkpoint(
       args.output_dir, t.engine, t.layout, t.ds, t.comm,
@@ -596,9 +609,15 @@ std::optional<int> train(const Trainer& t, TrainerState& state, ProgressLine& pr
     const std::string summary = log_step(t, state, step, r);
     t.profiler.report_if_done(step, t.args.max_steps, t.comm, t.metrics);
     const bool stopping = r.preempted || r.interrupted;
+    const bool eval_due = t.batches.eval_windows && t.args.eval_steps > 0 && step % t.args.eval_steps == 0;
+    // --delayed_param_update: a checkpoint, an evaluation and the end of the run see the model of
+    // this step, not of the one before (so a resumed run goes on as the uninterrupted one).
+    if (checkpoint_due(t.args, step, stopping) || eval_due || stopping || step == t.args.max_steps) {
+      t.engine.apply_delayed_update();
+    }
     const std::string saved_path = save_checkpoint_if_due(t, state, step, stopping);
     if (stopping) return stop_after_signal(t, step, r.interrupted, saved_path);
-    if (t.batches.eval_windows && t.args.eval_steps > 0 && step % t.args.eval_steps == 0) {
+    if (eval_due) {
       log_info("step ", step, ": eval_loss ", run_eval(t, state, step));
     }
     progress.update(step, summary);

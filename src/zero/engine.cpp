@@ -72,14 +72,23 @@ float* ZeroEngine::grad_accumulator(int unit) {
 }
 
 void ZeroEngine::grads_done(int unit) {
-  float* slot = buffers_.finished_grad_slot(unit);
-  if (!slot) return;  // fp32 stage 0/1: accumulated in place
   const size_t offset = layout_.unit_offset(unit), n = layout_.unit_size(unit);
-  if (reducer_.reduces_during_backward()) {
-    reducer_.add(offset, slot, n);
-  } else {
-    backend_.optimizer_ops().accumulate_into(buffers_.grad_at(offset), plan_.grad_dtype, slot, DType::kF32, n);
+  if (float* slot = buffers_.finished_grad_slot(unit)) {  // none in fp32 at stages 0, 1: accumulated in place
+    if (reducer_.reduces_during_backward()) {
+      reducer_.add(offset, slot, n);
+    } else {
+      backend_.optimizer_ops().accumulate_into(buffers_.grad_at(offset), plan_.grad_dtype, slot, DType::kF32, n);
+    }
   }
+  // The unit's weights are not read again this step: a delayed update may replace them now,
+  // while backward goes on.
+  if (gradients_final()) optimizer_.params_free(offset, offset + n);
+}
+
+void ZeroEngine::apply_delayed_update() {
+  if (!optimizer_.update_pending()) return;  // alike on every rank: the same steps were delayed
+  optimizer_.apply_delayed();
+  share_parameters();
 }
 
 void ZeroEngine::backward_done() {
@@ -125,6 +134,7 @@ StepOutcome ZeroEngine::step() {
     out.skipped = true;
     scaler_.update(true);
     buffers_.zero_grads();
+    apply_delayed_update();  // the previous step's update was not skipped
     return out;
   }
   ZT_CHECK(!overflow, "the gradient norm is not finite (", sum_sq, ") in ", dtype_name(plan_.dtype),
@@ -134,7 +144,10 @@ StepOutcome ZeroEngine::step() {
   const double beta1 = sched.beta1.value_or(config_.optimizer.beta1);
   const double beta2 = sched.beta2.value_or(config_.optimizer.beta2);
   // Gradients are sums over ranks of loss-scaled values: divide by both here, in the same pass.
-  optimizer_.step(adam_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * double(plan_.world))));
+  // --delayed_param_update: past its warm-up, the offloaded part's CPU Adam runs beside the next
+  // step's forward and backward, which see the parameters before this update.
+  const bool delay = plan_.delayed_update_after >= 0 && adam_.step_count() >= plan_.delayed_update_after;
+  optimizer_.step(adam_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * double(plan_.world))), delay);
   buffers_.zero_grads();
   share_parameters();
   scaler_.update(false);
@@ -157,6 +170,7 @@ double ZeroEngine::local_grad_sum_squares() {
 }
 
 std::vector<float> ZeroEngine::gather_master_weights() {
+  apply_delayed_update();
   std::vector<float> full(plan_.partition.padded_size);
   if (plan_.optimizer_replicated()) {
     read_field(StateField::kMaster, 0, full.size(), full.data());
@@ -171,6 +185,7 @@ std::vector<float> ZeroEngine::gather_master_weights() {
 }
 
 void ZeroEngine::gather_params(size_t lo, size_t hi, void* out) {
+  apply_delayed_update();
   if (coordinator_) return coordinator_->gather_params(lo, hi, out);
   backend_.copy_to_host(out, buffers_.param_at(lo), (hi - lo) * plan_.elem());
 }

@@ -70,6 +70,11 @@ class ZeroEngine final : public ParamSource<float> {
   /// Reduce (stages 0/1), unscale, check overflow, clip, step Adam on this rank's partition,
   /// zero the gradients, share the updated parameters, advance the schedule.
   StepOutcome step();
+  /// --delayed_param_update: puts the update still pending into the parameters, so that what
+  /// reads them next (an evaluation, a checkpoint, the end of the run) sees the last step's
+  /// model. Collective at stages 1 and 2 (the parameters are all-gathered); a no-op when nothing
+  /// is pending, alike on every rank.
+  void apply_delayed_update();
 
   /// Model-state bytes held on the device.
   ModelStateBytes model_state_bytes() const;
@@ -101,7 +106,8 @@ class ZeroEngine final : public ParamSource<float> {
   /// range (stage 0: any range), wherever the state lives. Checkpoints write partitions from here.
   void read_field(StateField field, size_t lo, size_t n, float* out) { optimizer_.read_field(field, lo, n, out); }
   /// Elements [lo, hi) of the parameters in param_dtype(), assembled from every rank's partition
-  /// into host memory `out`. Collective (stage 3's partitions); a copy at other stages.
+  /// into host memory `out`. Collective: stage 3 gathers the partitions, and a pending delayed
+  /// update is applied first (all-gathered at stages 1, 2); otherwise a copy. Call it on every rank.
   void gather_params(size_t lo, size_t hi, void* out);
   EngineState state() const;
   /// The counters of an engine that has not stepped yet, as the config sets them.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -30,7 +31,7 @@ OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const 
   if (copies_gradients(plan)) b.offloaded.grads = plan.offloaded * plan.grad_elem();
   b.host = f.host_state + b.offloaded.grads;
   b.nvme = f.nvme;
-  b.buffers = f.buffers;
+  b.buffers = f.buffers + (plan.delayed_update_after >= 0 ? plan.offloaded * plan.elem() : 0);
   return b;
 }
 
@@ -51,6 +52,65 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
     d2h_stream_ = backend.create_stream("offload gradients");
     event_ = backend.create_event();
   }
+  if (plan.delayed_update_after >= 0) {
+    pending_params_ = DeviceArray<unsigned char>(backend, plan.offloaded * plan.elem(), offload_->host_pool());
+    h2d_stream_ = backend.create_stream("delayed parameter upload");
+    h2d_ready_ = backend.create_event();
+    h2d_done_ = backend.create_event();
+  }
+}
+
+OptimizerPartition::~OptimizerPartition() {
+  // The thread reads the state and writes pending_params_: it ends before they go.
+  if (update_.joinable()) update_.join();
+}
+
+void OptimizerPartition::join_update() {
+  if (!update_.joinable()) return;
+  update_.join();
+  if (update_error_) {
+    pending_ = false;  // half an update: nothing to apply, and the run ends with the error
+    sent_.clear();
+    std::rethrow_exception(std::exchange(update_error_, nullptr));
+  }
+}
+
+void OptimizerPartition::upload_pending(size_t lo, size_t hi) {
+  backend_.record(*h2d_ready_, compute_);
+  backend_.wait(*h2d_stream_, *h2d_ready_);
+  backend_.copy_async(buffers_.param_at(lo), pending_params_.data() + (lo - plan_.offload_begin()) * plan_.elem(),
+                      (hi - lo) * plan_.elem(), *h2d_stream_);
+  sent_.emplace_back(lo, hi);
+}
+
+void OptimizerPartition::params_free(size_t lo, size_t hi) {
+  // Never a wait in backward: an update still running leaves this range to the step, and so
+  // does pageable memory, whose "async" copies wait for the stream on a GPU.
+  if (!pending_ || !update_done_.load(std::memory_order_acquire) || offload_->host_pool() != Pool::kPinned) return;
+  const size_t a = std::max(lo, plan_.offload_begin()), b = std::min(hi, plan_.opt_end());
+  if (b <= a) return;
+  join_update();  // done: returns at once
+  upload_pending(a, b);
+}
+
+void OptimizerPartition::apply_delayed() {
+  if (!pending_) return;
+  join_update();
+  // What the last backward did not send: padding, units outside it, or all of it when the
+  // update is applied at a checkpoint or an evaluation.
+  std::sort(sent_.begin(), sent_.end());
+  size_t at = plan_.offload_begin();
+  std::vector<std::pair<size_t, size_t>> gaps;
+  for (const auto& [lo, hi] : sent_) {
+    if (lo > at) gaps.emplace_back(at, lo);
+    at = std::max(at, hi);
+  }
+  if (at < plan_.opt_end()) gaps.emplace_back(at, plan_.opt_end());
+  for (const auto& [lo, hi] : gaps) upload_pending(lo, hi);
+  backend_.record(*h2d_done_, *h2d_stream_);
+  backend_.wait(compute_, *h2d_done_);
+  sent_.clear();
+  pending_ = false;
 }
 
 float* OptimizerPartition::master_at(size_t flat) {
@@ -59,13 +119,16 @@ float* OptimizerPartition::master_at(size_t flat) {
 }
 
 void OptimizerPartition::prefetch() {
-  if (offload_) offload_->prefetch();
+  if (!offload_ || !offload_->on_nvme()) return;
+  join_update();  // the update's walk owns the swap buffers until it ends
+  offload_->prefetch();
 }
 
 void OptimizerPartition::gradient_final(size_t lo, size_t hi) {
   if (!copies_gradients(plan_)) return;
   const size_t a = std::max(lo, plan_.offload_begin()), b = std::min(hi, plan_.opt_end());
   if (b <= a) return;
+  join_update();  // the update in flight reads the previous step's gradient from host_grads_
   // After the compute stream's reduction into [a, b); backward goes on meanwhile.
   backend_.record(*event_, compute_);
   backend_.wait(*d2h_stream_, *event_);
@@ -92,19 +155,38 @@ ParamSink OptimizerPartition::param_sink() {
   };
 }
 
-void OptimizerPartition::step(const AdamStepArgs& args) {
+void OptimizerPartition::step(const AdamStepArgs& args, bool delay) {
+  ZT_CHECK(!delay || pending_params_.bytes() > 0, "a delayed update asked of an optimizer built without one");
   if (plan_.device_count > 0) {
     const size_t lo = plan_.opt_begin;
     ops_.adam_step(args, master_at(lo), exp_avg_.data(), exp_avg_sq_.data(), buffers_.grad_at(lo), plan_.grad_dtype,
                    buffers_.param_at(lo), plan_.dtype, plan_.device_count);
   }
-  if (offload_) {
-    offload_->adam_step(args, offloaded_grads(), plan_.grad_dtype, param_sink());
+  if (!offload_) return;
+  apply_delayed();
+  const void* grads = offloaded_grads();
+  if (!delay) {
+    offload_->adam_step(args, grads, plan_.grad_dtype, param_sink());
     backend_.wait(compute_, offload_->params_written());
+    return;
   }
+  // The previous update's copies read pending_params_, which the new one overwrites. The device
+  // has run up to the gradient norm already; what waits here is the last of those copies.
+  backend_.synchronize(*h2d_done_);
+  update_done_.store(false, std::memory_order_relaxed);
+  update_ = std::thread([this, args, grads] {
+    try {
+      offload_->adam_step_to_host(args, grads, plan_.grad_dtype, pending_params_.data());
+    } catch (...) {
+      update_error_ = std::current_exception();
+    }
+    update_done_.store(true, std::memory_order_release);
+  });
+  pending_ = true;
 }
 
 void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float* out) {
+  join_update();
   const size_t hi = lo + n, base = plan_.offload_begin();
   ZT_CHECK(lo >= plan_.opt_begin && hi <= plan_.opt_end(), "[", lo, ", ", hi, ") is outside this rank's range");
   const size_t dev_hi = std::min(hi, base);
@@ -136,6 +218,10 @@ void OptimizerPartition::load_to_device(StateField field, const FieldReader& rea
 }
 
 void OptimizerPartition::load(const FieldReader& read, bool moments) {
+  // Everything is replaced, the parameters too: an update in flight is dropped once it ends.
+  join_update();
+  pending_ = false;
+  sent_.clear();
   // This rank's partition of every field (at stage 0 the range is the whole model; the caller
   // all-gathers the rest), on the device part first.
   const size_t lo = plan_.partition.begin(plan_.rank), hi = std::min(plan_.partition.end(plan_.rank), plan_.offload_begin());
@@ -179,7 +265,7 @@ OptimizerPartition::Bytes OptimizerPartition::bytes() const {
   b.offloaded.grads = host_grads_.bytes();
   b.host = offload_->host_state_bytes() + host_grads_.bytes();
   b.nvme = offload_->nvme_bytes();
-  b.buffers = offload_->buffer_bytes();
+  b.buffers = offload_->buffer_bytes() + pending_params_.bytes();
   return b;
 }
 

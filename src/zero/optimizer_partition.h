@@ -10,10 +10,24 @@
 // offloaded, where the gradient partition is host memory already. Updated parameters go back to
 // the parameter buffer, or to the swap file with offload_param nvme. In fp32 training the
 // parameters are the master weights: no separate copy.
+//
+// The delayed parameter update (ZeRO-Offload's DPU, --delayed_param_update): step(args, true)
+// starts the offloaded part's CPU Adam on a thread of its own and returns, so that it runs
+// beside the next step's micro-steps, which read the parameters of the step before. The new
+// parameters wait in host memory (`pending`). In the next step's last backward, once the update
+// has ended, each unit's part goes up as soon as the unit is done with its weights (params_free;
+// pinned memory only, so that no copy waits); the next step sends what is left and starts the
+// next update. Whoever reads what the thread owns joins it first: the gradient's host copy (the
+// next step's first gradient_final), the NVMe swap buffers (prefetch), the state.
 #pragma once
 
+#include <atomic>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/device_array.h"
@@ -48,6 +62,7 @@ class OptimizerPartition {
   /// written there), else nullptr (they go to `buffers`).
   OptimizerPartition(const ZeroPlan& plan, const DsConfig& config, Backend& backend, MixedPrecisionBuffers& buffers,
                      ParamStore* swapped_params);
+  ~OptimizerPartition();
 
   /// The master weight of flat element `flat` of the device part.
   float* master_at(size_t flat);
@@ -56,8 +71,16 @@ class OptimizerPartition {
   /// The gradient of flat range [lo, hi) is final: its offloaded part starts for the host.
   void gradient_final(size_t lo, size_t hi);
   /// Adam over the range (device part on the compute stream, offloaded part on the CPU). The
-  /// compute stream is ordered after every updated parameter is written.
-  void step(const AdamStepArgs& args);
+  /// compute stream is ordered after every updated parameter is written, the previous delayed
+  /// update's included; with `delay` the offloaded part's new parameters are that next update.
+  void step(const AdamStepArgs& args, bool delay = false);
+  /// The model has read the weights of flat range [lo, hi) for the last time this step: a pending
+  /// delayed update may overwrite them (on its upload stream, after the compute stream's work).
+  void params_free(size_t lo, size_t hi);
+  /// A delayed update is computed or in flight, and not yet in the parameters.
+  bool update_pending() const { return pending_; }
+  /// Puts a pending delayed update into the parameters; the compute stream is ordered after it.
+  void apply_delayed();
   /// Copies elements [lo, lo + n) of a field (inside the range) into host memory `out`.
   void read_field(StateField field, size_t lo, size_t n, float* out);
   /// Replaces this rank's partition of every field from `read`, and the parameters rounded from
@@ -75,6 +98,10 @@ class OptimizerPartition {
   const void* offloaded_grads();
   /// Where updated parameters of the offloaded range go.
   ParamSink param_sink();
+  /// Waits for the delayed update's CPU Adam, and throws what it threw.
+  void join_update();
+  /// Enqueues the upload of pending parameters [lo, hi) (flat, inside the offloaded range).
+  void upload_pending(size_t lo, size_t hi);
   /// Fills device range [lo, hi) of a field from `read`, through host memory in pieces.
   void load_to_device(StateField field, const FieldReader& read, size_t lo, size_t hi, float* device);
 
@@ -89,6 +116,15 @@ class OptimizerPartition {
   DeviceArray<unsigned char> host_grads_;  // the offloaded range's gradient, copied to the host
   std::unique_ptr<Stream> d2h_stream_;     // ... by copies on this stream, beside backward
   std::unique_ptr<Event> event_;           // orders d2h_stream_ after the compute stream
+  // The delayed parameter update.
+  DeviceArray<unsigned char> pending_params_;  // the offloaded range's new parameters (host pool)
+  std::thread update_;                         // its CPU Adam
+  std::exception_ptr update_error_;            // what that threw
+  std::atomic<bool> update_done_{true};        // it has ended (set by the thread, last)
+  bool pending_ = false;                       // pending_params_ not yet (all) in the parameters
+  std::vector<std::pair<size_t, size_t>> sent_;  // flat ranges of it already enqueued for upload
+  std::unique_ptr<Stream> h2d_stream_;         // their copies
+  std::unique_ptr<Event> h2d_ready_, h2d_done_;  // after the compute stream; after the copies
 };
 
 }  // namespace zt

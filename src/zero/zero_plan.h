@@ -56,6 +56,9 @@ struct ZeroPlan {
   /// Stage 3, whole optimizer offloaded, on a backend whose kernels reach host memory: reduce
   /// straight into host memory instead of a device partition copied out.
   bool grads_on_host = false;
+  /// --delayed_param_update: from this many steps on, the offloaded part's CPU Adam runs beside
+  /// the next step's forward and backward (-1: never).
+  int64_t delayed_update_after = -1;
 
   size_t elem() const { return dtype_size(dtype); }
   size_t grad_elem() const { return dtype_size(grad_dtype); }

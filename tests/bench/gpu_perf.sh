@@ -20,7 +20,8 @@
 #   profile    one zerotrain run with --profile_steps 1 (GPT-2 124M, 3 steps of 16 x 1024, bf16),
 #              where zerotrain takes that flag
 #   offload    bench_gpu_train on a 5.1B Llama shape with ZeRO-Offload (stage 2, optimizer on the
-#              CPU, checkpointing, 16 micro-steps), then bench_gpu_offload (its copies against bare
+#              CPU, checkpointing, 16 micro-steps; where the build takes --delayed_param_update,
+#              the same run's last steps with it), then bench_gpu_offload (its copies against bare
 #              pinned copies)
 # A program this build lacks makes its side "absent": reported, not a failure.
 #
@@ -314,9 +315,13 @@ part_offload() {
   elif ! knows_flag "$train_bin" --offload_optimizer; then
     absent offload ours "not supported by this build: bench_gpu_train takes no --offload_optimizer"
   else
-    run_side offload ours 240 --smi "$train_bin" --model llama --layers 24 --embd 4096 --heads 32 --kv_heads 32 \
+    # Where the build has it, the same run goes on with the delayed parameter update (zerotrain's
+    # --delayed_param_update): steps 1-2 undelayed, 3 the first delayed, 4-5 timed delayed.
+    local steps=(--steps 2)
+    knows_flag "$train_bin" --delayed_param_update && steps=(--steps 5 --delayed_param_update 3)
+    run_side offload ours 300 --smi "$train_bin" --model llama --layers 24 --embd 4096 --heads 32 --kv_heads 32 \
       --intermediate 11008 --vocab 32000 --block 2048 --batch 2 --accumulation 16 --dtype bf16 --stage 2 \
-      --offload_optimizer cpu --gradient_checkpointing --steps 2 --target 0
+      --offload_optimizer cpu --gradient_checkpointing --target 0 "${steps[@]}"
   fi
   if [[ -x $bench_dir/bench_gpu_offload ]]; then
     run_side offload copies 60 "$bench_dir/bench_gpu_offload"

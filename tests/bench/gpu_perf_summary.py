@@ -256,6 +256,8 @@ def plain_part(name, sides, gpus):
     if name == "offload" and c and c["state"] == "ran":
         for r in parse_results(c["lines"]):
             fig.update({k: v for k, v in r.items() if k.endswith("_ratio")})
+    # offload: the same run's steps with --delayed_param_update (dpu_* figures), reported beside ours.
+    dpu = {k[len("dpu_"):]: v for k, v in fig.items() if k.startswith("dpu_")} if name == "offload" else {}
     # loss: PyTorch's own bf16 autocast against its fp32 on the same test (torch_gpu_train.py
     # --loss_check), the yardstick for our drift.
     pyfig = {}
@@ -264,6 +266,8 @@ def plain_part(name, sides, gpus):
         for r in parse_results(py["lines"]):
             pyfig.update(r)
     part = dict(ours=fig, pytorch=pyfig, ratio=None)
+    if dpu:
+        part["ours_dpu"] = dpu
     return part, st
 
 
@@ -353,6 +357,10 @@ def print_table(summary):
                 m = part.get("mem_ratio_" + side)
                 rows.append((f"  {side}", cell(name, part["ours_" + side]), "", f"{r:.2f}x" if r else "-",
                              f"{what}; memory {m:.2f}x PyTorch's" if m else ""))
+        if name == "offload" and part.get("ours_dpu"):
+            mfu = part["ours_dpu"].get("mfu")
+            met = "" if mfu is None else (" (MFU target met)" if mfu >= TARGETS["offload"]["mfu"] else " (MFU target missed)")
+            rows.append(("  dpu", cell(name, part["ours_dpu"]), "", "-", "--delayed_param_update" + met))
         if name == "attention":
             for c in part.get("cases", []):
                 o, p = c["ours"].get("fwd_bwd_ms"), c["pytorch"].get("fwd_bwd_ms")

@@ -46,6 +46,13 @@ expect_usage_error "bad value" "neg.json: gradient_clipping: must be >= 0" \
   train --deepspeed "$WORK/neg.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o8"
 expect_usage_error "unknown flag" "unknown flag --learning_rat; did you mean --learning_rate" \
   train --learning_rat 1 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9"
+expect_usage_error "--delayed_param_update without offload" \
+  "--delayed_param_update overlaps ZeRO-Offload's CPU optimizer step with the next step: it needs zero_optimization.offload_optimizer on .* in .*zero0.json" \
+  train --delayed_param_update --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9d"
+expect_usage_error "--delayed_param_update_warmup alone" "--delayed_param_update_warmup does nothing without --delayed_param_update" \
+  train --delayed_param_update_warmup 5 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9e"
+expect_usage_error "--delayed_param_update_warmup -1" "--delayed_param_update_warmup must be >= 0, got -1" \
+  train --delayed_param_update --delayed_param_update_warmup -1 --train_data "$DATA/train_*.bin" --output_dir "$WORK/o9f"
 # Flags are held to the ranges of the config keys they fill through "auto" (the config here has
 # lr, betas and weight_decay "auto"): inf trained and wrote "lr":NaN before.
 expect_usage_error "--learning_rate inf" "^zerotrain: error: --learning_rate must be a finite number, got inf" \

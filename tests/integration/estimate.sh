@@ -57,6 +57,8 @@ PY
 check stage0_fp32 1 "$ZT_SOURCE_DIR/configs/zero0.json"
 check stage1_fp32 2 "$ZT_SOURCE_DIR/configs/zero1.json"
 check stage2_bf16_offload 2 "$ZT_SOURCE_DIR/configs/zero2_offload_cpu.json" --bf16
+# --delayed_param_update's host copy of the new parameters (zero_estimate takes the flag too).
+check stage2_bf16_offload_delayed 2 "$ZT_SOURCE_DIR/configs/zero2_offload_cpu.json" --bf16 --delayed_param_update
 check stage3_bf16_ckpt 2 "$ZT_SOURCE_DIR/configs/zero3.json" --bf16 --gradient_checkpointing
 check stage3_nvme 2 "$WORK/nvme.json" --bf16
 # The Llama family (issue 16): grouped-query attention, SwiGLU, an untied lm_head.
@@ -105,6 +107,30 @@ expect_usage_error "half the hardware" "^zero_estimate: .*needs both --gpu_memor
 expect_usage_error "bad memory suffix" "^zero_estimate: .*--gpu_memory: unknown suffix 'GiG'" \
   "$ESTIMATE" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --gpu_memory 80GiG --cpu_memory 1TB
 expect_usage_error "missing value" "^zero_estimate: .*--num_nodes" "$ESTIMATE" --stage 2 --params 1B --num_nodes
+expect_usage_error "--delayed_param_update with --params" \
+  "^zero_estimate: .*--delayed_param_update needs --config_name and --deepspeed CONFIG" \
+  "$ESTIMATE" --stage 2 --params 1B --delayed_param_update
+# The recommender with --delayed_param_update: the rungs that cannot run it (no optimizer offload,
+# or parameters offloaded) are estimated without it; a 35 MB GPU needs stage 2 + optimizer offload,
+# which holds the pending parameters' host copy (2 bytes a parameter in bf16) on top.
+REC=(--config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --deepspeed "$ZT_SOURCE_DIR/configs/zero2_offload_cpu.json"
+     --bf16 --block_size 64 --per_device_train_batch_size 4 --gpu_memory 35MB --cpu_memory 16GB --json)
+if "$ESTIMATE" "${REC[@]}" --delayed_param_update >"$WORK/rec_dpu.json" 2>"$WORK/rec_dpu.err" &&
+   "$ESTIMATE" "${REC[@]}" >"$WORK/rec.json" 2>"$WORK/rec.err"; then
+  /usr/bin/python3 - "$WORK/rec_dpu.json" "$WORK/rec.json" <<'PY' && pass "recommender with --delayed_param_update" || fail "recommender with --delayed_param_update"
+import json, sys
+dpu, plain = (json.load(open(f)) for f in sys.argv[1:3])
+def rung(d, name):
+    return next(r for r in d["recommendation"]["ladder"] if r["rung"] == name)
+name = "stage 2 + optimizer offload (cpu)"
+assert dpu["recommendation"]["chosen"] == plain["recommendation"]["chosen"], (dpu["recommendation"]["chosen"], plain["recommendation"]["chosen"])
+extra = rung(dpu, name)["estimate"]["pool_bytes"]["pinned"] - rung(plain, name)["estimate"]["pool_bytes"]["pinned"]
+assert extra == 2 * dpu["num_params"] or abs(extra - 2 * dpu["num_params"]) < 4096, extra
+assert rung(dpu, "stage 0")["estimate"] == rung(plain, "stage 0")["estimate"]
+PY
+else
+  fail "recommender with --delayed_param_update: $(cat "$WORK/rec_dpu.err" "$WORK/rec.err")"
+fi
 
 # The GPU view (--accelerator cuda): GPU memory per rank with the allocator's rounding and the
 # fixed costs; NCCL's buffers only with more than one rank; --gpu_memory alone gives a verdict on

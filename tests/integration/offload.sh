@@ -3,6 +3,8 @@
 #  - cpu and nvme optimizer offload (2 ranks) give the same per-step losses as no offload, and
 #    metrics.jsonl shows where the bytes went;
 #  - checkpoints save from and resume into an NVMe-offloaded optimizer;
+#  - --delayed_param_update: the undelayed run's first steps, learning, and a resume that goes on
+#    as the uninterrupted run;
 #  - a missing or full nvme_path is a one-line error at start-up, before anything is written;
 #  - a model whose optimizer state is bigger than a RAM budget trains from NVMe with its peak RSS,
 #    measured by the kernel for the child process, under that budget;
@@ -90,6 +92,40 @@ assert sorted(resumed) == list(range(1, 21)), sorted(resumed)
 for s in range(11, 21):
     assert resumed[s] == straight[s], (s, resumed[s], straight[s])
 PY
+
+# ---- the delayed parameter update: the same first steps, learns, resumes as uninterrupted ----
+DPU=(--delayed_param_update --delayed_param_update_warmup 3)
+train s2_cpu "$WORK/dpu" 2 --max_steps 20 --save_steps 10 "${DPU[@]}" 2>"$WORK/dpu.log" || fail "delayed update: $(tail -3 "$WORK/dpu.log")"
+train s2_cpu "$WORK/dpu_ck" 2 --max_steps 10 --save_steps 10 "${DPU[@]}" 2>"$WORK/dpu_ck.log" || fail "delayed update, to step 10: $(tail -3 "$WORK/dpu_ck.log")"
+train s2_cpu "$WORK/dpu_ck" 2 --max_steps 20 --save_steps 10 --resume_from_checkpoint auto "${DPU[@]}" \
+  2>"$WORK/dpu_ck2.log" || fail "delayed update, resumed: $(tail -3 "$WORK/dpu_ck2.log")"
+/usr/bin/python3 - "$WORK" <<'PY' && pass "--delayed_param_update: steps 1-4 as undelayed, learns, a resume at step 10 gives the same steps 11-20" || fail "delayed parameter update"
+import json, sys
+w = sys.argv[1]
+def read(name):
+    return [json.loads(l) for l in open(f"{w}/{name}/metrics.jsonl")]
+def losses(lines):
+    return {l["step"]: l["loss"] for l in lines if l["event"] == "step"}
+straight, dpu, resumed = losses(read("s2_cpu")), losses(read("dpu")), losses(read("dpu_ck"))
+# Steps 1-3 are the warm-up; step 4 is the first delayed one, whose forward still sees model 3.
+for s in range(1, 5):
+    assert dpu[s] == straight[s], (s, dpu[s], straight[s])
+assert dpu[6] != straight[6], "step 6 saw the undelayed model"
+assert dpu[20] < dpu[1] - 0.5, dpu
+# The checkpoint at step 10 holds every update, and the run that saved it went on from there.
+for s in range(11, 21):
+    assert resumed[s] == dpu[s], (s, resumed[s], dpu[s])
+start, plain = read("dpu")[0], read("s2_cpu")[0]
+assert start["offload"]["delayed_param_update_after"] == 3 and plain["offload"]["delayed_param_update_after"] is None
+# The pending parameters' host copy: bf16, one per offloaded element (the partition).
+partition = start["offloaded_state_bytes"]["master"] // 4
+extra = start["buffer_bytes"]["offload"] - plain["buffer_bytes"]["offload"]
+assert extra == 2 * partition, (extra, partition)
+PY
+config s3_nvme_param 3 cpu nvme
+expect_usage_error_mpi "--delayed_param_update with offload_param" \
+  "--delayed_param_update with zero_optimization.offload_param is not implemented: .*s3_nvme_param.json" \
+  train s3_nvme_param "$WORK/bad_dpu" 2 --max_steps 2 "${DPU[@]}"
 
 # ---- bad nvme_path: one line at start-up, nothing written ----
 config missing 3 nvme none

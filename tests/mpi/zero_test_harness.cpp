@@ -65,6 +65,19 @@ int32_t token(int64_t step, int64_t g, int t) {
   return int32_t((x >> 33) % 97);
 }
 
+void fill_micro_batch(int64_t data_step, int rank, int micro, int64_t accumulation, int64_t m, int32_t* in,
+                      int32_t* tg) {
+  const int64_t first = rank * micro * accumulation + m * micro;
+  for (int b = 0; b < micro; ++b) {
+    for (int t = 0; t < kSeq; ++t) {
+      // The next token is the current one + 1 most of the time.
+      const int32_t x = token(data_step, first + b, t);
+      in[size_t(b) * kSeq + t] = x;
+      tg[size_t(b) * kSeq + t] = (x + 1 + (token(data_step, first + b, t + 100) % 5 == 0)) % 97;
+    }
+  }
+}
+
 std::vector<double> train(HostComm& comm, const DsConfig& cfg, size_t* peak_live, ModelStateBytes* states,
                           std::vector<float>* master, const ModelConfig& model, DType activations) {
   auto backend = test_backend();
@@ -88,14 +101,7 @@ std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& c
   std::vector<double> losses;
   for (int64_t step = 0; step < kSteps; ++step) {
     for (int64_t m = 0; m < cfg.gradient_accumulation_steps; ++m) {
-      const int64_t first = comm.rank() * micro * cfg.gradient_accumulation_steps + m * micro;
-      for (int b = 0; b < micro; ++b) {
-        for (int t = 0; t < kSeq; ++t) {
-          // A learnable rule with noise: the next token is the current one + 1 most of the time.
-          in[size_t(b) * kSeq + t] = token(step, first + b, t);
-          tg[size_t(b) * kSeq + t] = (token(step, first + b, t) + 1 + (token(step, first + b, t + 100) % 5 == 0)) % 97;
-        }
-      }
+      fill_micro_batch(step, comm.rank(), micro, cfg.gradient_accumulation_steps, m, in.data(), tg.data());
       // As the trainer: the lm_head's backward runs in the forward, its gradient slot opened there.
       model.forward(in.data(), tg.data(), micro, kSeq, 1.0, engine.backward_scale());
       model.backward(engine.backward_scale());

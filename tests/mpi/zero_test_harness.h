@@ -25,6 +25,10 @@ DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation);
 std::unique_ptr<Backend> test_backend();
 /// Token t of global sample g at `step`: a fixed pseudo-random sequence, the same on every rank.
 int32_t token(int64_t step, int64_t g, int t);
+/// Micro-batch `m` of this rank's slice of data step `data_step` (micro sequences of kSeq tokens):
+/// the inputs and the targets of a learnable rule with noise.
+void fill_micro_batch(int64_t data_step, int rank, int micro, int64_t accumulation, int64_t m, int32_t* in,
+                      int32_t* tg);
 /// Trains kSteps on `comm` (each rank takes its contiguous slice of the global batch) and returns
 /// the mean loss of every step. Optionally reports stage 3's peak live parameters, the model-state
 /// bytes, and the final fp32 master weights.

@@ -106,9 +106,10 @@ TEST(Engine, AllocatesWhatZeroEstimateSays) {
     const char* name;
     double ratio;  // 0: none
     bool params;   // offload_param cpu (stage 3)
+    bool delayed = false;  // --delayed_param_update: the pending parameters' host copy
   };
   const Offload offloads[] = {{"none", 0, false}, {"optimizer", 1, false}, {"half the optimizer", 0.5, false},
-                              {"optimizer and params", 1, true}};
+                              {"optimizer and params", 1, true}, {"half the optimizer, delayed", 0.5, false, true}};
   for (int stage = 0; stage <= 3; ++stage) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       for (DType activations : {DType::kF32, DType::kBF16}) {
@@ -122,6 +123,7 @@ TEST(Engine, AllocatesWhatZeroEstimateSays) {
             cfg.zero.offload_optimizer.ratio = off.ratio;
           }
           if (off.params) cfg.zero.offload_param.device = OffloadConfig::Device::kCpu;
+          if (off.delayed) cfg.zero.delayed_param_update_after = 0;
           const std::string where = cat("stage ", stage, " ", dtype_name(dtype), ", activations ",
                                         dtype_name(activations), ", offload ", off.name);
           RunShape run;
