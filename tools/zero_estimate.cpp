@@ -142,9 +142,11 @@ void check_args(const Args& a) {
   ZT_USAGE_CHECK(a.accelerator == "cpu" || a.accelerator == "emulated" || a.accelerator == "cuda",
                  "--accelerator \"", a.accelerator, "\": choose one of ", kEstimateAccelerators,
                  a.accelerator == "auto" ? " (auto is decided where the trainer runs)" : "");
-  ZT_USAGE_CHECK(!a.delayed_update || (!a.model_path.empty() && !a.ds_path.empty()),
-                 "--delayed_param_update needs --config_name and --deepspeed CONFIG (with offload_optimizer): "
-                 "DeepSpeed's tables (--params) assume no delayed update");
+  ZT_USAGE_CHECK(!a.delayed_update || a.params_text.empty(),
+                 "--delayed_param_update needs --config_name: DeepSpeed's tables (--params) assume no delayed update");
+  ZT_USAGE_CHECK(!a.delayed_update || !a.ds_path.empty(),
+                 "--delayed_param_update needs --deepspeed CONFIG with offload_optimizer (the flag is zerotrain's; "
+                 "zero_estimate's defaults offload nothing)");
   ZT_USAGE_CHECK(!a.cuda() || !a.model_path.empty(),
                  "--accelerator cuda needs --config_name: the GPU view is of zerotrain's estimate per rank");
   // The capacities parse here, so that a bad one is the only line printed.
@@ -373,11 +375,13 @@ Advice advise(const ModelConfig& model, const DsConfig& config, const RunShape& 
   return advice;
 }
 
-void print_ladder(const Hardware& hw, const Recommendation& rec) {
-  std::printf("\nrecommender (GPU %s%s, node memory %s%s), fastest first:\n", gib(double(hw.gpu_memory)).c_str(),
+void print_ladder(const Hardware& hw, const Recommendation& rec, bool delayed_update) {
+  std::printf("\nrecommender (GPU %s%s, node memory %s%s), fastest first%s:\n", gib(double(hw.gpu_memory)).c_str(),
               hw.cuda ? " for the GPU view's total" : "",
               gib(double(hw.cpu_memory)).c_str(),
-              hw.nvme_capacity ? cat(", NVMe ", gib(double(hw.nvme_capacity))).c_str() : "");
+              hw.nvme_capacity ? cat(", NVMe ", gib(double(hw.nvme_capacity))).c_str() : "",
+              delayed_update ? " (--delayed_param_update: only the rungs with offload_optimizer and no offload_param)"
+                             : "");
   for (const RungVerdict& v : rec.rungs) {
     std::printf("  %-58s %s\n", v.name.c_str(),
                 v.fits ? cat("fits: ", hw.cuda ? "GPU " : "device ", gib(double(v.gpu_bytes)), ", host ",
@@ -394,7 +398,7 @@ bool report_recommendation(const Args& a, const ModelConfig& model, const DsConf
   const Hardware hw = read_hardware(a);
   const Advice advice = advise(model, config, run, hw);
   const Recommendation& rec = advice.rec;
-  if (!a.as_json) print_ladder(hw, rec);
+  if (!a.as_json) print_ladder(hw, rec, a.delayed_update);
   json::array ladder;
   for (const RungVerdict& v : rec.rungs) {
     json::object rung{{"rung", v.name}, {"fits", v.fits}, {"why_not", v.why_not}, {"estimate", estimate_json(v.estimate)}};
@@ -430,14 +434,19 @@ int run(int argc, char** argv) {
   const Model m = read_model(a);
   out["num_params"] = m.total;
   out["largest_layer_params"] = m.largest;
+  // The config is read before anything is printed: a bad one is the only line.
+  std::optional<RunShape> run;
+  std::optional<DsConfig> config;
+  if (m.config) {
+    run = make_run_shape(a, *m.config);
+    config = make_ds_config(a, *m.config, *run);
+    run->micro_batch = int(config->train_micro_batch_size_per_gpu);
+  }
   if (a.stage == 2 || a.stage == 3) report_deepspeed_table(a, m, out);
   bool fits = true;
   if (m.config) {
-    RunShape run = make_run_shape(a, *m.config);
-    const DsConfig config = make_ds_config(a, *m.config, run);
-    run.micro_batch = int(config.train_micro_batch_size_per_gpu);
-    if (a.estimate_wanted()) fits = report_estimate(a, *m.config, config, run, out);
-    if (a.recommend_wanted()) fits = report_recommendation(a, *m.config, config, run, out);
+    if (a.estimate_wanted()) fits = report_estimate(a, *m.config, *config, *run, out);
+    if (a.recommend_wanted()) fits = report_recommendation(a, *m.config, *config, *run, out);
   }
   if (a.as_json) std::cout << json::serialize(out) << "\n";
   return fits ? 0 : 1;

@@ -43,6 +43,9 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
   for (const RungSpec& spec : kLadder) {
     const bool nvme = spec.optimizer == kNvme || spec.params == kNvme;
     if (nvme && hw.nvme_capacity == 0) continue;
+    // --delayed_param_update runs with the optimizer offloaded and the parameters not: the other
+    // rungs' configs would refuse the flag, so they are not offered.
+    if (base.zero.delayed_param_update_after >= 0 && (spec.optimizer == kNone || spec.params != kNone)) continue;
     RungVerdict v;
     v.name = spec.name;
     v.config = base;
@@ -66,9 +69,6 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
       z.sub_group_size = int64_t(std::clamp<size_t>(partition / 16, size_t(1) << 20, 100'000'000));
     }
     if (spec.params == kNvme) z.offload_param.max_in_cpu = 0;  // all of it on NVMe: that is why this rung exists
-    // --delayed_param_update goes with the rungs that can run it: the optimizer offloaded, the
-    // parameters not.
-    if (spec.optimizer == kNone || spec.params != kNone) z.delayed_param_update_after = -1;
     // What must fit the GPU: the device pool, or on a CUDA GPU all that the rank reserves there.
     auto gpu_bytes = [&](const MemoryEstimate& e) {
       return hw.cuda ? estimate_gpu_memory(e, run.world_size).total() : e.device_total();

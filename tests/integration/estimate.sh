@@ -107,30 +107,48 @@ expect_usage_error "half the hardware" "^zero_estimate: .*needs both --gpu_memor
 expect_usage_error "bad memory suffix" "^zero_estimate: .*--gpu_memory: unknown suffix 'GiG'" \
   "$ESTIMATE" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --gpu_memory 80GiG --cpu_memory 1TB
 expect_usage_error "missing value" "^zero_estimate: .*--num_nodes" "$ESTIMATE" --stage 2 --params 1B --num_nodes
+# A config that cannot be read is the only output, even where DeepSpeed's table (--stage 2) would
+# print first.
+expect_usage_error "unreadable --deepspeed" "^zero_estimate: error: .*nosuch.json: cannot open file" \
+  "$ESTIMATE" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --stage 2 --deepspeed "$WORK/nosuch.json"
+printed=$("$ESTIMATE" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --stage 2 \
+  --deepspeed "$WORK/nosuch.json" 2>/dev/null)
+[[ -z $printed ]] && pass "unreadable --deepspeed: nothing on stdout" || fail "unreadable --deepspeed printed: $printed"
 expect_usage_error "--delayed_param_update with --params" \
-  "^zero_estimate: .*--delayed_param_update needs --config_name and --deepspeed CONFIG" \
+  "^zero_estimate: .*--delayed_param_update needs --config_name: DeepSpeed's tables \(--params\)" \
   "$ESTIMATE" --stage 2 --params 1B --delayed_param_update
-# The recommender with --delayed_param_update: the rungs that cannot run it (no optimizer offload,
-# or parameters offloaded) are estimated without it; a 35 MB GPU needs stage 2 + optimizer offload,
-# which holds the pending parameters' host copy (2 bytes a parameter in bf16) on top.
+expect_usage_error "--delayed_param_update without --deepspeed" \
+  "^zero_estimate: .*--delayed_param_update needs --deepspeed CONFIG with offload_optimizer" \
+  "$ESTIMATE" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --stage 2 --delayed_param_update
+# The recommender with --delayed_param_update offers only the rungs that can run it (the optimizer
+# offloaded, the parameters not), each holding the pending parameters' host copy (2 bytes a
+# parameter in bf16): at 80 GB stage 0 fits without the flag and stage 2 + optimizer offload with
+# it; at 35 MB both choose stage 2 + optimizer offload.
 REC=(--config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" --deepspeed "$ZT_SOURCE_DIR/configs/zero2_offload_cpu.json"
-     --bf16 --block_size 64 --per_device_train_batch_size 4 --gpu_memory 35MB --cpu_memory 16GB --json)
-if "$ESTIMATE" "${REC[@]}" --delayed_param_update >"$WORK/rec_dpu.json" 2>"$WORK/rec_dpu.err" &&
-   "$ESTIMATE" "${REC[@]}" >"$WORK/rec.json" 2>"$WORK/rec.err"; then
-  /usr/bin/python3 - "$WORK/rec_dpu.json" "$WORK/rec.json" <<'PY' && pass "recommender with --delayed_param_update" || fail "recommender with --delayed_param_update"
+     --bf16 --block_size 64 --per_device_train_batch_size 4 --cpu_memory 16GB --json)
+ok=1
+for gpu in 35MB 80GB; do
+  "$ESTIMATE" "${REC[@]}" --gpu_memory $gpu --delayed_param_update >"$WORK/rec_dpu_$gpu.json" 2>"$WORK/rec.err" &&
+    "$ESTIMATE" "${REC[@]}" --gpu_memory $gpu >"$WORK/rec_$gpu.json" 2>>"$WORK/rec.err" || { ok=0; fail "recommender at $gpu: $(cat "$WORK/rec.err")"; }
+done
+((ok)) && /usr/bin/python3 - "$WORK" <<'PY' && pass "recommender with --delayed_param_update" || fail "recommender with --delayed_param_update"
 import json, sys
-dpu, plain = (json.load(open(f)) for f in sys.argv[1:3])
-def rung(d, name):
-    return next(r for r in d["recommendation"]["ladder"] if r["rung"] == name)
+w = sys.argv[1]
+def load(name):
+    return json.load(open(f"{w}/{name}.json"))
 name = "stage 2 + optimizer offload (cpu)"
-assert dpu["recommendation"]["chosen"] == plain["recommendation"]["chosen"], (dpu["recommendation"]["chosen"], plain["recommendation"]["chosen"])
-extra = rung(dpu, name)["estimate"]["pool_bytes"]["pinned"] - rung(plain, name)["estimate"]["pool_bytes"]["pinned"]
-assert extra == 2 * dpu["num_params"] or abs(extra - 2 * dpu["num_params"]) < 4096, extra
-assert rung(dpu, "stage 0")["estimate"] == rung(plain, "stage 0")["estimate"]
+for gpu, plain_choice in (("35MB", name), ("80GB", "stage 0")):
+    dpu, plain = load(f"rec_dpu_{gpu}"), load(f"rec_{gpu}")
+    assert plain["recommendation"]["chosen"] == plain_choice, plain["recommendation"]["chosen"]
+    assert dpu["recommendation"]["chosen"] == name, dpu["recommendation"]["chosen"]
+    for r in dpu["recommendation"]["ladder"]:
+        assert "optimizer" in r["rung"] and "parameter" not in r["rung"], r["rung"]
+# The ladder stops at the first rung that fits: at 35 MB both reach this one.
+rung = lambda d: next(r for r in d["recommendation"]["ladder"] if r["rung"] == name)
+dpu, plain = load("rec_dpu_35MB"), load("rec_35MB")
+extra = rung(dpu)["estimate"]["pool_bytes"]["pinned"] - rung(plain)["estimate"]["pool_bytes"]["pinned"]
+assert abs(extra - 2 * dpu["num_params"]) < 4096, extra
 PY
-else
-  fail "recommender with --delayed_param_update: $(cat "$WORK/rec_dpu.err" "$WORK/rec.err")"
-fi
 
 # The GPU view (--accelerator cuda): GPU memory per rank with the allocator's rounding and the
 # fixed costs; NCCL's buffers only with more than one rank; --gpu_memory alone gives a verdict on
