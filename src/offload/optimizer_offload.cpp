@@ -190,21 +190,22 @@ void OptimizerOffload::send_params(SwapMode mode, const std::function<void(const
   backend_.record(*params_written_, *upload_);
 }
 
+void OptimizerOffload::adam_piece(const AdamStepArgs& args, const OffloadPiece& p, const void* grad,
+                                  DType grad_dtype, void* param) {
+  const auto* g = static_cast<const unsigned char*>(grad) + p.lo * dtype_size(grad_dtype);
+  host_ops_.adam_step(args, p.master, p.exp_avg, p.exp_avg_sq, g, grad_dtype, param, param_dtype_, p.n);
+}
+
 void OptimizerOffload::adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params) {
-  const auto* g = static_cast<const unsigned char*>(grad);
-  const size_t gsize = dtype_size(grad_dtype);
   send_params(SwapMode::kReadWrite, [&](const OffloadPiece& p, void* staging) {
-    host_ops_.adam_step(args, p.master, p.exp_avg, p.exp_avg_sq, g + p.lo * gsize, grad_dtype, staging, param_dtype_, p.n);
+    adam_piece(args, p, grad, grad_dtype, staging);
   }, params);
 }
 
 void OptimizerOffload::adam_step_to_host(const AdamStepArgs& args, const void* grad, DType grad_dtype, void* params) {
-  const auto* g = static_cast<const unsigned char*>(grad);
   auto* out = static_cast<unsigned char*>(params);
-  const size_t gsize = dtype_size(grad_dtype), psize = dtype_size(param_dtype_);
   visit(0, count_, SwapMode::kReadWrite, [&](const OffloadPiece& p) {
-    host_ops_.adam_step(args, p.master, p.exp_avg, p.exp_avg_sq, g + p.lo * gsize, grad_dtype, out + p.lo * psize,
-                        param_dtype_, p.n);
+    adam_piece(args, p, grad, grad_dtype, out + p.lo * dtype_size(param_dtype_));
   });
 }
 

@@ -109,6 +109,9 @@ class OptimizerOffload {
   void visit_nvme(size_t lo, size_t hi, SwapMode mode, const std::function<void(const OffloadPiece&)>& fn);
   /// Stages piece k in its buffer (k % buffers), reading it when `need_data`.
   void start_read(size_t k, bool need_data);
+  /// Adam over piece `p`: its gradient from `grad` (the range's first element at its start), its
+  /// updated parameters to `param`.
+  void adam_piece(const AdamStepArgs& args, const OffloadPiece& p, const void* grad, DType grad_dtype, void* param);
   /// Walks every piece: `fill` writes its parameters into a free staging buffer, which then goes
   /// to `params` on the upload stream.
   void send_params(SwapMode mode, const std::function<void(const OffloadPiece&, void* staging)>& fill,

@@ -221,6 +221,12 @@ int main(int argc, char** argv) try {
   std::printf("%8s %12s %14s %8s\n", "step", "ms", "tokens/s", "MFU");
   // Model FLOPs: forward and backward, not checkpointing's recompute (MFU, not hardware FLOPs).
   const double flops_per_step = 3.0 * model.flops_per_token_forward(block) * tokens_per_step;
+  // MFU of a step that took `sec` (0 where the card's peak is unknown); the median of some steps.
+  auto mfu_of = [&](double sec) { return peak_tflops > 0 ? flops_per_step / sec / (peak_tflops * 1e12) : 0.0; };
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   std::vector<double> times, delayed_times;
   // The engine delays the steps whose update starts after W updates (the warm-up's step 0 is one).
   const int first_delayed = delayed_update >= 0 ? int(delayed_update) : steps + 1;
@@ -228,31 +234,27 @@ int main(int argc, char** argv) try {
     Stopwatch w;
     run.step(in, tg, batch, block, accumulation);
     const double sec = w.seconds();
-    const double mfu = peak_tflops > 0 ? flops_per_step / sec / (peak_tflops * 1e12) : 0;
+    const double mfu = mfu_of(sec);
     const char* what = s == 0 ? "  (warm-up)" : s == first_delayed ? "  (first delayed: not counted)"
                                             : s > first_delayed ? "  (delayed)" : "";
     std::printf("%8d %12.1f %14.0f %7.1f%%%s\n", s, sec * 1e3, tokens_per_step / sec, mfu * 100, what);
     if (s > 0 && s < first_delayed) times.push_back(sec);
     if (s > first_delayed) delayed_times.push_back(sec);
   }
-  std::sort(times.begin(), times.end());
-  std::sort(delayed_times.begin(), delayed_times.end());
-  const double median = times[times.size() / 2];
-  const double tokens = tokens_per_step / median;
+  const double median = median_of(times);
+  const double tokens = tokens_per_step / median, mfu = mfu_of(median);
   std::printf("# median step %.1f ms: %.0f tokens/s, MFU %.1f%% of %.0f TFLOP/s dense bf16\n", median * 1e3, tokens,
-              peak_tflops > 0 ? flops_per_step / median / (peak_tflops * 1e12) * 100 : 0.0, peak_tflops);
+              mfu * 100, peak_tflops);
   std::printf("# llm.c, same model and shape: about %.0fK tokens/s on one A100 (its README); ours / that: %.2f\n",
               kLlmcA100TokensPerSecond / 1e3, tokens / kLlmcA100TokensPerSecond);
   // Which GEMM path ran: a fused op cuBLASLt declined ran composed, correct but slower.
   const cuda::GemmCounts gemms = cuda::gemm_counts();
   std::printf("# cuBLASLt: %zu fused GEMMs launched (residual addend, GELU epilogues), %zu declined and composed\n",
               gemms.fused_launches, gemms.declined_calls);
-  const double mfu = peak_tflops > 0 ? flops_per_step / median / (peak_tflops * 1e12) : 0;
   const size_t peak_device = pool_peaks().bytes[size_t(Pool::kDevice)];
   std::string delayed;
   if (!delayed_times.empty()) {
-    const double d = delayed_times[delayed_times.size() / 2];
-    const double dmfu = peak_tflops > 0 ? flops_per_step / d / (peak_tflops * 1e12) : 0;
+    const double d = median_of(delayed_times), dmfu = mfu_of(d);
     std::printf("# delayed parameter update: median step %.1f ms: %.0f tokens/s, MFU %.1f%% (undelayed %.1f ms)\n",
                 d * 1e3, tokens_per_step / d, dmfu * 100, median * 1e3);
     char text[160];
