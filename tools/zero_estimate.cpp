@@ -64,7 +64,7 @@ json::object estimate_json(const MemoryEstimate& e) {
 }
 
 std::string describe(const DsConfig& c) {
-  std::string s = cat("stage ", c.zero.stage, ", ", dtype_name(c.param_dtype()));
+  std::string s = cat("stage ", c.zero.stage, ", ", dtype_name(c.param_dtype()), ", ", optimizer_name(c.optimizer.type));
   auto where = [](const OffloadConfig& o) { return o.device == OffloadConfig::Device::kNvme ? "nvme" : "cpu"; };
   if (c.zero.offload_optimizer.enabled()) s += cat(", optimizer on ", where(c.zero.offload_optimizer));
   if (c.zero.offload_param.enabled()) s += cat(", parameters on ", where(c.zero.offload_param));
@@ -85,6 +85,10 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
   std::printf("zerotrain, per rank (%d rank(s), %s, micro-batch %d, block %d%s):\n", run.world_size,
               describe(c).c_str(), run.micro_batch, run.seq_len,
               run.gradient_checkpointing ? ", gradient checkpointing" : "");
+  const OptimizerConfig& opt = c.optimizer;
+  std::printf("  optimizer %s: fp32 master%s%s, %d bytes a parameter (DeepSpeed's table assumes Adam's 12 for any)\n",
+              optimizer_name(opt.type), opt.has_exp_avg() ? " + exp_avg" : "", opt.has_exp_avg_sq() ? " + exp_avg_sq" : "",
+              4 * (1 + opt.moment_count()));
   std::printf("  model states on the device %11s  (params %s, grads %s, master %s, moments %s)\n",
               gib(double(d.total())).c_str(), gib(double(d.params)).c_str(), gib(double(d.grads)).c_str(),
               gib(double(d.master)).c_str(), gib(double(d.exp_avg + d.exp_avg_sq)).c_str());
@@ -110,6 +114,7 @@ struct Args {
   std::string params_text, largest_text, model_path, ds_path, gpu_text, cpu_text, nvme_text,
       nvme_path = "/local_nvme";
   std::string accelerator = "cpu";
+  std::string optim;  // HF's --optim; empty: not given
   bool checkpointing = false, bf16 = false, fp16 = false, as_json = false;
   bool delayed_update = false;  // zerotrain's --delayed_param_update: the pending parameters' host copy
   std::string activation_dtype = "auto";
@@ -187,6 +192,9 @@ bool parse_args(int argc, char** argv, Args& a) {
      "logits held are one chunk's")
     ("delayed_param_update", po::bool_switch(&a.delayed_update),
      "zerotrain's flag: counts the host copy of the offloaded parameters that the delayed update keeps")
+    ("optim", po::value(&a.optim),
+     "HF's --optim without an optimizer in --deepspeed: adamw_torch (default), lion_32bit or adagrad (Lion and "
+     "Adagrad keep one fp32 moment: 8 bytes of state per parameter, not Adam's 12)")
     ("bf16", po::bool_switch(&a.bf16), "bf16 parameters and gradients")
     ("fp16", po::bool_switch(&a.fp16), "fp16 parameters and gradients")
     ("accelerator", po::value(&a.accelerator),
@@ -273,6 +281,7 @@ DsConfig make_ds_config(const Args& a, const ModelConfig& model, const RunShape&
   autos.micro_batch = {a.micro, a.micro_given};
   autos.bf16 = {a.bf16, a.bf16};
   autos.fp16 = {a.fp16, a.fp16};
+  autos.optim = {a.optim.empty() ? std::string("adamw_torch") : a.optim, !a.optim.empty()};
   if (!a.ds_path.empty()) {
     DsConfig config = load_ds_config(a.ds_path, autos);
     if (a.stage >= 0) config.zero.stage = a.stage;

@@ -8,13 +8,21 @@
 
 namespace zt {
 
-/// One Adam step's scalars, as DeepSpeed's CPU Adam computes them.
-struct AdamStepArgs {
-  float lr = 0;
+/// The element-wise update rules the fused optimizer kernels implement.
+enum class UpdateRule {
+  kAdam,     ///< Adam / AdamW (DeepSpeed's CPU Adam): master, exp_avg, exp_avg_sq
+  kLion,     ///< Lion (Chen et al. 2023): master, exp_avg (the momentum)
+  kAdagrad,  ///< Adagrad (torch.optim.Adagrad): master, exp_avg_sq (the running sum of squares)
+};
+
+/// One optimizer step's scalars, as DeepSpeed's CPU optimizers compute them.
+struct OptimizerStepArgs {
+  UpdateRule rule = UpdateRule::kAdam;
+  float lr = 0;  ///< Adagrad: already decayed by lr_decay
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float weight_decay = 0;
-  bool adamw_mode = true;
-  /// 1 - beta1^t and 1 - beta2^t (1 when bias correction is off).
+  bool adamw_mode = true;  ///< Adam only: decoupled decay (Lion's is always decoupled, Adagrad's L2)
+  /// 1 - beta1^t and 1 - beta2^t (1 when bias correction is off, and for Lion and Adagrad).
   float bias_correction1 = 1, bias_correction2 = 1;
   /// Multiplies every gradient before use: 1/loss_scale x clip coefficient.
   float grad_scale = 1;
@@ -27,8 +35,30 @@ class OptimizerOps {
   /// The fused Adam/AdamW step over n elements: reads the gradient in its own dtype, updates the
   /// fp32 master weights and both moments, and writes the parameter in `param_dtype` in the same
   /// pass (param may alias master when both are fp32). No fp32 copy of the gradient is made.
-  virtual void adam_step(const AdamStepArgs& args, float* master, float* exp_avg, float* exp_avg_sq,
+  virtual void adam_step(const OptimizerStepArgs& args, float* master, float* exp_avg, float* exp_avg_sq,
                          const void* grad, DType grad_dtype, void* param, DType param_dtype, size_t n) = 0;
+  /// The fused Lion step, likewise: with g the scaled gradient and m the momentum,
+  ///   w -= lr wd w ; w -= lr sign(b1 m + (1 - b1) g) ; m = b2 m + (1 - b2) g
+  /// where sign(0) = 0, as the paper and torch.sign (DeepSpeed's CPU Lion moves such a weight
+  /// by -lr, its FusedLion by +lr).
+  virtual void lion_step(const OptimizerStepArgs& args, float* master, float* exp_avg, const void* grad,
+                         DType grad_dtype, void* param, DType param_dtype, size_t n) = 0;
+  /// The fused Adagrad step, as torch.optim.Adagrad: g += wd w (L2) ; s += g^2 ;
+  /// w -= lr g / (sqrt(s) + eps). (DeepSpeed's CPU Adagrad leaves the decay out of the numerator.)
+  virtual void adagrad_step(const OptimizerStepArgs& args, float* master, float* exp_avg_sq, const void* grad,
+                            DType grad_dtype, void* param, DType param_dtype, size_t n) = 0;
+
+  /// The step of args.rule; the moments a rule does not keep are not touched (may be null).
+  void step(const OptimizerStepArgs& args, float* master, float* exp_avg, float* exp_avg_sq, const void* grad,
+            DType grad_dtype, void* param, DType param_dtype, size_t n) {
+    switch (args.rule) {
+      case UpdateRule::kAdam:
+        return adam_step(args, master, exp_avg, exp_avg_sq, grad, grad_dtype, param, param_dtype, n);
+      case UpdateRule::kLion: return lion_step(args, master, exp_avg, grad, grad_dtype, param, param_dtype, n);
+      case UpdateRule::kAdagrad:
+        return adagrad_step(args, master, exp_avg_sq, grad, grad_dtype, param, param_dtype, n);
+    }
+  }
 
   /// Adds the sum of squares of n gradient values, in double, to *out (memory of the same kind
   /// as `data`); NaN or inf in the data gives a non-finite result.

@@ -139,7 +139,8 @@ bool is_node_writer(int rank, const NodePlacement& placement) {
 }
 
 // A node writer's preparation: creates `dir` and checks that it has room for what the ranks
-// sharing its file system will write (their shards, 12 bytes per element, and the 16-bit model).
+// sharing its file system will write (their shards, 4 bytes per element per state field: 12 for
+// Adam, 8 for Lion and Adagrad; and the 16-bit model).
 // Returns the problem, empty when there is none; a directory without room is removed again.
 std::string prepare_checkpoint_dir(const std::string& dir, const ZeroEngine& engine, const ModelLayout& layout,
                                    int world, const NodePlacement& placement) {
@@ -147,7 +148,8 @@ std::string prepare_checkpoint_dir(const std::string& dir, const ZeroEngine& eng
   fs::create_directories(dir, ec);
   if (ec) return cat(dir, ": cannot create: ", ec.message());
   const int writers = placement.node_local ? (world + placement.num_nodes - 1) / placement.num_nodes : world;
-  const double needed = 1.02 * (double(engine.partition().partition_size) * 12.0 * writers +
+  const double field_bytes = 4.0 * double(engine.state_fields().size());
+  const double needed = 1.02 * (double(engine.partition().partition_size) * field_bytes * writers +
                                 double(layout.flat_size() * dtype_size(engine.param_dtype())));
   const fs::space_info space = fs::space(dir, ec);
   if (ec || double(space.available) >= needed) return "";  // a file system that cannot say: try
@@ -179,7 +181,7 @@ void write_shard(const std::string& path, ZeroEngine& engine, const ModelLayout&
   const EngineState st = engine.state();
   {
     H5File f = H5File::create(path + ".tmp");
-    for (StateField field : {StateField::kMaster, StateField::kExpAvg, StateField::kExpAvgSq}) {
+    for (StateField field : engine.state_fields()) {
       // In pieces, so an offloaded state (host memory or NVMe) is never copied whole.
       f.write(field_name(field), hi - lo, [&](size_t offset, size_t n, float* out) {
         engine.read_field(field, lo + offset, n, out);
@@ -322,6 +324,7 @@ boost::json::object build_manifest(const ZeroEngine& engine, const ModelLayout& 
       {"flat_size", layout.flat_size()},
       {"model_config", model_json(layout.config())},
       {"ds_config_source", ds.source},
+      {"optimizer", engine.optimizer_type()},
       {"state",
        {{"data_position", position.data_position},
         {"seed", position.seed},
@@ -448,6 +451,12 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
   engine_state_.adam_step = m.adam_step;
   engine_state_.scheduler_iteration = m.scheduler_iteration;
   engine_state_.scaler = m.scaler;
+  optimizer_ = m.optimizer;
+  state_fields_ = {StateField::kMaster};
+  OptimizerConfig saved;
+  saved.type = m.optimizer;
+  if (saved.has_exp_avg()) state_fields_.push_back(StateField::kExpAvg);
+  if (saved.has_exp_avg_sq()) state_fields_.push_back(StateField::kExpAvgSq);
   if (expect) {
     for (const auto& [key, value] : model_json(*expect)) {
       // A key the checkpoint lacks: another architecture (a GPT-2 checkpoint has no model_type).
@@ -527,7 +536,7 @@ void CheckpointReader::check_shards(const std::string& manifest_path, bool node_
                        f.int_attribute("partition_begin") == int64_t(begin) &&
                        f.int_attribute("partition_end") == int64_t(end),
                    f.path(), ": rank, world size or partition bounds disagree with the manifest");
-    for (StateField field : {StateField::kMaster, StateField::kExpAvg, StateField::kExpAvgSq}) {
+    for (StateField field : state_fields_) {
       ZT_USAGE_CHECK(f.has(field_name(field)) && f.length(field_name(field)) == end - begin, f.path(), ": ",
                      field_name(field), " does not hold the ", end - begin, " elements of the manifest's partitions[",
                      r, "]");
@@ -559,6 +568,16 @@ void CheckpointReader::require_local(size_t lo, size_t hi) const {
                            "the same node layout, or copy the shards to a shared file system"));
     }
   }
+}
+
+void CheckpointReader::require_optimizer(OptimizerConfig::Type type) const {
+  using T = OptimizerConfig::Type;
+  const auto adam = [](T t) { return t == T::kAdam || t == T::kAdamW; };
+  if (type == optimizer_ || (adam(type) && adam(optimizer_))) return;
+  throw UsageError(cat((fs::path(dir_) / "manifest.json").string(), ": optimizer: the checkpoint holds ",
+                       optimizer_name(optimizer_), "'s state and the config asks for ", optimizer_name(type),
+                       "; resume with ", optimizer_name(optimizer_), ", or export the model with zero_to_fp32 and start ",
+                       optimizer_name(type), " from it with --model_name_or_path"));
 }
 
 void CheckpointReader::read(StateField field, size_t lo, size_t hi, float* out) {

@@ -108,6 +108,11 @@ class CheckpointReader {
   const EngineState& engine_state() const { return engine_state_; }
   int saved_world_size() const { return world_size_; }
   int saved_stage() const { return stage_; }
+  /// The optimizer whose state the shards hold.
+  OptimizerConfig::Type optimizer() const { return optimizer_; }
+  /// Throws UsageError unless the shards hold the state `type` steps with (Adam and AdamW share
+  /// theirs): another optimizer's moments would be read as this one's.
+  void require_optimizer(OptimizerConfig::Type type) const;
 
   /// Elements [lo, hi) of a field over the flat layout, read from the shards that hold them.
   void read(StateField field, size_t lo, size_t hi, float* out);
@@ -126,6 +131,8 @@ class CheckpointReader {
   std::vector<bool> local_;  // per saved rank: its shard is on this node
   TrainingPosition position_;
   EngineState engine_state_;
+  OptimizerConfig::Type optimizer_ = OptimizerConfig::Type::kAdamW;
+  std::vector<StateField> state_fields_;  // the shards' fp32 fields: the master weights, the optimizer's moments
   std::map<int, H5File> open_;
   struct Verifier;  // the background CRC-32 pass
   std::unique_ptr<Verifier> verifier_;

@@ -271,6 +271,21 @@ Manifest parse_manifest(std::string_view text, const std::string& path) {
     top.fail("flat_size", cat(out.flat_size, " does not match the model_config's layout (", layout.flat_size(), ")"));
   }
   out.ds_config_source = need_string(top, "ds_config_source");
+  // Since issue 31; older checkpoints hold Adam's exp_avg and exp_avg_sq.
+  if (std::string optimizer; top.read("optimizer", optimizer)) {
+    using T = OptimizerConfig::Type;
+    bool known = false;
+    for (T t : {T::kAdam, T::kAdamW, T::kLion, T::kAdagrad}) {
+      if (optimizer == optimizer_name(t)) {
+        out.optimizer = t;
+        known = true;
+      }
+    }
+    if (!known) {
+      top.fail("optimizer", cat(describe_json(boost::json::string(optimizer)),
+                                " (expected Adam, AdamW, Lion or Adagrad)"));
+    }
+  }
 
   JsonSection state = top.child("state");
   if (!state.present()) top.fail("state", "missing");

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/ds_config.h"
 #include "config/model_config.h"
 #include "core/dtype.h"
 #include "optim/loss_scaler.h"
@@ -47,6 +48,8 @@ struct Manifest {
   TrainingPosition position;
   int64_t adam_step = 0, scheduler_iteration = -1;
   LossScaler::State scaler{};
+  /// The optimizer whose state the shards hold (absent before issue 31: Adam's, as AdamW).
+  OptimizerConfig::Type optimizer = OptimizerConfig::Type::kAdamW;
   std::vector<std::pair<size_t, size_t>> partitions;  ///< per saved rank, [begin, end)
   bool node_local = false;
   int num_nodes = 1;

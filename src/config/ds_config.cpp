@@ -65,66 +65,140 @@ void neutral_adam_params(JsonSection& p) {
                     "torch.optim switches, which DeepSpeed passes only with torch_adam: true");
 }
 
+// HF Trainer's --optim names (transformers' OptimizerNames) that zerotrain runs, and the
+// optimizer.type each means. HF builds them with the Adam flags' betas (Lion included) and eps.
+std::optional<OptimizerConfig::Type> hf_optim_type(const std::string& name) {
+  using T = OptimizerConfig::Type;
+  static const std::vector<std::pair<std::string, T>> kNames = {
+      {"adamw_torch", T::kAdamW}, {"adamw_torch_fused", T::kAdamW}, {"adamw_hf", T::kAdamW},
+      {"adamw_apex_fused", T::kAdamW}, {"lion_32bit", T::kLion}, {"adagrad", T::kAdagrad}};
+  for (const auto& [n, t] : kNames) {
+    if (n == name) return t;
+  }
+  return std::nullopt;
+}
+
+OptimizerConfig::Type optim_flag_type(const AutoValues& autos) {
+  const std::string& name = autos.optim.value;
+  if (auto t = hf_optim_type(name)) return *t;
+  static const char* kHfOptims[] = {"adafactor", "sgd", "rmsprop", "lion_8bit", "paged_lion_32bit", "paged_lion_8bit",
+                                    "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_32bit", "paged_adamw_8bit",
+                                    "adamw_anyprecision", "adamw_torch_xla", "adamw_torch_npu_fused", "galore_adamw",
+                                    "lomo", "adalomo", "grokadamw", "schedule_free_adamw", "schedule_free_sgd",
+                                    "ademamix", "rmsprop_bnb", "muon"};
+  for (const char* known : kHfOptims) {
+    if (name == known) {
+      throw UsageError(cat("--optim ", name, " is not implemented by zerotrain (adamw_torch, adamw_torch_fused, "
+                           "adamw_hf, adamw_apex_fused, lion_32bit and adagrad are)"));
+    }
+  }
+  throw UsageError(cat("--optim: unknown optimizer '", name, "'; did you mean '",
+                       closest_key(name, {"adamw_torch", "lion_32bit", "adagrad"}), "'?"));
+}
+
+// "betas" of Adam and Lion: "auto" and absent follow --adam_beta1/--adam_beta2 (DeepSpeed's
+// defaults for both, (0.9, 0.999), are HF's).
+void read_betas(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
+  if (p.is_auto("betas")) {
+    p.mark_read("betas");
+    return;
+  }
+  std::vector<double> betas;
+  if (!p.read_numbers("betas", betas, 2)) return;
+  for (double b : betas) {
+    if (b < 0 || b >= 1) p.fail("betas", cat("each beta must be in [0, 1), got ", b));
+  }
+  if ((autos.adam_beta1.explicit_flag && autos.adam_beta1.value != betas[0]) ||
+      (autos.adam_beta2.explicit_flag && autos.adam_beta2.value != betas[1])) {
+    p.fail("betas", "the config and --adam_beta1/--adam_beta2 disagree");
+  }
+  o.beta1 = betas[0];
+  o.beta2 = betas[1];
+}
+
+void parse_adam_params(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
+  read_betas(p, o, autos);
+  read_auto(p, "eps", o.eps, autos.adam_epsilon, "--adam_epsilon", 0.0);
+  p.read("adam_w_mode", o.adam_w_mode);
+  p.read("bias_correction", o.bias_correction);
+  neutral_adam_params(p);
+}
+
+// DeepSpeed's Lion block: FusedLion, or DeepSpeedCPULion with offload_optimizer.
+void parse_lion_params(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
+  read_betas(p, o, autos);
+  p.neutral("fp32_optimizer_states", {true}, "Lion's momentum is always fp32, DeepSpeed's default");
+  p.neutral("set_grad_none", {true, false}, "it only chooses how FusedLion clears gradients; the math is the same");
+  p.neutral("max_grad_norm", {}, "DeepSpeed refuses it too; use gradient_clipping");
+}
+
+// DeepSpeed's Adagrad block: torch.optim.Adagrad, or DeepSpeedCPUAdagrad with offload_optimizer.
+void parse_adagrad_params(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
+  o.eps = 1e-10;  // torch's and DeepSpeed's default; "auto" follows --adam_epsilon, as HF fills it
+  read_auto(p, "eps", o.eps, autos.adam_epsilon, "--adam_epsilon", 0.0);
+  p.read("lr_decay", o.lr_decay, 0.0);
+  p.neutral("initial_accumulator_value", {0}, "the running sum of squares starts at zero, torch's default");
+  p.neutral("amsgrad", {false}, "DeepSpeedCPUAdagrad ignores it; Adagrad has no AMSGrad variant");
+  p.neutral("fp32_optimizer_states", {true}, "the running sum of squares is always fp32, DeepSpeed's default");
+  p.neutral("max_grad_norm", {}, "DeepSpeed refuses it too; use gradient_clipping");
+  p.not_implemented({"fused", "foreach", "maximize", "differentiable"}, "torch.optim switches");
+}
+
 OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   OptimizerConfig o;
-  // Without an optimizer section the trainer still needs one: AdamW from the HF flags, which is
-  // what HF Trainer does when the DeepSpeed config names none.
+  // Without an optimizer section the trainer still needs one: HF's --optim (AdamW by default)
+  // from the HF flags, which is what HF Trainer does when the DeepSpeed config names none.
+  o.type = optim_flag_type(autos);
   o.lr = autos.learning_rate.value;
   o.beta1 = autos.adam_beta1.value;
   o.beta2 = autos.adam_beta2.value;
-  o.eps = autos.adam_epsilon.value;
+  o.eps = o.type == OptimizerConfig::Type::kAdagrad ? 1e-10 : autos.adam_epsilon.value;  // HF passes no eps to Adagrad
   o.weight_decay = autos.weight_decay.value;
   if (!s.present()) return o;
 
   std::string type;
-  if (!s.read("type", type)) s.fail("type", "the optimizer needs a type (Adam or AdamW)");
+  if (!s.read("type", type)) s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion or Adagrad)");
   std::string lower = type;
   std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-  if (lower == "adam") {
-    o.type = OptimizerConfig::Type::kAdam;
-  } else if (lower == "adamw") {
-    o.type = OptimizerConfig::Type::kAdamW;
-  } else {
+  using T = OptimizerConfig::Type;
+  const std::vector<std::pair<std::string, T>> kTypes = {
+      {"adam", T::kAdam}, {"adamw", T::kAdamW}, {"lion", T::kLion}, {"adagrad", T::kAdagrad}};
+  const auto it = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto& t) { return t.first == lower; });
+  if (it == kTypes.end()) {
     static const char* kDeepSpeedOptimizers[] = {"lamb", "onebitadam", "zerooneadam", "onebitlamb",
-                                                 "adagrad", "sgd", "lion", "muadam", "muadamw",
+                                                 "sgd", "muadam", "muadamw",
                                                  "musgd", "muon", "cpu_adam", "fusedadam"};
     for (const char* known : kDeepSpeedOptimizers) {
-      if (lower == known) s.fail("type", cat("optimizer '", type, "' is not implemented by zerotrain (Adam and AdamW are)"));
+      if (lower == known) {
+        s.fail("type", cat("optimizer '", type, "' is not implemented by zerotrain (Adam, AdamW, Lion and Adagrad are)"));
+      }
     }
     s.fail("type", cat("unknown optimizer '", type, "'; did you mean '",
-                       closest_key(type, {"Adam", "AdamW"}), "'?"));
+                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad"}), "'?"));
+  }
+  o.type = it->second;
+  const bool adam_family = o.type == T::kAdam || o.type == T::kAdamW;
+  if (autos.optim.explicit_flag && optim_flag_type(autos) != o.type &&
+      !(adam_family && optim_flag_type(autos) == T::kAdamW)) {
+    s.fail("type", cat("the config says ", type, " but --optim says ", autos.optim.value,
+                       "; DeepSpeed's optimizer would win over HF's: drop one or make them agree"));
   }
 
   JsonSection p = s.child("params");
   read_auto(p, "lr", o.lr, autos.learning_rate, "--learning_rate", 0.0);
-  if (p.is_auto("betas")) {
-    p.mark_read("betas");
-    o.beta1 = autos.adam_beta1.value;
-    o.beta2 = autos.adam_beta2.value;
-  } else {
-    std::vector<double> betas;
-    if (p.read_numbers("betas", betas, 2)) {
-      for (double b : betas) {
-        if (b < 0 || b >= 1) p.fail("betas", cat("each beta must be in [0, 1), got ", b));
-      }
-      if ((autos.adam_beta1.explicit_flag && autos.adam_beta1.value != betas[0]) ||
-          (autos.adam_beta2.explicit_flag && autos.adam_beta2.value != betas[1])) {
-        p.fail("betas", "the config and --adam_beta1/--adam_beta2 disagree");
-      }
-      o.beta1 = betas[0];
-      o.beta2 = betas[1];
-    }
-  }
-  read_auto(p, "eps", o.eps, autos.adam_epsilon, "--adam_epsilon", 0.0);
   read_auto(p, "weight_decay", o.weight_decay, autos.weight_decay, "--weight_decay", 0.0);
-  p.read("adam_w_mode", o.adam_w_mode);
-  p.read("bias_correction", o.bias_correction);
-  neutral_adam_params(p);
+  if (adam_family) {
+    parse_adam_params(p, o, autos);
+  } else if (o.type == T::kLion) {
+    parse_lion_params(p, o, autos);
+  } else {
+    parse_adagrad_params(p, o, autos);
+  }
   p.finish();
-  s.neutral("legacy_fusion", {false}, "zerotrain has one fused Adam kernel, DeepSpeed's default");
+  if (adam_family) s.neutral("legacy_fusion", {false}, "zerotrain has one fused Adam kernel, DeepSpeed's default");
   s.finish();
   // Only "AdamW" forces decoupled decay; "Adam" follows adam_w_mode (default true), as DeepSpeed.
-  if (o.type == OptimizerConfig::Type::kAdamW) o.adam_w_mode = true;
+  if (o.type == T::kAdamW) o.adam_w_mode = true;
   return o;
 }
 
@@ -841,6 +915,16 @@ void disabled_features(JsonSection& top) {
 }
 
 }  // namespace
+
+const char* optimizer_name(OptimizerConfig::Type type) {
+  switch (type) {
+    case OptimizerConfig::Type::kAdam: return "Adam";
+    case OptimizerConfig::Type::kAdamW: return "AdamW";
+    case OptimizerConfig::Type::kLion: return "Lion";
+    case OptimizerConfig::Type::kAdagrad: return "Adagrad";
+  }
+  return "?";
+}
 
 DsConfig parse_ds_config(const boost::json::value& json, const std::string& source,
                          const AutoValues& autos) {

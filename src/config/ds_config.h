@@ -17,16 +17,28 @@
 namespace zt {
 
 struct OptimizerConfig {
-  enum class Type { kAdam, kAdamW };
+  /// DeepSpeed's optimizer.type names (HF's --optim names map onto them).
+  enum class Type { kAdam, kAdamW, kLion, kAdagrad };
   Type type = Type::kAdamW;
   double lr = 1e-3;
-  double beta1 = 0.9, beta2 = 0.999;
+  double beta1 = 0.9, beta2 = 0.999;  ///< Adam's moments; Lion's interpolation (beta1) and momentum (beta2)
   double eps = 1e-8;
-  double weight_decay = 0.0;
+  double weight_decay = 0.0;  ///< L2 (Adam with adam_w_mode false, Adagrad) or decoupled (AdamW, Lion)
   /// DeepSpeed's "Adam" also means decoupled decay unless adam_w_mode is set to false.
   bool adam_w_mode = true;
   bool bias_correction = true;
+  double lr_decay = 0.0;  ///< Adagrad (torch.optim.Adagrad): lr / (1 + (t - 1) lr_decay)
+
+  /// Whether this optimizer keeps exp_avg (Adam's first moment, Lion's momentum) and exp_avg_sq
+  /// (Adam's second moment; Adagrad's running sum of squared gradients, torch's "sum").
+  bool has_exp_avg() const { return type != Type::kAdagrad; }
+  bool has_exp_avg_sq() const { return type != Type::kLion; }
+  /// fp32 state elements per parameter beside the master weights (Adam 2, Lion and Adagrad 1).
+  int moment_count() const { return int(has_exp_avg()) + int(has_exp_avg_sq()); }
 };
+
+/// DeepSpeed's name for an optimizer type ("AdamW", "Lion", ...), as configs and manifests spell it.
+const char* optimizer_name(OptimizerConfig::Type type);
 
 struct SchedulerConfig {
   /// kTrainer: the config has no scheduler section, so the trainer's --lr_scheduler_type applies,
@@ -190,6 +202,8 @@ struct AutoValues {
   AutoValue<int64_t> max_steps{0};
   AutoValue<bool> fp16{false}, bf16{false};
   AutoValue<std::string> lr_scheduler_type{"linear"};
+  /// HF's --optim: the optimizer when the config has none (adamw_torch, lion_32bit, adagrad).
+  AutoValue<std::string> optim{"adamw_torch"};
 };
 
 /// Parses and validates a DeepSpeed config. `source` names the file in messages. Throws

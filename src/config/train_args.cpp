@@ -41,6 +41,7 @@ AutoValues TrainArgs::auto_values(int world_size, int64_t hidden_size) const {
   a.fp16 = {fp16, given("fp16")};
   a.bf16 = {bf16, given("bf16")};
   a.lr_scheduler_type = {lr_scheduler_type, given("lr_scheduler_type")};
+  a.optim = {optim, given("optim")};
   return a;
 }
 
@@ -99,6 +100,9 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     ("lr_scheduler_type", po::value(&a.lr_scheduler_type),
      "without a scheduler in the config: linear (default), cosine, constant, constant_with_warmup")
     ("weight_decay", po::value(&a.weight_decay), "weight decay (default 0)")
+    ("optim", po::value(&a.optim),
+     "without an optimizer in the config: adamw_torch (default; also adamw_torch_fused, adamw_hf, "
+     "adamw_apex_fused), lion_32bit (Lion, betas from --adam_beta1/2) or adagrad (eps 1e-10)")
     ("adam_beta1", po::value(&a.adam_beta1), "Adam beta1 (default 0.9)")
     ("adam_beta2", po::value(&a.adam_beta2), "Adam beta2 (default 0.999)")
     ("adam_epsilon", po::value(&a.adam_epsilon), "Adam epsilon (default 1e-8)")

@@ -26,6 +26,7 @@ struct TrainArgs {
   double learning_rate = 5e-5;
   int64_t warmup_steps = 0;
   std::string lr_scheduler_type = "linear";  ///< used when the DeepSpeed config has no scheduler
+  std::string optim = "adamw_torch";         ///< HF's --optim, used when the DeepSpeed config has no optimizer
   double weight_decay = 0.0;
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;

@@ -16,8 +16,10 @@ size_t pieces_for(size_t count, int64_t sub_group_size) {
   return std::max<size_t>(2048, (piece + 2047) / 2048 * 2048);
 }
 
-/// File bytes per piece: [master | exp_avg | exp_avg_sq], aligned for O_DIRECT.
-size_t slot_bytes_for(size_t piece_elements) { return align_up(3 * piece_elements * sizeof(float)); }
+/// File bytes per piece: [master | the moments kept], aligned for O_DIRECT.
+size_t slot_bytes_for(size_t piece_elements, size_t fields) { return align_up(fields * piece_elements * sizeof(float)); }
+
+size_t fields_of(const OptimizerConfig& optimizer) { return 1 + size_t(optimizer.moment_count()); }
 
 /// NVMe swap buffers: a pipeline of buffer_count, never more than the pieces (+2) can use.
 size_t swap_buffers_for(const OffloadConfig& config, size_t pieces) {
@@ -26,41 +28,47 @@ size_t swap_buffers_for(const OffloadConfig& config, size_t pieces) {
 
 }  // namespace
 
-OffloadFootprint OptimizerOffload::footprint(const OffloadConfig& config, size_t count, size_t sub_group_size,
-                                             DType param_dtype) {
+OffloadFootprint OptimizerOffload::footprint(const OffloadConfig& config, const OptimizerConfig& optimizer,
+                                             size_t count, size_t sub_group_size, DType param_dtype) {
   OffloadFootprint f;
   if (count == 0) return f;
   const size_t piece = pieces_for(count, int64_t(sub_group_size)), pieces = (count + piece - 1) / piece;
   f.buffers = 2 * piece * dtype_size(param_dtype);  // the double-buffered parameter staging
   if (config.device == OffloadConfig::Device::kCpu) {
-    f.host_state = 3 * count * sizeof(float);
+    f.host_state = fields_of(optimizer) * count * sizeof(float);
   } else {
-    const size_t slot = slot_bytes_for(piece);
+    const size_t slot = slot_bytes_for(piece, fields_of(optimizer));
     f.nvme = align_up(slot * pieces);  // SwapFile's size
     f.buffers += swap_buffers_for(config, pieces) * slot;
   }
   return f;
 }
 
-OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config, const AioConfig& aio, size_t count,
-                                   size_t sub_group_size, DType param_dtype, int rank)
+OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config, const OptimizerConfig& optimizer,
+                                   const AioConfig& aio, size_t count, size_t sub_group_size, DType param_dtype,
+                                   int rank)
     : backend_(backend), host_ops_(host_optimizer_ops()), count_(count),
-      piece_elements_(pieces_for(count, int64_t(sub_group_size))), param_dtype_(param_dtype),
+      piece_elements_(pieces_for(count, int64_t(sub_group_size))), has_exp_avg_(optimizer.has_exp_avg()),
+      has_exp_avg_sq_(optimizer.has_exp_avg_sq()), fields_(fields_of(optimizer)), param_dtype_(param_dtype),
       host_pool_(config.pin_memory ? Pool::kPinned : Pool::kHost) {
   ZT_CHECK(config.enabled(), "optimizer offload without a device");
   if (config.device == OffloadConfig::Device::kCpu) {
     master_ = DeviceArray<float>(backend, count, host_pool_);
-    exp_avg_ = DeviceArray<float>(backend, count, host_pool_);
-    exp_avg_sq_ = DeviceArray<float>(backend, count, host_pool_);
-    host_ops_.zero(exp_avg_.data(), DType::kF32, count);
-    host_ops_.zero(exp_avg_sq_.data(), DType::kF32, count);
+    if (has_exp_avg_) {
+      exp_avg_ = DeviceArray<float>(backend, count, host_pool_);
+      host_ops_.zero(exp_avg_.data(), DType::kF32, count);
+    }
+    if (has_exp_avg_sq_) {
+      exp_avg_sq_ = DeviceArray<float>(backend, count, host_pool_);
+      host_ops_.zero(exp_avg_sq_.data(), DType::kF32, count);
+    }
   } else {
     const std::string key = "zero_optimization.offload_optimizer";
     if (config.buffer_count < 3) {
       throw UsageError(cat(key, ".buffer_count: ", config.buffer_count,
                            " is too few for NVMe: one piece is read, one stepped and one written at a time (need >= 3)"));
     }
-    slot_bytes_ = slot_bytes_for(piece_elements_);
+    slot_bytes_ = slot_bytes_for(piece_elements_, fields_);
     file_ = std::make_unique<SwapFile>(config.nvme_path, cat("rank", rank, "-optimizer"), slot_bytes_ * piece_count(),
                                        key + ".nvme_path");
     aio_ = std::make_unique<AioEngine>(aio);
@@ -96,12 +104,17 @@ OptimizerOffload::PieceRange OptimizerOffload::piece_range(size_t k) const {
   return {lo, std::min(piece_elements_, count_ - lo)};
 }
 
-size_t OptimizerOffload::piece_bytes(size_t k) const { return align_up(3 * piece_range(k).n * sizeof(float)); }
+size_t OptimizerOffload::piece_bytes(size_t k) const {
+  return align_up(fields_ * piece_range(k).n * sizeof(float));
+}
 
 OffloadPiece OptimizerOffload::piece_view(size_t k, unsigned char* base) const {
   const PieceRange r = piece_range(k);
-  auto* f = reinterpret_cast<float*>(base);
-  return {r.lo, r.n, f, f + r.n, f + 2 * r.n};
+  float* f = reinterpret_cast<float*>(base);
+  OffloadPiece p{r.lo, r.n, f, nullptr, nullptr};
+  if (has_exp_avg_) p.exp_avg = f += r.n;
+  if (has_exp_avg_sq_) p.exp_avg_sq = f += r.n;
+  return p;
 }
 
 void OptimizerOffload::visit(size_t lo, size_t hi, SwapMode mode, const std::function<void(const OffloadPiece&)>& fn) {
@@ -113,8 +126,8 @@ void OptimizerOffload::visit(size_t lo, size_t hi, SwapMode mode, const std::fun
     p.lo = a;
     p.n = std::min(piece_elements_, hi - a);
     p.master = master_.data() + a;
-    p.exp_avg = exp_avg_.data() + a;
-    p.exp_avg_sq = exp_avg_sq_.data() + a;
+    if (has_exp_avg_) p.exp_avg = exp_avg_.data() + a;
+    if (has_exp_avg_sq_) p.exp_avg_sq = exp_avg_sq_.data() + a;
     fn(p);
   }
 }
@@ -163,7 +176,8 @@ void OptimizerOffload::visit_nvme(size_t lo, size_t hi, SwapMode mode,
     OffloadPiece p = piece_view(k, b.data.data());
     // Narrow to [lo, hi): the caller sees only the elements it asked for.
     const size_t a = std::max(lo, p.lo), z = std::min(hi, p.lo + p.n);
-    OffloadPiece part{a, z - a, p.master + (a - p.lo), p.exp_avg + (a - p.lo), p.exp_avg_sq + (a - p.lo)};
+    const auto narrow = [&](float* f) { return f ? f + (a - p.lo) : nullptr; };
+    OffloadPiece part{a, z - a, narrow(p.master), narrow(p.exp_avg), narrow(p.exp_avg_sq)};
     fn(part);
     if (mode != SwapMode::kRead) {
       b.io = aio_->write(file_->fd(), file_->path(), b.data.data(), piece_bytes(k), k * slot_bytes_);
@@ -190,22 +204,22 @@ void OptimizerOffload::send_params(SwapMode mode, const std::function<void(const
   backend_.record(*params_written_, *upload_);
 }
 
-void OptimizerOffload::adam_piece(const AdamStepArgs& args, const OffloadPiece& p, const void* grad,
+void OptimizerOffload::step_piece(const OptimizerStepArgs& args, const OffloadPiece& p, const void* grad,
                                   DType grad_dtype, void* param) {
   const auto* g = static_cast<const unsigned char*>(grad) + p.lo * dtype_size(grad_dtype);
-  host_ops_.adam_step(args, p.master, p.exp_avg, p.exp_avg_sq, g, grad_dtype, param, param_dtype_, p.n);
+  host_ops_.step(args, p.master, p.exp_avg, p.exp_avg_sq, g, grad_dtype, param, param_dtype_, p.n);
 }
 
-void OptimizerOffload::adam_step(const AdamStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params) {
+void OptimizerOffload::step(const OptimizerStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params) {
   send_params(SwapMode::kReadWrite, [&](const OffloadPiece& p, void* staging) {
-    adam_piece(args, p, grad, grad_dtype, staging);
+    step_piece(args, p, grad, grad_dtype, staging);
   }, params);
 }
 
-void OptimizerOffload::adam_step_to_host(const AdamStepArgs& args, const void* grad, DType grad_dtype, void* params) {
+void OptimizerOffload::step_to_host(const OptimizerStepArgs& args, const void* grad, DType grad_dtype, void* params) {
   auto* out = static_cast<unsigned char*>(params);
   visit(0, count_, SwapMode::kReadWrite, [&](const OffloadPiece& p) {
-    adam_piece(args, p, grad, grad_dtype, out + p.lo * dtype_size(param_dtype_));
+    step_piece(args, p, grad, grad_dtype, out + p.lo * dtype_size(param_dtype_));
   });
 }
 

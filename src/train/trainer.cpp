@@ -137,6 +137,7 @@ void open_resume_checkpoint(Setup& setup, const TrainArgs& args, const ProcessPl
   // node's ranks on node-local disks.
   setup.resume.emplace(where, args.output_dir, &setup.model, node_local, node_local ? place.local_rank : rank,
                        node_local ? place.local_size : world_size);
+  setup.resume->require_optimizer(setup.ds.optimizer.type);
   // Every rank reads only its own partition (ZeroEngine::load gathers the rest).
   const size_t flat = make_model_layout(setup.model)->flat_size();
   const PartitionMap needed(flat, world_size);
@@ -276,7 +277,8 @@ void log_run_config(const Setup& setup, const TrainArgs& args, const ModelLayout
   log_info("training: ", dtype_name(ds.param_dtype()), " (activations in ", dtype_name(engine.activation_dtype()),
            ", matmuls in ", dtype_name(engine.matmul_dtype()),
            args.tf32 && engine.matmul_dtype() == DType::kF32 ? " on TF32 tensor cores" : "",
-           ", gradients accumulated in ", dtype_name(ds.grad_dtype()), "), ZeRO stage ", ds.zero.stage,
+           ", gradients accumulated in ", dtype_name(ds.grad_dtype()), "), ", optimizer_name(ds.optimizer.type),
+           ", ZeRO stage ", ds.zero.stage,
            ", batch ", ds.train_batch_size, " = ", ds.train_micro_batch_size_per_gpu, " x ",
            ds.gradient_accumulation_steps, " x ", world_size,
            args.gradient_checkpointing ? ", gradient checkpointing" : "");
@@ -315,6 +317,7 @@ void write_start_event(MetricsWriter& metrics, const ZeroEngine& engine, const B
                           {"dtype", dtype_name(ds.param_dtype())},
                           {"activation_dtype", dtype_name(engine.activation_dtype())},
                           {"num_params", layout.num_params()},
+                          {"optimizer", optimizer_name(ds.optimizer.type)},
                           {"model_state_bytes", state_bytes(0)},
                           {"offloaded_state_bytes", state_bytes(8)},
                           {"offload",

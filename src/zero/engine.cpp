@@ -20,7 +20,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
                                     : nullptr),
       optimizer_(plan_, config, backend, buffers_, plan_.params_on_nvme ? &coordinator_->store() : nullptr),
       reducer_(plan_, config.zero, backend, comm, buffers_), norm_sq_(backend, 1), norm_sq_host_(backend, 1, Pool::kPinned),
-      adam_(config.optimizer), scheduler_(config.scheduler, config.optimizer.lr), scaler_(config.fp16) {
+      optimizer_rule_(config.optimizer), scheduler_(config.scheduler, config.optimizer.lr), scaler_(config.fp16) {
   // A reduced range is final on the last micro-step: ZeRO-Offload sends it to the host at once
   // (during backward at stages 2, 3).
   reducer_.on_reduced([this](size_t lo, size_t hi) {
@@ -146,8 +146,8 @@ StepOutcome ZeroEngine::step() {
   // Gradients are sums over ranks of loss-scaled values: divide by both here, in the same pass.
   // --delayed_param_update: past its warm-up, the offloaded part's CPU Adam runs beside the next
   // step's forward and backward, which see the parameters before this update.
-  const bool delay = plan_.delayed_update_after >= 0 && adam_.step_count() >= plan_.delayed_update_after;
-  optimizer_.step(adam_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * double(plan_.world))), delay);
+  const bool delay = plan_.delayed_update_after >= 0 && optimizer_rule_.step_count() >= plan_.delayed_update_after;
+  optimizer_.step(optimizer_rule_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * double(plan_.world))), delay);
   buffers_.zero_grads();
   share_parameters();
   scaler_.update(false);
@@ -224,7 +224,7 @@ BufferBytes ZeroEngine::buffer_bytes() const {
 
 EngineState ZeroEngine::state() const {
   EngineState s;
-  s.adam_step = adam_.step_count();
+  s.adam_step = optimizer_rule_.step_count();
   s.scheduler_iteration = scheduler_.last_batch_iteration();
   s.scaler = scaler_.state();
   return s;
@@ -250,8 +250,10 @@ void ZeroEngine::load(const StateSource& source) {
   if (plan_.world > 1 && plan_.optimizer_replicated()) {
     // Stage 0 keeps the whole optimizer state on every rank.
     const size_t chunk = allgather_chunk();
-    if (moments) {
+    if (moments && optimizer_.has(StateField::kExpAvg)) {
       all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.exp_avg(), DType::kF32, chunk);
+    }
+    if (moments && optimizer_.has(StateField::kExpAvgSq)) {
       all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.exp_avg_sq(), DType::kF32, chunk);
     }
     if (plan_.has_master()) all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.master(), DType::kF32, chunk);
@@ -265,7 +267,7 @@ void ZeroEngine::load(const StateSource& source) {
   if (coordinator_) coordinator_->invalidate();
   buffers_.invalidate_weights();
   const EngineState counters = source.counters.value_or(fresh_state());
-  adam_.set_step_count(counters.adam_step);
+  optimizer_rule_.set_step_count(counters.adam_step);
   scheduler_.set_last_batch_iteration(counters.scheduler_iteration);
   scaler_.restore(counters.scaler);
 }

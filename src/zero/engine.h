@@ -8,7 +8,7 @@
 //   GradientReducer                  one bucket path for every stage; the stage picks the policy
 //   PartitionedParameterCoordinator  stage 3: gather, prefetch, release, persistence, the store
 //   OptimizerPartition               fp32 master and moments of this rank's range, device and
-//                                    offloaded (ZeRO-Offload/Infinity), and the Adam step
+//                                    offloaded (ZeRO-Offload/Infinity), and the optimizer step
 //
 // Each component states the size of what it allocates for a plan; zero_estimate adds those up.
 // Gradients are held as sums over ranks; the step divides by N (DeepSpeed's post-scaling).
@@ -27,7 +27,7 @@
 #include "config/ds_config.h"
 #include "model/param_layout.h"
 #include "model/param_source.h"
-#include "optim/adam.h"
+#include "optim/optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
 #include "zero/gradient_reducer.h"
@@ -67,7 +67,7 @@ class ZeroEngine final : public ParamSource<float> {
 
   /// The factor backward must multiply d(loss) by: loss_scale / gradient_accumulation_steps.
   double backward_scale() const;
-  /// Reduce (stages 0/1), unscale, check overflow, clip, step Adam on this rank's partition,
+  /// Reduce (stages 0/1), unscale, check overflow, clip, step the optimizer on this rank's partition,
   /// zero the gradients, share the updated parameters, advance the schedule.
   StepOutcome step();
   /// --delayed_param_update: puts the update still pending into the parameters, so that what
@@ -105,6 +105,16 @@ class ZeroEngine final : public ParamSource<float> {
   /// Copies elements [lo, lo + n) of a field into `out`, for a range inside this rank's optimizer
   /// range (stage 0: any range), wherever the state lives. Checkpoints write partitions from here.
   void read_field(StateField field, size_t lo, size_t n, float* out) { optimizer_.read_field(field, lo, n, out); }
+  /// The fields a checkpoint holds: the master weights and the moments the optimizer keeps.
+  std::vector<StateField> state_fields() const {
+    std::vector<StateField> fields;
+    for (StateField f : {StateField::kMaster, StateField::kExpAvg, StateField::kExpAvgSq}) {
+      if (optimizer_.has(f)) fields.push_back(f);
+    }
+    return fields;
+  }
+  /// The optimizer's DeepSpeed name ("AdamW", "Lion", ...).
+  const char* optimizer_type() const { return optimizer_name(config_.optimizer.type); }
   /// Elements [lo, hi) of the parameters in param_dtype(), assembled from every rank's partition
   /// into host memory `out`. Collective: stage 3 gathers the partitions, and a pending delayed
   /// update is applied first (all-gathered at stages 1, 2); otherwise a copy. Call it on every rank.
@@ -175,7 +185,7 @@ class ZeroEngine final : public ParamSource<float> {
   int64_t micro_step_ = 0;                      // backward passes since the last step
   bool offload_prefetched_ = false;             // NVMe optimizer reads started for this step
 
-  Adam adam_;
+  Optimizer optimizer_rule_;  // the update rule's hyperparameters and step count
   LrScheduler scheduler_;
   LossScaler scaler_;
   Bf16Params bf16_params_{*this};

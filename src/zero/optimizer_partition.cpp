@@ -20,14 +20,19 @@ bool copies_gradients(const ZeroPlan& plan) { return plan.offloaded > 0 && !plan
 OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const DsConfig& config) {
   Bytes b;
   const OffloadConfig& off = config.zero.offload_optimizer;
+  const OptimizerConfig& opt = config.optimizer;
   b.device.master = plan.has_master() ? plan.device_count * sizeof(float) : 0;
-  b.device.exp_avg = b.device.exp_avg_sq = plan.device_count * sizeof(float);
+  b.device.exp_avg = opt.has_exp_avg() ? plan.device_count * sizeof(float) : 0;
+  b.device.exp_avg_sq = opt.has_exp_avg_sq() ? plan.device_count * sizeof(float) : 0;
   b.host_pool = plan.offloaded_optimizer_pool;
   if (plan.offloaded == 0) return b;
   const OffloadFootprint f =
-      OptimizerOffload::footprint(off, plan.offloaded, size_t(config.zero.sub_group_size), plan.dtype);
-  // Each field is a third of the state, in host memory or in the file.
-  b.offloaded.master = b.offloaded.exp_avg = b.offloaded.exp_avg_sq = (f.host_state + f.nvme) / 3;
+      OptimizerOffload::footprint(off, opt, plan.offloaded, size_t(config.zero.sub_group_size), plan.dtype);
+  // Each field is an equal share of the state, in host memory or in the file.
+  const size_t field = (f.host_state + f.nvme) / size_t(1 + opt.moment_count());
+  b.offloaded.master = field;
+  b.offloaded.exp_avg = opt.has_exp_avg() ? field : 0;
+  b.offloaded.exp_avg_sq = opt.has_exp_avg_sq() ? field : 0;
   if (copies_gradients(plan)) b.offloaded.grads = plan.offloaded * plan.grad_elem();
   b.host = f.host_state + b.offloaded.grads;
   b.nvme = f.nvme;
@@ -38,15 +43,16 @@ OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const 
 OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& config, Backend& backend,
                                        MixedPrecisionBuffers& buffers, ParamStore* swapped_params)
     : plan_(plan), backend_(backend), compute_(backend.compute_stream()), ops_(backend.optimizer_ops()),
-      buffers_(buffers), swapped_params_(swapped_params) {
+      buffers_(buffers), swapped_params_(swapped_params), has_exp_avg_(config.optimizer.has_exp_avg()),
+      has_exp_avg_sq_(config.optimizer.has_exp_avg_sq()) {
   if (plan.has_master()) master_ = DeviceArray<float>(backend, plan.device_count);
-  exp_avg_ = DeviceArray<float>(backend, plan.device_count);
-  exp_avg_sq_ = DeviceArray<float>(backend, plan.device_count);
-  ops_.zero(exp_avg_.data(), DType::kF32, plan.device_count);
-  ops_.zero(exp_avg_sq_.data(), DType::kF32, plan.device_count);
+  if (has_exp_avg_) exp_avg_ = DeviceArray<float>(backend, plan.device_count);
+  if (has_exp_avg_sq_) exp_avg_sq_ = DeviceArray<float>(backend, plan.device_count);
+  zero_moments();
   if (plan.offloaded == 0) return;
-  offload_ = std::make_unique<OptimizerOffload>(backend, config.zero.offload_optimizer, config.aio, plan.offloaded,
-                                                size_t(config.zero.sub_group_size), plan.dtype, plan.rank);
+  offload_ = std::make_unique<OptimizerOffload>(backend, config.zero.offload_optimizer, config.optimizer, config.aio,
+                                                plan.offloaded, size_t(config.zero.sub_group_size), plan.dtype,
+                                                plan.rank);
   if (copies_gradients(plan)) {
     host_grads_ = DeviceArray<unsigned char>(backend, plan.offloaded * plan.grad_elem(), offload_->host_pool());
     d2h_stream_ = backend.create_stream("offload gradients");
@@ -57,6 +63,12 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
     h2d_stream_ = backend.create_stream("delayed parameter upload");
     h2d_ready_ = backend.create_event();
     h2d_done_ = backend.create_event();
+  }
+}
+
+void OptimizerPartition::zero_moments() {
+  for (DeviceArray<float>* m : {&exp_avg_, &exp_avg_sq_}) {
+    if (m->size() > 0) ops_.zero(m->data(), DType::kF32, m->size());
   }
 }
 
@@ -155,18 +167,18 @@ ParamSink OptimizerPartition::param_sink() {
   };
 }
 
-void OptimizerPartition::step(const AdamStepArgs& args, bool delay) {
+void OptimizerPartition::step(const OptimizerStepArgs& args, bool delay) {
   ZT_CHECK(!delay || pending_params_.bytes() > 0, "a delayed update asked of an optimizer built without one");
   if (plan_.device_count > 0) {
     const size_t lo = plan_.opt_begin;
-    ops_.adam_step(args, master_at(lo), exp_avg_.data(), exp_avg_sq_.data(), buffers_.grad_at(lo), plan_.grad_dtype,
-                   buffers_.param_at(lo), plan_.dtype, plan_.device_count);
+    ops_.step(args, master_at(lo), exp_avg_.data(), exp_avg_sq_.data(), buffers_.grad_at(lo), plan_.grad_dtype,
+              buffers_.param_at(lo), plan_.dtype, plan_.device_count);
   }
   if (!offload_) return;
   apply_delayed();
   const void* grads = offloaded_grads();
   if (!delay) {
-    offload_->adam_step(args, grads, plan_.grad_dtype, param_sink());
+    offload_->step(args, grads, plan_.grad_dtype, param_sink());
     backend_.wait(compute_, offload_->params_written());
     return;
   }
@@ -176,7 +188,7 @@ void OptimizerPartition::step(const AdamStepArgs& args, bool delay) {
   update_done_.store(false, std::memory_order_relaxed);
   update_ = std::thread([this, args, grads] {
     try {
-      offload_->adam_step_to_host(args, grads, plan_.grad_dtype, pending_params_.data());
+      offload_->step_to_host(args, grads, plan_.grad_dtype, pending_params_.data());
     } catch (...) {
       update_error_ = std::current_exception();
     }
@@ -189,6 +201,7 @@ void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float
   join_update();
   const size_t hi = lo + n, base = plan_.offload_begin();
   ZT_CHECK(lo >= plan_.opt_begin && hi <= plan_.opt_end(), "[", lo, ", ", hi, ") is outside this rank's range");
+  ZT_CHECK(has(field), "the optimizer keeps no such state field");
   const size_t dev_hi = std::min(hi, base);
   if (dev_hi > lo) {
     const float* src = field == StateField::kMaster   ? master_at(lo)
@@ -225,14 +238,11 @@ void OptimizerPartition::load(const FieldReader& read, bool moments) {
   // This rank's partition of every field (at stage 0 the range is the whole model; the caller
   // all-gathers the rest), on the device part first.
   const size_t lo = plan_.partition.begin(plan_.rank), hi = std::min(plan_.partition.end(plan_.rank), plan_.offload_begin());
-  if (!moments) {  // the whole device range, not just the partition: nothing to all-gather
-    ops_.zero(exp_avg_.data(), DType::kF32, plan_.device_count);
-    ops_.zero(exp_avg_sq_.data(), DType::kF32, plan_.device_count);
-  }
+  if (!moments) zero_moments();  // the whole device range, not just the partition: nothing to all-gather
   if (hi > lo) {
     const size_t at = lo - plan_.opt_begin;
-    if (moments) {
-      load_to_device(StateField::kExpAvg, read, lo, hi, exp_avg_.data() + at);
+    if (moments && has(StateField::kExpAvg)) load_to_device(StateField::kExpAvg, read, lo, hi, exp_avg_.data() + at);
+    if (moments && has(StateField::kExpAvgSq)) {
       load_to_device(StateField::kExpAvgSq, read, lo, hi, exp_avg_sq_.data() + at);
     }
     load_to_device(StateField::kMaster, read, lo, hi, master_at(lo));
@@ -244,8 +254,8 @@ void OptimizerPartition::load(const FieldReader& read, bool moments) {
   // Straight into the offloaded state (through the swap buffers on NVMe), then the parameters.
   const size_t base = plan_.offload_begin();
   offload_->visit(0, offload_->size(), SwapMode::kWrite, [&](const OffloadPiece& p) {
-    read(StateField::kExpAvg, base + p.lo, base + p.lo + p.n, p.exp_avg);
-    read(StateField::kExpAvgSq, base + p.lo, base + p.lo + p.n, p.exp_avg_sq);
+    if (p.exp_avg) read(StateField::kExpAvg, base + p.lo, base + p.lo + p.n, p.exp_avg);
+    if (p.exp_avg_sq) read(StateField::kExpAvgSq, base + p.lo, base + p.lo + p.n, p.exp_avg_sq);
     read(StateField::kMaster, base + p.lo, base + p.lo + p.n, p.master);
   });
   offload_->copy_params_from_master(param_sink());
@@ -259,9 +269,11 @@ OptimizerPartition::Bytes OptimizerPartition::bytes() const {
   b.device.exp_avg_sq = exp_avg_sq_.bytes();
   b.host_pool = offload_ ? offload_->host_pool() : Pool::kHost;
   if (!offload_) return b;
-  // In host memory, or in the swap file (whose size is the three fields, padded per piece).
-  const size_t field = (offload_->host_state_bytes() + offload_->nvme_bytes()) / 3;
-  b.offloaded.master = b.offloaded.exp_avg = b.offloaded.exp_avg_sq = field;
+  // In host memory, or in the swap file (whose size is the fields, padded per piece).
+  const size_t field = (offload_->host_state_bytes() + offload_->nvme_bytes()) / offload_->fields();
+  b.offloaded.master = field;
+  b.offloaded.exp_avg = has(StateField::kExpAvg) ? field : 0;
+  b.offloaded.exp_avg_sq = has(StateField::kExpAvgSq) ? field : 0;
   b.offloaded.grads = host_grads_.bytes();
   b.host = offload_->host_state_bytes() + host_grads_.bytes();
   b.nvme = offload_->nvme_bytes();

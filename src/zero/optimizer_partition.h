@@ -1,6 +1,7 @@
-// The optimizer partition: the fp32 master weights and Adam moments of this rank's optimizer
-// range (DeepSpeed's single_partition_of_fp32_groups and its optimizer state), and the step that
-// updates them.
+// The optimizer partition: the fp32 master weights and the optimizer's moments (Adam's exp_avg
+// and exp_avg_sq, Lion's exp_avg, Adagrad's exp_avg_sq) of this rank's optimizer range
+// (DeepSpeed's single_partition_of_fp32_groups and its optimizer state), and the step that
+// updates them. The element-wise rules need no shape: any flat range steps on its own.
 //
 // The first device_count elements of the range keep their state on the device and are stepped
 // there; the rest (ZeRO-Offload, offload_optimizer) in an OptimizerOffload, in host memory or on
@@ -34,7 +35,7 @@
 #include "config/ds_config.h"
 #include "offload/optimizer_offload.h"
 #include "offload/param_store.h"
-#include "optim/adam.h"
+#include "optim/optimizer.h"
 #include "zero/mixed_precision_buffers.h"
 #include "zero/model_states.h"
 #include "zero/zero_plan.h"
@@ -70,10 +71,10 @@ class OptimizerPartition {
   void prefetch();
   /// The gradient of flat range [lo, hi) is final: its offloaded part starts for the host.
   void gradient_final(size_t lo, size_t hi);
-  /// Adam over the range (device part on the compute stream, offloaded part on the CPU). The
+  /// The optimizer's step (args.rule) over the range (device part on the compute stream, offloaded part on the CPU). The
   /// compute stream is ordered after every updated parameter is written, the previous delayed
   /// update's included; with `delay` the offloaded part's new parameters are that next update.
-  void step(const AdamStepArgs& args, bool delay = false);
+  void step(const OptimizerStepArgs& args, bool delay = false);
   /// The model has read the weights of flat range [lo, hi) for the last time this step: a pending
   /// delayed update may overwrite them (on its upload stream, after the compute stream's work).
   void params_free(size_t lo, size_t hi);
@@ -87,6 +88,10 @@ class OptimizerPartition {
   /// the master weights exactly as a step writes them. Moments outside it are zeroed unless
   /// `moments` (they are loaded, and all-gathered by the caller where the stage needs them).
   void load(const FieldReader& read, bool moments);
+  /// Whether the optimizer keeps this field (the master weights always).
+  bool has(StateField field) const {
+    return field == StateField::kMaster || (field == StateField::kExpAvg ? has_exp_avg_ : has_exp_avg_sq_);
+  }
   void* exp_avg() { return exp_avg_.data(); }
   void* exp_avg_sq() { return exp_avg_sq_.data(); }
   void* master() { return master_.data(); }
@@ -94,7 +99,9 @@ class OptimizerPartition {
   Bytes bytes() const;
 
  private:
-  /// Where the CPU Adam reads the offloaded range's gradient (host memory).
+  /// Zeroes the device part's moments.
+  void zero_moments();
+  /// Where the CPU step reads the offloaded range's gradient (host memory).
   const void* offloaded_grads();
   /// Where updated parameters of the offloaded range go.
   ParamSink param_sink();
@@ -111,7 +118,8 @@ class OptimizerPartition {
   OptimizerOps& ops_;
   MixedPrecisionBuffers& buffers_;
   ParamStore* swapped_params_;
-  DeviceArray<float> master_, exp_avg_, exp_avg_sq_;  // the device part; master_ empty in fp32
+  const bool has_exp_avg_, has_exp_avg_sq_;           // the moments the optimizer keeps
+  DeviceArray<float> master_, exp_avg_, exp_avg_sq_;  // the device part; master_ empty in fp32, absent moments empty
   std::unique_ptr<OptimizerOffload> offload_;
   DeviceArray<unsigned char> host_grads_;  // the offloaded range's gradient, copied to the host
   std::unique_ptr<Stream> d2h_stream_;     // ... by copies on this stream, beside backward

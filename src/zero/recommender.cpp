@@ -127,9 +127,14 @@ boost::json::object ds_config_json(const DsConfig& c) {
   out["gradient_clipping"] = "auto";
   out["bf16"] = json::object{{"enabled", c.bf16}};
   out["fp16"] = json::object{{"enabled", c.fp16.enabled}};
-  out["optimizer"] = json::object{
-      {"type", "AdamW"},
-      {"params", json::object{{"lr", "auto"}, {"betas", "auto"}, {"eps", "auto"}, {"weight_decay", "auto"}}}};
+  // The estimate's optimizer (its state bytes were counted), its values from the trainer's flags.
+  json::object params{{"lr", "auto"}, {"weight_decay", "auto"}};
+  if (c.optimizer.type != OptimizerConfig::Type::kAdagrad) params["betas"] = "auto";
+  if (c.optimizer.type == OptimizerConfig::Type::kAdagrad) params["eps"] = c.optimizer.eps;  // torch's 1e-10, not --adam_epsilon
+  if (c.optimizer.type == OptimizerConfig::Type::kAdam || c.optimizer.type == OptimizerConfig::Type::kAdamW) {
+    params["eps"] = "auto";
+  }
+  out["optimizer"] = json::object{{"type", optimizer_name(c.optimizer.type)}, {"params", std::move(params)}};
   const ZeroConfig& z = c.zero;
   json::object zero{{"stage", z.stage},
                     {"overlap_comm", z.stage >= 2},

@@ -2,6 +2,7 @@
 // side by side in one run: our fused kernel (bf16 gradient in, fp32 master + moments updated,
 // bf16 parameter out, one pass), a plain compiler-vectorised loop doing the same arithmetic
 // through an fp32 gradient copy, and STREAM triad (a = b + s c) on arrays of the same size.
+// Lion's and Adagrad's fused kernels (issue 31) beside them: one moment each, 20 bytes a parameter.
 // bench_cpu_adam.sh adds torch.optim.AdamW on the same data.
 // Usage: bench_cpu_adam [--params 100000000 --reps 5]
 #include <omp.h>
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
       g[i] = to_bf16(1e-3f * float(i % 777) - 0.3f);
     }
   }
-  AdamStepArgs args;
+  OptimizerStepArgs args;
   args.lr = 1e-4f;
   args.weight_decay = 0.01f;
   args.bias_correction1 = 0.1f;
@@ -70,6 +71,20 @@ int main(int argc, char** argv) {
                                        param.data(), DType::kBF16, n);
     if (r > 0) fused.push_back(w.seconds());
   }
+  // Lion and Adagrad: the same pass with one moment (m for Lion, v for Adagrad).
+  auto time_rule = [&](UpdateRule rule) {
+    OptimizerStepArgs a = args;
+    a.rule = rule;
+    std::vector<double> seconds;
+    for (int r = 0; r <= reps; ++r) {
+      Stopwatch w;
+      backend->optimizer_ops().step(a, master.data(), m.data(), v.data(), grad.data(), DType::kBF16, param.data(),
+                                    DType::kBF16, n);
+      if (r > 0) seconds.push_back(w.seconds());
+    }
+    return median(seconds);
+  };
+  const double lion_s = time_rule(UpdateRule::kLion), adagrad_s = time_rule(UpdateRule::kAdagrad);
   // Plain: convert the gradient to fp32, then a straightforward loop the compiler vectorises.
   std::vector<double> plain;
   for (int r = 0; r <= reps; ++r) {
@@ -113,10 +128,16 @@ int main(int argc, char** argv) {
   std::printf("%-34s %12s %10s %10s\n", "", "Mparams/s", "B/param", "GB/s");
   std::printf("%-34s %12.1f %10d %10.2f\n", "fused (bf16 grad in, bf16 out)", n / fused_s / 1e6, 28, fused_gbs);
   std::printf("%-34s %12.1f %10d %10.2f\n", "plain loop (via fp32 grad copy)", n / plain_s / 1e6, 36, plain_gbs);
+  // Lion and Adagrad: master and one moment read and written (16) + bf16 grad and param (4) = 20.
+  const double lion_gbs = 20.0 * double(n) / lion_s / 1e9, adagrad_gbs = 20.0 * double(n) / adagrad_s / 1e9;
+  std::printf("%-34s %12.1f %10d %10.2f\n", "fused Lion", n / lion_s / 1e6, 20, lion_gbs);
+  std::printf("%-34s %12.1f %10d %10.2f\n", "fused Adagrad", n / adagrad_s / 1e6, 20, adagrad_gbs);
   std::printf("%-34s %12s %10d %10.2f\n", "STREAM triad", "", 12, triad_gbs);
   std::printf("fused vs triad bandwidth: %.0f%% (target >= 80%%); fused vs plain: %.2fx\n", 100 * fused_gbs / triad_gbs,
               plain_s / fused_s);
-  std::printf("RESULT fused_mparams=%.2f plain_mparams=%.2f fused_gbs=%.3f triad_gbs=%.3f\n", n / fused_s / 1e6,
-              n / plain_s / 1e6, fused_gbs, triad_gbs);
+  std::printf("Lion vs triad bandwidth: %.0f%%, Adagrad: %.0f%% (target >= 80%%)\n", 100 * lion_gbs / triad_gbs,
+              100 * adagrad_gbs / triad_gbs);
+  std::printf("RESULT fused_mparams=%.2f plain_mparams=%.2f fused_gbs=%.3f triad_gbs=%.3f lion_gbs=%.3f adagrad_gbs=%.3f\n",
+              n / fused_s / 1e6, n / plain_s / 1e6, fused_gbs, triad_gbs, lion_gbs, adagrad_gbs);
   return 0;
 }

@@ -62,7 +62,7 @@ int main(int argc, char** argv) try {
   const double copy_s = median_seconds(*backend, reps, [&] { backend->copy_async(copy_dst.data(), copy_src.data(), copy_src.bytes(), s); });
   const double copy_gbs = 2.0 * copy_src.bytes() / copy_s / 1e9;  // read + write
 
-  AdamStepArgs args;
+  OptimizerStepArgs args;
   args.lr = 1e-4f;
   args.weight_decay = 0.01f;
   const double adam_s = median_seconds(*backend, reps, [&] {

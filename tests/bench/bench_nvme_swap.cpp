@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   aio.queue_depth = depth;
   aio.intra_op_parallelism = threads;
   const size_t count = size_t(gib * double(1ull << 30) / 12.0);
-  OptimizerOffload swap(*backend, off, aio, count, size_t(sub_group), DType::kBF16, 0);
+  OptimizerOffload swap(*backend, off, OptimizerConfig{}, aio, count, size_t(sub_group), DType::kBF16, 0);  // AdamW
   const double bytes = double(swap.nvme_bytes());
   auto time_walk = [&](SwapMode mode) {
     std::vector<double> seconds;

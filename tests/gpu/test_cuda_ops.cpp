@@ -407,7 +407,7 @@ TEST_F(CudaOps, AdamStep) {
     auto g16 = twin(c.grad == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(g_host, c.grad));
     auto p32 = twin(randn(n + 1, 84));
     auto p16 = twin(std::vector<uint16_t>(n + 1, 0xffff));  // a NaN in either 16-bit type: must be overwritten
-    AdamStepArgs args;
+    OptimizerStepArgs args;
     args.lr = 1e-3f, args.weight_decay = 0.1f, args.adamw_mode = c.adamw;
     args.bias_correction1 = 1 - std::pow(0.9f, 3.0f), args.bias_correction2 = 1 - std::pow(0.999f, 3.0f);
     args.grad_scale = 0.125f;
@@ -434,6 +434,60 @@ TEST_F(CudaOps, AdamStep) {
       const auto w = read(*gpu, master.g);
       const auto want = to_dtype_bits(w, c.param);
       for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], want[i]) << "param " << i;
+    }
+  }
+}
+
+// Lion and Adagrad through OptimizerOps::step: the one moment each keeps, every dtype pair.
+TEST_F(CudaOps, LionAndAdagradSteps) {
+  const size_t n = 1003;
+  const AdamCase cases[] = {
+      {DType::kF32, DType::kF32, true, true, false}, {DType::kBF16, DType::kBF16, true, false, true},
+      {DType::kF16, DType::kF16, true, false, false}, {DType::kBF16, DType::kF32, true, false, false},
+  };
+  for (UpdateRule rule : {UpdateRule::kLion, UpdateRule::kAdagrad}) {
+    for (const AdamCase& c : cases) {
+      SCOPED_TRACE(::testing::Message() << (rule == UpdateRule::kLion ? "lion" : "adagrad") << " grad "
+                                        << dtype_name(c.grad) << " param " << dtype_name(c.param)
+                                        << (c.offset ? " unaligned" : ""));
+      const size_t off = c.offset ? 1 : 0;
+      std::vector<float> m_host = randn(n + 1, 91, 0.1f), g_host = randn(n + 1, 93, 10.0f);
+      if (rule == UpdateRule::kAdagrad) {
+        for (auto& x : m_host) x = x * x;  // a sum of squares
+      }
+      m_host[off + 5] = 0, g_host[off + 5] = 0;  // Lion: sign(0) = 0 on the device too
+      const std::vector<float> w0 = randn(n + 1, 90);
+      auto master = twin(w0), m = twin(m_host), g32 = twin(g_host);
+      auto g16 = twin(c.grad == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(g_host, c.grad));
+      auto p32 = twin(randn(n + 1, 94));
+      auto p16 = twin(std::vector<uint16_t>(n + 1, 0xffff));
+      OptimizerStepArgs args;
+      args.rule = rule;
+      args.lr = 1e-3f, args.weight_decay = 0.1f, args.beta1 = 0.9f, args.beta2 = 0.99f, args.eps = 1e-10f;
+      args.grad_scale = 0.125f;
+      on_both([&](Backend& b) {
+        const void* grad = c.grad == DType::kF32 ? static_cast<const void*>(g32.on(b) + off) : g16.on(b) + off;
+        void* param = c.param != DType::kF32 ? static_cast<void*>(p16.on(b) + off)
+                      : c.aliased            ? static_cast<void*>(master.on(b) + off)
+                                             : static_cast<void*>(p32.on(b) + off);
+        float* exp_avg = rule == UpdateRule::kLion ? m.on(b) + off : nullptr;
+        float* exp_avg_sq = rule == UpdateRule::kAdagrad ? m.on(b) + off : nullptr;
+        b.optimizer_ops().step(args, master.on(b) + off, exp_avg, exp_avg_sq, grad, c.grad, param, c.param, n);
+      });
+      expect_close(master, kElementwiseTol, "master");
+      expect_close(m, kElementwiseTol, "moment");
+      const auto w = read(*gpu, master.g);
+      if (rule == UpdateRule::kLion) {  // decayed, not stepped: sign(0) = 0
+        EXPECT_NEAR(w[off + 5], w0[off + 5] * (1 - 1e-4f), 1e-6) << "the zero-gradient element";
+      }
+      if (c.param != DType::kF32) {
+        const auto p = read(*gpu, p16.g);
+        const auto want = to_dtype_bits(w, c.param);
+        for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], want[i]) << "param " << i;
+      } else if (!c.aliased) {
+        const auto p = read(*gpu, p32.g);
+        for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], w[i]) << "param " << i;
+      }
     }
   }
 }

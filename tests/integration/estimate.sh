@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # zero_estimate against the trainer's own measurement: for several stages, precisions, offload
-# settings and rank counts, the estimated model-state bytes equal what the engine allocated (each
+# settings, optimizers and rank counts, the estimated model-state bytes equal what the engine allocated (each
 # kind, on the device and offloaded), activations are within 15 %, and the estimated per-pool
 # totals are within 15 % of the peaks the pools measured over the run. Also: the DeepSpeed table,
 # the GPU view (--accelerator cuda) and bad input.
@@ -61,6 +61,13 @@ check stage2_bf16_offload 2 "$ZT_SOURCE_DIR/configs/zero2_offload_cpu.json" --bf
 check stage2_bf16_offload_delayed 2 "$ZT_SOURCE_DIR/configs/zero2_offload_cpu.json" --bf16 --delayed_param_update
 check stage3_bf16_ckpt 2 "$ZT_SOURCE_DIR/configs/zero3.json" --bf16 --gradient_checkpointing
 check stage3_nvme 2 "$WORK/nvme.json" --bf16
+# Lion and Adagrad (issue 31): one moment each, chosen by HF's --optim (zero_estimate takes it too).
+cat >"$WORK/offload_noopt.json" <<JSON
+{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"},
+ "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+JSON
+check stage2_bf16_offload_adagrad 2 "$WORK/offload_noopt.json" --bf16 --optim adagrad
+check stage3_nvme_lion 2 "$WORK/nvme.json" --bf16 --optim lion_32bit
 # The Llama family (issue 16): grouped-query attention, SwiGLU, an untied lm_head.
 MODEL=$ZT_SOURCE_DIR/configs/models/llama-demo.json check llama_stage2_fp32 2 "$ZT_SOURCE_DIR/configs/zero2.json"
 MODEL=$ZT_SOURCE_DIR/configs/models/llama-demo.json check llama_stage3_bf16_ckpt 2 "$ZT_SOURCE_DIR/configs/zero3.json" \

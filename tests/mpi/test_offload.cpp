@@ -41,10 +41,12 @@ struct OffloadCase {
   OffloadConfig::Device params = OffloadConfig::Device::kNone;
   bool pinned = false;
   int64_t max_in_cpu = 0;  ///< offload_param nvme: elements kept in host memory
+  OptimizerConfig::Type type = OptimizerConfig::Type::kAdamW;
 };
 
 DsConfig offload_config(const OffloadCase& c, int world) {
   DsConfig cfg = make_config(c.stage, c.dtype, world, c.accumulation);
+  use_optimizer(cfg, c.type);
   cfg.zero.offload_optimizer.device = c.optimizer;
   cfg.zero.offload_optimizer.ratio = c.ratio;
   cfg.zero.offload_optimizer.pin_memory = c.pinned;
@@ -65,6 +67,8 @@ DsConfig offload_config(const OffloadCase& c, int world) {
 constexpr auto kCpu = OffloadConfig::Device::kCpu;
 constexpr auto kNvme = OffloadConfig::Device::kNvme;
 constexpr auto kNone = OffloadConfig::Device::kNone;
+constexpr auto kLion = OptimizerConfig::Type::kLion;
+constexpr auto kAdagrad = OptimizerConfig::Type::kAdagrad;
 
 class Offload : public ::testing::TestWithParam<OffloadCase> {};
 
@@ -85,8 +89,9 @@ TEST_P(Offload, TrainsExactlyAsWithoutOffload) {
     return;
   }
   std::vector<float> master_ref, master_off;
-  const std::vector<double> reference =
-      train(world, make_config(c.stage, c.dtype, world.size(), c.accumulation), nullptr, nullptr, &master_ref);
+  DsConfig plain = make_config(c.stage, c.dtype, world.size(), c.accumulation);
+  use_optimizer(plain, c.type);
+  const std::vector<double> reference = train(world, plain, nullptr, nullptr, &master_ref);
   const std::vector<double> losses = train(world, offload_config(c, world.size()), nullptr, nullptr, &master_off);
   ASSERT_EQ(losses.size(), reference.size());
   EXPECT_LT(losses.back(), losses.front() - 0.3) << "offloaded training does not learn";
@@ -108,6 +113,7 @@ std::string offload_name(const ::testing::TestParamInfo<OffloadCase>& info) {
   }
   if (c.max_in_cpu > 0) name += "_in_cpu" + std::to_string(c.max_in_cpu);
   if (c.pinned) name += "_pinned";
+  if (c.type != OptimizerConfig::Type::kAdamW) name += std::string("_") + optimizer_name(c.type);
   return name;
 }
 
@@ -123,7 +129,14 @@ INSTANTIATE_TEST_SUITE_P(
                       OffloadCase{2, DType::kBF16, 4, kNvme}, OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kCpu},
                       OffloadCase{3, DType::kF32, 4, kNvme}, OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kNvme},
                       OffloadCase{3, DType::kBF16, 4, kCpu, 1.0, kNvme, false, 6000},
-                      OffloadCase{3, DType::kF32, 1, kNvme, 1.0, kNvme, true, 20000}),
+                      OffloadCase{3, DType::kF32, 1, kNvme, 1.0, kNvme, true, 20000},
+                      // Lion's and Adagrad's one moment: in host memory, partly, and in the swap records.
+                      OffloadCase{2, DType::kBF16, 4, kCpu, 1.0, kNone, false, 0, kLion},
+                      OffloadCase{3, DType::kF32, 1, kNvme, 1.0, kNone, false, 0, kLion},
+                      OffloadCase{1, DType::kBF16, 1, kNvme, 1.0, kNone, true, 0, kLion},
+                      OffloadCase{2, DType::kF32, 1, kCpu, 0.5, kNone, false, 0, kAdagrad},
+                      OffloadCase{3, DType::kBF16, 4, kNvme, 1.0, kCpu, false, 0, kAdagrad},
+                      OffloadCase{1, DType::kF32, 4, kNvme, 1.0, kNone, false, 0, kAdagrad}),
     offload_name);
 
 // ---- the delayed parameter update (--delayed_param_update) ----
@@ -135,7 +148,12 @@ struct DelayedCase {
   OffloadConfig::Device optimizer;
   double ratio = 1.0;
   bool pinned = false;
+  OptimizerConfig::Type type = OptimizerConfig::Type::kAdamW;
 };
+
+OffloadCase offload_case(const DelayedCase& c) {
+  return {c.stage, c.dtype, c.accumulation, c.optimizer, c.ratio, kNone, c.pinned, 0, c.type};
+}
 
 // Steps 1-3 run undelayed; step 4's update is the first delayed: it lands after step 5's backward.
 constexpr int64_t kWarmup = 3;
@@ -184,8 +202,7 @@ class DelayedUpdate : public ::testing::TestWithParam<DelayedCase> {};
 TEST_P(DelayedUpdate, SeesTheModelOneUpdateBehind) {
   const DelayedCase c = GetParam();
   MpiComm world(MPI_COMM_WORLD);
-  const DsConfig cfg = offload_config(
-      OffloadCase{c.stage, c.dtype, c.accumulation, c.optimizer, c.ratio, kNone, c.pinned}, world.size());
+  const DsConfig cfg = offload_config(offload_case(c), world.size());
   DsConfig delayed = cfg;
   delayed.zero.delayed_param_update_after = kWarmup;
   std::vector<int64_t> straight, repeated;
@@ -224,8 +241,7 @@ TEST_P(DelayedUpdate, SeesTheModelOneUpdateBehind) {
 
 std::string delayed_name(const ::testing::TestParamInfo<DelayedCase>& info) {
   const DelayedCase& c = info.param;
-  const OffloadCase o{c.stage, c.dtype, c.accumulation, c.optimizer, c.ratio, kNone, c.pinned};
-  return offload_name(::testing::TestParamInfo<OffloadCase>(o, info.index));
+  return offload_name(::testing::TestParamInfo<OffloadCase>(offload_case(c), info.index));
 }
 
 INSTANTIATE_TEST_SUITE_P(Delayed, DelayedUpdate,
@@ -233,7 +249,9 @@ INSTANTIATE_TEST_SUITE_P(Delayed, DelayedUpdate,
                          ::testing::Values(DelayedCase{1, DType::kF32, 1, kCpu, 1.0, true},
                                            DelayedCase{2, DType::kBF16, 4, kCpu, 1.0, true},
                                            DelayedCase{2, DType::kBF16, 1, kCpu, 0.5}, DelayedCase{2, DType::kF32, 2, kNvme, 1.0, true},
-                                           DelayedCase{1, DType::kBF16, 4, kNvme}, DelayedCase{3, DType::kBF16, 2, kCpu, 0.5, true}),
+                                           DelayedCase{1, DType::kBF16, 4, kNvme}, DelayedCase{3, DType::kBF16, 2, kCpu, 0.5, true},
+                                           DelayedCase{2, DType::kBF16, 2, kNvme, 1.0, true, kLion},
+                                           DelayedCase{1, DType::kF32, 1, kCpu, 1.0, true, kAdagrad}),
                          delayed_name);
 
 // What the delayed update cannot do is a UsageError naming the flag, at construction.
@@ -290,6 +308,25 @@ TEST(OffloadMemory, DeviceHoldsOnlyWhatTheStageKeeps) {
     EXPECT_EQ(double(off.master + off.exp_avg + off.exp_avg_sq), 12 * p);
     EXPECT_EQ(double(off.grads), 2 * p);
     EXPECT_GE(double(pool_in_use()[Pool::kHost] - host_before), 14 * p);
+  }
+  // Lion and Adagrad keep one moment: 8 Psi / N offloaded, in host memory or in the swap file.
+  for (auto type : {kLion, kAdagrad}) {
+    for (auto device : {kCpu, kNvme}) {
+      const size_t nvme_before = pool_in_use()[Pool::kNvme];
+      DsConfig cfg = offload_config(OffloadCase{2, DType::kBF16, 1, device, 1.0, kNone, false, 0, type}, world.size());
+      auto engine_comm = make_data_comm(*backend, world);
+      ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
+      const ModelStateBytes off = engine.offloaded_state_bytes();
+      const std::string what = cat(optimizer_name(type), device == kCpu ? " cpu" : " nvme");
+      EXPECT_EQ(double(engine.model_state_bytes().total()), 2 * P + 2 * p) << what;
+      EXPECT_EQ(off.exp_avg == 0, type == kAdagrad) << what;
+      EXPECT_EQ(off.exp_avg_sq == 0, type == kLion) << what;
+      EXPECT_GE(double(off.master + off.exp_avg + off.exp_avg_sq), 8 * p) << what;
+      EXPECT_LT(double(off.master + off.exp_avg + off.exp_avg_sq), 8 * p + 2 * 8 * 4096) << what;  // padded pieces
+      if (device == kNvme) {
+        EXPECT_GE(double(pool_in_use()[Pool::kNvme] - nvme_before), 8 * p) << what;
+      }
+    }
   }
   // Stage 3, param and optimizer offload: no model state on the device but (on a GPU) the
   // gradient partition; what else it holds is the live working set (gather buffers), and the

@@ -27,7 +27,11 @@ struct Case {
   bool fp32_communication = false;  ///< communication_data_type: fp32 with 16-bit gradients
   bool all_reduce = false;          ///< reduce_scatter: false (all-reduce, keep the partition)
   bool fp32_grads = false;          ///< data_types.grad_accum_dtype: fp32 (bf16 at stage 1)
+  OptimizerConfig::Type optimizer = OptimizerConfig::Type::kAdamW;
 };
+
+constexpr auto kLion = OptimizerConfig::Type::kLion;
+constexpr auto kAdagrad = OptimizerConfig::Type::kAdagrad;
 
 class ZeroStages : public ::testing::TestWithParam<Case> {};
 
@@ -35,8 +39,11 @@ TEST_P(ZeroStages, MatchOneRankOfTheSameGlobalBatch) {
   const Case c = GetParam();
   MpiComm world(MPI_COMM_WORLD), self(MPI_COMM_SELF);
   // The reference: one rank, stage 0, the whole global batch (computed on every rank alike).
-  const std::vector<double> reference = train(self, make_config(0, c.dtype, 1, c.accumulation));
+  DsConfig one = make_config(0, c.dtype, 1, c.accumulation);
+  use_optimizer(one, c.optimizer);
+  const std::vector<double> reference = train(self, one);
   DsConfig cfg = make_config(c.stage, c.dtype, world.size(), c.accumulation);
+  use_optimizer(cfg, c.optimizer);
   if (c.fp32_communication) cfg.communication_data_type = DType::kF32;
   cfg.zero.reduce_scatter = !c.all_reduce;
   if (c.fp32_grads) cfg.grad_accum_dtype = DType::kF32;
@@ -55,7 +62,8 @@ TEST_P(ZeroStages, MatchOneRankOfTheSameGlobalBatch) {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return "stage" + std::to_string(info.param.stage) + "_" + dtype_name(info.param.dtype) + "_accum" +
          std::to_string(info.param.accumulation) + (info.param.fp32_communication ? "_fp32comm" : "") +
-         (info.param.all_reduce ? "_allreduce" : "") + (info.param.fp32_grads ? "_fp32grads" : "");
+         (info.param.all_reduce ? "_allreduce" : "") + (info.param.fp32_grads ? "_fp32grads" : "") +
+         (info.param.optimizer == OptimizerConfig::Type::kAdamW ? "" : std::string("_") + optimizer_name(info.param.optimizer));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -68,7 +76,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, DType::kBF16, 4, true}, Case{3, DType::kBF16, 1, true},
                       Case{1, DType::kF32, 4, false, true}, Case{1, DType::kBF16, 1, true, true},
                       Case{2, DType::kBF16, 4, false, true}, Case{0, DType::kBF16, 4},
-                      Case{1, DType::kBF16, 4, false, false, true}),
+                      Case{1, DType::kBF16, 4, false, false, true},
+                      // Lion and Adagrad: each stage, fp32 and bf16 (fp16 in ZeroFp16's cases).
+                      Case{0, DType::kF32, 1, false, false, false, kLion}, Case{1, DType::kF32, 4, false, false, false, kLion},
+                      Case{2, DType::kBF16, 1, false, false, false, kLion}, Case{3, DType::kF32, 4, false, false, false, kLion},
+                      Case{3, DType::kBF16, 1, false, false, false, kLion},
+                      Case{0, DType::kBF16, 4, false, false, false, kAdagrad},
+                      Case{1, DType::kBF16, 1, false, false, false, kAdagrad},
+                      Case{2, DType::kF32, 4, false, false, false, kAdagrad},
+                      Case{3, DType::kF32, 1, false, false, false, kAdagrad},
+                      Case{3, DType::kBF16, 4, false, false, false, kAdagrad}),
     case_name);
 
 // The Llama family through the same engine (zero/ knows no architecture): grouped-query
@@ -175,16 +192,23 @@ TEST(ZeroMemory, ModelStateBytesFollowTheTable) {
   // docs/design.md: per-rank bytes with mixed precision and Adam.
   // Stage 0 accumulates bf16 gradients in fp32 (DeepSpeed's default there: its BF16_Optimizer),
   // 4 bytes each, unless data_types.grad_accum_dtype asks for bf16 (the last row).
-  const double table[5] = {2 * psi + 4 * psi + 12 * psi, 2 * psi + 2 * psi + 12 * psi / N,
-                           2 * psi + (2 * psi + 12 * psi) / N, 16 * psi / N, 2 * psi + 2 * psi + 12 * psi};
-  for (int row = 0; row < 5; ++row) {
-    DsConfig cfg = make_config(row % 4, DType::kBF16, 1, 1);
-    if (row == 4) cfg.grad_accum_dtype = DType::kBF16;
-    cfg.train_micro_batch_size_per_gpu = 1;
-    auto engine_comm = make_data_comm(*backend, world);
-    ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
-    const double bytes = double(engine.model_state_bytes().total());
-    EXPECT_NEAR(bytes, table[row], 0.02 * table[row]) << "row " << row << " at " << N << " ranks";
+  // K, the optimizer's bytes per parameter: Adam's 12 (master, exp_avg, exp_avg_sq), Lion's and
+  // Adagrad's 8 (master and one moment).
+  for (const auto& [type, K] : {std::pair{OptimizerConfig::Type::kAdamW, 12.0}, std::pair{kLion, 8.0},
+                                std::pair{kAdagrad, 8.0}}) {
+    const double table[5] = {2 * psi + 4 * psi + K * psi, 2 * psi + 2 * psi + K * psi / N,
+                             2 * psi + (2 * psi + K * psi) / N, (4 + K) * psi / N, 2 * psi + 2 * psi + K * psi};
+    for (int row = 0; row < 5; ++row) {
+      DsConfig cfg = make_config(row % 4, DType::kBF16, 1, 1);
+      use_optimizer(cfg, type);
+      if (row == 4) cfg.grad_accum_dtype = DType::kBF16;
+      cfg.train_micro_batch_size_per_gpu = 1;
+      auto engine_comm = make_data_comm(*backend, world);
+      ZeroEngine engine(layout, *backend, *engine_comm, world, cfg);
+      const double bytes = double(engine.model_state_bytes().total());
+      EXPECT_NEAR(bytes, table[row], 0.02 * table[row])
+          << optimizer_name(type) << " row " << row << " at " << N << " ranks";
+    }
   }
 }
 

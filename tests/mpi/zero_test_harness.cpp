@@ -53,6 +53,12 @@ DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation) {
   return c;
 }
 
+void use_optimizer(DsConfig& cfg, OptimizerConfig::Type type) {
+  cfg.optimizer.type = type;
+  if (type == OptimizerConfig::Type::kLion) cfg.optimizer.lr = 1e-3;
+  if (type == OptimizerConfig::Type::kAdagrad) cfg.optimizer.eps = 1e-10;  // torch's default
+}
+
 std::unique_ptr<Backend> test_backend() {
   const char* name = std::getenv("ZT_TEST_ACCELERATOR");
   return make_backend(name ? name : "cpu", node_local_rank(), "ZT_TEST_ACCELERATOR");

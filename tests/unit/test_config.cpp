@@ -175,6 +175,63 @@ TEST(DsConfig, AdamModes) {
   EXPECT_NE(error_of(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})").find("cannot both"), std::string::npos);
 }
 
+// Lion and Adagrad: DeepSpeed's blocks (their defaults and keys), HF's --optim names, and the
+// two disagreeing.
+TEST(DsConfig, LionAndAdagradBlocks) {
+  using T = OptimizerConfig::Type;
+  const OptimizerConfig lion = parse(R"({"optimizer": {"type": "Lion", "params": {"lr": 1e-4, "betas": [0.95, 0.98],
+      "weight_decay": 0.1}}})").optimizer;
+  EXPECT_EQ(lion.type, T::kLion);
+  EXPECT_DOUBLE_EQ(lion.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(lion.beta1, 0.95);
+  EXPECT_DOUBLE_EQ(lion.beta2, 0.98);
+  EXPECT_DOUBLE_EQ(lion.weight_decay, 0.1);
+  EXPECT_DOUBLE_EQ(parse(R"({"optimizer": {"type": "lion"}})").optimizer.beta2, 0.999);  // DeepSpeed's Lion default
+  const OptimizerConfig adagrad =
+      parse(R"({"optimizer": {"type": "Adagrad", "params": {"lr": 0.01, "lr_decay": 0.1}}})").optimizer;
+  EXPECT_EQ(adagrad.type, T::kAdagrad);
+  EXPECT_DOUBLE_EQ(adagrad.eps, 1e-10);  // torch's and DeepSpeed's default, not Adam's 1e-8
+  EXPECT_DOUBLE_EQ(adagrad.lr_decay, 0.1);
+  // Keys of another optimizer are unknown keys; values outside the range are refused by key.
+  std::string e = error_of(R"({"optimizer": {"type": "Lion", "params": {"eps": 1e-8}}})");
+  EXPECT_NE(e.find("optimizer.params.eps"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Adagrad", "params": {"betas": [0.9, 0.99]}}})");
+  EXPECT_NE(e.find("optimizer.params.betas"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Adagrad", "params": {"lr_decay": -1}}})");
+  EXPECT_NE(e.find("optimizer.params.lr_decay"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Adagrad", "params": {"initial_accumulator_value": 0.1}}})");
+  EXPECT_NE(e.find("optimizer.params.initial_accumulator_value: 0.1 is not implemented"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Lion", "params": {"betas": [0.9, 1.0]}}})");
+  EXPECT_NE(e.find("[0, 1)"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Adagrad", "legacy_fusion": false}})");
+  EXPECT_NE(e.find("optimizer.legacy_fusion"), std::string::npos) << e;
+}
+
+TEST(DsConfig, HfOptimNames) {
+  using T = OptimizerConfig::Type;
+  AutoValues a;
+  a.adam_beta2 = {0.99, true};
+  a.optim = {"lion_32bit", true};
+  const OptimizerConfig lion = parse("{}", a).optimizer;
+  EXPECT_EQ(lion.type, T::kLion);
+  EXPECT_DOUBLE_EQ(lion.beta2, 0.99);  // HF builds Lion with the Adam flags' betas
+  a.optim = {"adagrad", true};
+  EXPECT_EQ(parse("{}", a).optimizer.type, T::kAdagrad);
+  EXPECT_DOUBLE_EQ(parse("{}", a).optimizer.eps, 1e-10);
+  a.optim = {"adamw_torch_fused", true};
+  EXPECT_EQ(parse("{}", a).optimizer.type, T::kAdamW);
+  EXPECT_EQ(parse(R"({"optimizer": {"type": "Adam"}})", a).optimizer.type, T::kAdam);  // the same state and rule
+  a.optim = {"lion_32bit", true};
+  std::string e = error_of(R"({"optimizer": {"type": "AdamW"}})", a);
+  EXPECT_NE(e.find("optimizer.type: the config says AdamW but --optim says lion_32bit"), std::string::npos) << e;
+  a.optim = {"adamw_8bit", true};
+  e = error_of("{}", a);
+  EXPECT_NE(e.find("--optim adamw_8bit is not implemented by zerotrain"), std::string::npos) << e;
+  a.optim = {"lion32", true};
+  e = error_of("{}", a);
+  EXPECT_NE(e.find("--optim: unknown optimizer 'lion32'; did you mean 'lion_32bit'?"), std::string::npos) << e;
+}
+
 TEST(DsConfig, IntegersWrittenInExponentForm) {
   EXPECT_EQ(parse(R"({"zero_optimization": {"stage": 0, "reduce_bucket_size": 5e8}})").zero.reduce_bucket_size,
             500000000);

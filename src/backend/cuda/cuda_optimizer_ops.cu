@@ -1,6 +1,6 @@
-// OptimizerOps on the device: the fused Adam/AdamW step, the sum of squares for gradient clipping,
+// OptimizerOps on the device: the fused Adam/AdamW, Lion and Adagrad steps, the sum of squares for gradient clipping,
 // gradient accumulation between dtypes, and zero. All on ctx.compute; none synchronises the host.
-// The Adam arithmetic is the CPU's (cpu_kernels.inc, DeepSpeed's CPU Adam) operation for operation.
+// The arithmetic is the CPU's (cpu_kernels.inc) operation for operation.
 #include <cmath>
 #include <memory>
 #include <type_traits>
@@ -22,7 +22,7 @@ struct AdamScalars {
   float scale, eps;
 };
 
-AdamScalars adam_scalars(const AdamStepArgs& a) {
+AdamScalars adam_scalars(const OptimizerStepArgs& a) {
   AdamScalars s;
   s.b1 = a.beta1;
   s.b2 = a.beta2;
@@ -82,6 +82,59 @@ struct AdamOp {
   }
 };
 
+// Lion and Adagrad over one moment: `update(w, g, m)` returns the new weight and updates m.
+template <typename G, typename P, typename Rule>
+struct OneMomentOp {
+  Rule rule;
+  float* master;
+  float* moment;
+  const G* grad;
+  P* param;
+  bool write_param;
+
+  __device__ void apply(size_t i) const {
+    float m = moment[i];
+    const float w = rule(master[i], load_float(grad, i), m);
+    moment[i] = m;
+    master[i] = w;
+    if (write_param) store_float(param, i, w);
+  }
+  template <int N>
+  __device__ void apply_vec(size_t i) const {
+    float w[N], g[N], m[N];
+    load_vec<N>(master + i, w);
+    load_vec<N>(grad + i, g);
+    load_vec<N>(moment + i, m);
+#pragma unroll
+    for (int j = 0; j < N; ++j) w[j] = rule(w[j], g[j], m[j]);
+    store_vec<N>(moment + i, m);
+    store_vec<N>(master + i, w);
+    if (write_param) store_vec<N>(param + i, w);
+  }
+};
+
+// c = b1 m + (1 - b1) g ; w = w (1 - lr wd) - lr sign(c), sign(0) = 0 ; m = b2 m + (1 - b2) g.
+struct LionRule {
+  float b1, b2, one_minus_b1, one_minus_b2, lr, after_decay, scale;
+  __device__ __forceinline__ float operator()(float w, float grad, float& m) const {
+    const float g = grad * scale;
+    const float c = b1 * m + one_minus_b1 * g;
+    const float sign = float(c > 0.0f) - float(c < 0.0f);
+    m = b2 * m + one_minus_b2 * g;
+    return w * after_decay - lr * sign;
+  }
+};
+
+// g = grad * scale + wd w ; s += g^2 ; w -= lr g / (sqrt(s) + eps).
+struct AdagradRule {
+  float lr, wd, eps, scale;
+  __device__ __forceinline__ float operator()(float w, float grad, float& s) const {
+    const float g = grad * scale + wd * w;
+    s = s + g * g;
+    return w - lr * g / (sqrtf(s) + eps);
+  }
+};
+
 template <typename A, typename X>
 struct AccumulateOp {
   A* acc;
@@ -118,7 +171,7 @@ class CudaOptimizerOps final : public OptimizerOps {
  public:
   explicit CudaOptimizerOps(CudaContext& ctx) : ctx_(ctx) {}
 
-  void adam_step(const AdamStepArgs& args, float* master, float* exp_avg, float* exp_avg_sq, const void* grad,
+  void adam_step(const OptimizerStepArgs& args, float* master, float* exp_avg, float* exp_avg_sq, const void* grad,
                  DType grad_dtype, void* param, DType param_dtype, size_t n) override {
     const AdamScalars s = adam_scalars(args);
     with_storage_type(grad_dtype, [&](auto* g) {
@@ -133,6 +186,18 @@ class CudaOptimizerOps final : public OptimizerOps {
         launch_elementwise<N>(op, n, vectorised, ctx_.compute, ctx_.sm_count, "adam_kernel");
       });
     });
+  }
+
+  void lion_step(const OptimizerStepArgs& a, float* master, float* exp_avg, const void* grad, DType grad_dtype,
+                 void* param, DType param_dtype, size_t n) override {
+    const LionRule rule{a.beta1, a.beta2, 1 - a.beta1, 1 - a.beta2, a.lr, 1.0f - a.lr * a.weight_decay, a.grad_scale};
+    one_moment_step(rule, master, exp_avg, grad, grad_dtype, param, param_dtype, n, "lion_kernel");
+  }
+
+  void adagrad_step(const OptimizerStepArgs& a, float* master, float* exp_avg_sq, const void* grad,
+                    DType grad_dtype, void* param, DType param_dtype, size_t n) override {
+    const AdagradRule rule{a.lr, a.weight_decay, a.eps, a.grad_scale};
+    one_moment_step(rule, master, exp_avg_sq, grad, grad_dtype, param, param_dtype, n, "adagrad_kernel");
   }
 
   void sum_squares(const void* data, DType dtype, size_t n, double* out) override {
@@ -164,6 +229,23 @@ class CudaOptimizerOps final : public OptimizerOps {
   }
 
  private:
+  template <typename Rule>
+  void one_moment_step(const Rule& rule, float* master, float* moment, const void* grad, DType grad_dtype,
+                       void* param, DType param_dtype, size_t n, const char* name) {
+    with_storage_type(grad_dtype, [&](auto* g) {
+      with_storage_type(param_dtype, [&](auto* p) {
+        using G = std::remove_pointer_t<decltype(g)>;
+        using P = std::remove_pointer_t<decltype(p)>;
+        constexpr int N = 4;
+        OneMomentOp<G, P, Rule> op{rule, master, moment, static_cast<const G*>(grad), static_cast<P*>(param),
+                                   static_cast<void*>(param) != static_cast<void*>(master)};
+        const bool vectorised = is_aligned(master, 16) && is_aligned(moment, 16) &&
+                                is_aligned(grad, vec_align<G, N>()) && is_aligned(param, vec_align<P, N>());
+        launch_elementwise<N>(op, n, vectorised, ctx_.compute, ctx_.sm_count, name);
+      });
+    });
+  }
+
   CudaContext& ctx_;
 };
 

@@ -223,12 +223,26 @@ class QueuedOptimizerOps final : public OptimizerOps {
  public:
   QueuedOptimizerOps(ComputeQueue& q, OptimizerOps& k) : q_(q), k_(k) {}
 
-  void adam_step(const AdamStepArgs& args, float* master, float* m, float* v, const void* grad, DType gt, void* param,
+  void adam_step(const OptimizerStepArgs& args, float* master, float* m, float* v, const void* grad, DType gt, void* param,
                  DType pt, size_t n) override {
     std::vector<Access> a{out(m, n), out(v, n), in_raw(grad, gt, n), out_raw(param, pt, n)};
     if (static_cast<void*>(master) != param) a.push_back(out(master, n));
     q_.enqueue_compute("adam_step", std::move(a),
                        [=, this] { k_.adam_step(args, master, m, v, grad, gt, param, pt, n); });
+  }
+  void lion_step(const OptimizerStepArgs& args, float* master, float* m, const void* grad, DType gt, void* param,
+                 DType pt, size_t n) override {
+    std::vector<Access> a{out(m, n), in_raw(grad, gt, n), out_raw(param, pt, n)};
+    if (static_cast<void*>(master) != param) a.push_back(out(master, n));
+    q_.enqueue_compute("lion_step", std::move(a),
+                       [=, this] { k_.lion_step(args, master, m, grad, gt, param, pt, n); });
+  }
+  void adagrad_step(const OptimizerStepArgs& args, float* master, float* v, const void* grad, DType gt, void* param,
+                    DType pt, size_t n) override {
+    std::vector<Access> a{out(v, n), in_raw(grad, gt, n), out_raw(param, pt, n)};
+    if (static_cast<void*>(master) != param) a.push_back(out(master, n));
+    q_.enqueue_compute("adagrad_step", std::move(a),
+                       [=, this] { k_.adagrad_step(args, master, v, grad, gt, param, pt, n); });
   }
   void sum_squares(const void* data, DType t, size_t n, double* result) override {
     q_.enqueue_compute("sum_squares", {in_raw(data, t, n), out(result, 1)},

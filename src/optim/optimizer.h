@@ -1,6 +1,7 @@
-// Adam / AdamW with DeepSpeed's semantics: the step counter, bias correction and the choice of
-// L2 (adam_w_mode = false) or decoupled weight decay. The arithmetic is the backend's fused
-// kernel (OptimizerOps::adam_step); this class owns the hyperparameters and the step count.
+// The optimizer's update rule with DeepSpeed's semantics: its hyperparameters, its step counter
+// (bias correction, Adagrad's lr_decay) and the fp32 state fields it keeps beside the master
+// weights. The arithmetic is the backend's fused kernel for the rule (OptimizerOps::step); this
+// class turns a step's schedule values into that kernel's arguments.
 #pragma once
 
 #include <cstdint>
@@ -10,13 +11,16 @@
 
 namespace zt {
 
-class Adam {
+/// The update rule an optimizer type steps with (Adam and AdamW share one, adamw_mode tells).
+UpdateRule update_rule(OptimizerConfig::Type type);
+
+class Optimizer {
  public:
-  explicit Adam(const OptimizerConfig& config) : config_(config) {}
+  explicit Optimizer(const OptimizerConfig& config) : config_(config) {}
 
   /// Advances the step counter and returns the kernel arguments for this step, with the lr
   /// (and betas, when a schedule drives them) and the gradient multiplier given.
-  AdamStepArgs begin_step(double lr, double beta1, double beta2, double grad_scale);
+  OptimizerStepArgs begin_step(double lr, double beta1, double beta2, double grad_scale);
 
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t step) { step_ = step; }

@@ -1,0 +1,43 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+
+namespace zt {
+
+UpdateRule update_rule(OptimizerConfig::Type type) {
+  switch (type) {
+    case OptimizerConfig::Type::kLion: return UpdateRule::kLion;
+    case OptimizerConfig::Type::kAdagrad: return UpdateRule::kAdagrad;
+    case OptimizerConfig::Type::kAdam:
+    case OptimizerConfig::Type::kAdamW: break;
+  }
+  return UpdateRule::kAdam;
+}
+
+OptimizerStepArgs Optimizer::begin_step(double lr, double beta1, double beta2, double grad_scale) {
+  ++step_;
+  OptimizerStepArgs a;
+  a.rule = update_rule(config_.type);
+  a.lr = float(lr);
+  a.beta1 = float(beta1);
+  a.beta2 = float(beta2);
+  a.eps = float(config_.eps);
+  a.weight_decay = float(config_.weight_decay);
+  a.adamw_mode = config_.adam_w_mode;
+  if (a.rule == UpdateRule::kAdam && config_.bias_correction) {
+    a.bias_correction1 = float(1.0 - std::pow(beta1, double(step_)));
+    a.bias_correction2 = float(1.0 - std::pow(beta2, double(step_)));
+  }
+  // torch.optim.Adagrad's decayed rate: lr / (1 + (t - 1) lr_decay).
+  if (a.rule == UpdateRule::kAdagrad) a.lr = float(lr / (1.0 + double(step_ - 1) * config_.lr_decay));
+  a.grad_scale = float(grad_scale);
+  return a;
+}
+
+double clip_coefficient(double grad_norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  double coef = max_norm / (grad_norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
+}
+
+}  // namespace zt
