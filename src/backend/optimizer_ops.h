@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <stdexcept>
 
 #include "core/dtype.h"
 
@@ -13,6 +14,7 @@ enum class UpdateRule {
   kAdam,     ///< Adam / AdamW (DeepSpeed's CPU Adam): master, exp_avg, exp_avg_sq
   kLion,     ///< Lion (Chen et al. 2023): master, exp_avg (the momentum)
   kAdagrad,  ///< Adagrad (torch.optim.Adagrad): master, exp_avg_sq (the running sum of squares)
+  kLamb,     ///< Lamb (DeepSpeed's FusedLamb): Adam's moments, then a trust ratio per tensor (two passes)
 };
 
 /// One optimizer step's scalars, as DeepSpeed's CPU optimizers compute them.
@@ -22,7 +24,9 @@ struct OptimizerStepArgs {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float weight_decay = 0;
   bool adamw_mode = true;  ///< Adam only: decoupled decay (Lion's is always decoupled, Adagrad's L2)
+  bool eps_inside_sqrt = false;  ///< Lamb: sqrt(v + eps) instead of sqrt(v) + eps
   /// 1 - beta1^t and 1 - beta2^t (1 when bias correction is off, and for Lion and Adagrad).
+  /// Lamb's step size is lr sqrt(bias_correction2) / bias_correction1, as FusedLamb's.
   float bias_correction1 = 1, bias_correction2 = 1;
   /// Multiplies every gradient before use: 1/loss_scale x clip coefficient.
   float grad_scale = 1;
@@ -48,7 +52,19 @@ class OptimizerOps {
   virtual void adagrad_step(const OptimizerStepArgs& args, float* master, float* exp_avg_sq, const void* grad,
                             DType grad_dtype, void* param, DType param_dtype, size_t n) = 0;
 
-  /// The step of args.rule; the moments a rule does not keep are not touched (may be null).
+  /// Lamb's first pass over n elements of one tensor: with g the scaled gradient,
+  ///   m = b1 m + (1 - b1) g ; v = b2 v + (1 - b2) g^2 ; u = m / (sqrt(v) + eps) + wd w
+  /// (eps under the root with eps_inside_sqrt), adding sum(w^2) to sums[0] and sum(u^2) to
+  /// sums[1] in double (`sums` in memory of the same kind as the data). Weights are not written.
+  virtual void lamb_moments(const OptimizerStepArgs& args, const float* master, float* exp_avg, float* exp_avg_sq,
+                            const void* grad, DType grad_dtype, size_t n, double* sums) = 0;
+  /// Lamb's second pass: w -= step_size * trust_ratio * u, with u from the updated moments and the
+  /// weight before this step; writes the parameter in `param_dtype` as the other steps do.
+  virtual void lamb_apply(const OptimizerStepArgs& args, float trust_ratio, float* master, const float* exp_avg,
+                          const float* exp_avg_sq, void* param, DType param_dtype, size_t n) = 0;
+
+  /// The one-pass step of args.rule (not Lamb, which needs its two passes and the tensors'
+  /// norms between them); the moments a rule does not keep are not touched (may be null).
   void step(const OptimizerStepArgs& args, float* master, float* exp_avg, float* exp_avg_sq, const void* grad,
             DType grad_dtype, void* param, DType param_dtype, size_t n) {
     switch (args.rule) {
@@ -57,7 +73,9 @@ class OptimizerOps {
       case UpdateRule::kLion: return lion_step(args, master, exp_avg, grad, grad_dtype, param, param_dtype, n);
       case UpdateRule::kAdagrad:
         return adagrad_step(args, master, exp_avg_sq, grad, grad_dtype, param, param_dtype, n);
+      case UpdateRule::kLamb: break;
     }
+    throw std::logic_error("OptimizerOps::step: Lamb steps in two passes (lamb_moments, lamb_apply)");
   }
 
   /// Adds the sum of squares of n gradient values, in double, to *out (memory of the same kind

@@ -144,6 +144,23 @@ void parse_adagrad_params(JsonSection& p, OptimizerConfig& o, const AutoValues& 
   p.not_implemented({"fused", "foreach", "maximize", "differentiable"}, "torch.optim switches");
 }
 
+// DeepSpeed's Lamb block: FusedLamb's keys. Its trust ratios are per tensor here, as FusedLamb
+// computes them without ZeRO (under ZeRO DeepSpeed hands it flat partitions, whose ratios are
+// not the paper's; it asks for zero_allow_untested_optimizer there).
+void parse_lamb_params(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
+  read_betas(p, o, autos);
+  read_auto(p, "eps", o.eps, autos.adam_epsilon, "--adam_epsilon", 0.0);
+  p.read("bias_correction", o.bias_correction);
+  p.read("eps_inside_sqrt", o.eps_inside_sqrt);
+  p.read("max_coeff", o.max_coeff, 0.0);
+  p.read("min_coeff", o.min_coeff, 0.0);
+  if (o.min_coeff > o.max_coeff) {
+    p.fail("min_coeff", cat(o.min_coeff, " is above max_coeff (", o.max_coeff, "): the trust ratio's clamp is empty"));
+  }
+  p.neutral("amsgrad", {false}, "FusedLamb raises for it; Lamb has no AMSGrad variant");
+  p.neutral("max_grad_norm", {}, "DeepSpeed refuses it too; use gradient_clipping");
+}
+
 OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   OptimizerConfig o;
   // Without an optimizer section the trainer still needs one: HF's --optim (AdamW by default)
@@ -157,24 +174,25 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   if (!s.present()) return o;
 
   std::string type;
-  if (!s.read("type", type)) s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion or Adagrad)");
+  if (!s.read("type", type)) s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion, Adagrad or Lamb)");
   std::string lower = type;
   std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
   using T = OptimizerConfig::Type;
   const std::vector<std::pair<std::string, T>> kTypes = {
-      {"adam", T::kAdam}, {"adamw", T::kAdamW}, {"lion", T::kLion}, {"adagrad", T::kAdagrad}};
+      {"adam", T::kAdam}, {"adamw", T::kAdamW}, {"lion", T::kLion}, {"adagrad", T::kAdagrad}, {"lamb", T::kLamb}};
   const auto it = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto& t) { return t.first == lower; });
   if (it == kTypes.end()) {
-    static const char* kDeepSpeedOptimizers[] = {"lamb", "onebitadam", "zerooneadam", "onebitlamb",
+    static const char* kDeepSpeedOptimizers[] = {"onebitadam", "zerooneadam", "onebitlamb",
                                                  "sgd", "muadam", "muadamw",
                                                  "musgd", "muon", "cpu_adam", "fusedadam"};
     for (const char* known : kDeepSpeedOptimizers) {
       if (lower == known) {
-        s.fail("type", cat("optimizer '", type, "' is not implemented by zerotrain (Adam, AdamW, Lion and Adagrad are)"));
+        s.fail("type", cat("optimizer '", type,
+                           "' is not implemented by zerotrain (Adam, AdamW, Lion, Adagrad and Lamb are)"));
       }
     }
     s.fail("type", cat("unknown optimizer '", type, "'; did you mean '",
-                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad"}), "'?"));
+                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad", "Lamb"}), "'?"));
   }
   o.type = it->second;
   const bool adam_family = o.type == T::kAdam || o.type == T::kAdamW;
@@ -191,6 +209,8 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
     parse_adam_params(p, o, autos);
   } else if (o.type == T::kLion) {
     parse_lion_params(p, o, autos);
+  } else if (o.type == T::kLamb) {
+    parse_lamb_params(p, o, autos);
   } else {
     parse_adagrad_params(p, o, autos);
   }
@@ -922,6 +942,7 @@ const char* optimizer_name(OptimizerConfig::Type type) {
     case OptimizerConfig::Type::kAdamW: return "AdamW";
     case OptimizerConfig::Type::kLion: return "Lion";
     case OptimizerConfig::Type::kAdagrad: return "Adagrad";
+    case OptimizerConfig::Type::kLamb: return "Lamb";
   }
   return "?";
 }

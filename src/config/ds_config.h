@@ -18,7 +18,7 @@ namespace zt {
 
 struct OptimizerConfig {
   /// DeepSpeed's optimizer.type names (HF's --optim names map onto them).
-  enum class Type { kAdam, kAdamW, kLion, kAdagrad };
+  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb };
   Type type = Type::kAdamW;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;  ///< Adam's moments; Lion's interpolation (beta1) and momentum (beta2)
@@ -28,12 +28,16 @@ struct OptimizerConfig {
   bool adam_w_mode = true;
   bool bias_correction = true;
   double lr_decay = 0.0;  ///< Adagrad (torch.optim.Adagrad): lr / (1 + (t - 1) lr_decay)
+  /// Lamb (DeepSpeed's FusedLamb): the trust ratio ||w|| / ||update|| of each tensor is clamped to
+  /// [min_coeff, max_coeff]; eps_inside_sqrt puts eps under the square root.
+  double max_coeff = 10.0, min_coeff = 0.01;
+  bool eps_inside_sqrt = false;
 
   /// Whether this optimizer keeps exp_avg (Adam's first moment, Lion's momentum) and exp_avg_sq
   /// (Adam's second moment; Adagrad's running sum of squared gradients, torch's "sum").
   bool has_exp_avg() const { return type != Type::kAdagrad; }
   bool has_exp_avg_sq() const { return type != Type::kLion; }
-  /// fp32 state elements per parameter beside the master weights (Adam 2, Lion and Adagrad 1).
+  /// fp32 state elements per parameter beside the master weights (Adam and Lamb 2, Lion and Adagrad 1).
   int moment_count() const { return int(has_exp_avg()) + int(has_exp_avg_sq()); }
 };
 

@@ -25,6 +25,7 @@ size_t ModelLayout::add(const std::string& name, std::vector<int64_t> shape, Par
   p.unit = num_units();
   p.init = init;
   num_params_ += p.numel;
+  tensor_ranges_.emplace_back(p.offset, p.offset + p.numel);
   flat_size_ = (flat_size_ + p.numel + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
   params_.push_back(std::move(p));
   return params_.back().offset;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace zt {
@@ -42,6 +43,10 @@ class ParamLayout {
     return m;
   }
 
+  /// Each tensor's flat [begin, end), in flat-buffer order (the gaps between them are alignment
+  /// padding): what an optimizer with per-tensor statistics (Lamb's trust ratios) steps by.
+  const std::vector<std::pair<size_t, size_t>>& tensor_ranges() const { return tensor_ranges_; }
+
   /// Writes the model's initial values of flat elements [begin, end) into out[0, end - begin)
   /// (fp32) from `seed`. Any slice alone gets the same values as the whole, so that ZeRO-3
   /// initialises only a rank's partition.
@@ -53,6 +58,7 @@ class ParamLayout {
   ParamLayout& operator=(const ParamLayout&) = default;
 
   std::vector<size_t> unit_offsets_;  ///< num_units + 1 entries, the last is flat_size
+  std::vector<std::pair<size_t, size_t>> tensor_ranges_;
   size_t num_params_ = 0, flat_size_ = 0;
   int tied_unit_ = -1;
 };

@@ -72,6 +72,11 @@ class OptimizerOffload {
   /// element at its start) and nothing else: no stream, no event. The delayed parameter update
   /// runs it on its own thread while the caller's thread drives the device.
   void step_to_host(const OptimizerStepArgs& args, const void* grad, DType grad_dtype, void* params);
+  /// Walks every piece (read, then written back): `fill` steps it however the caller's rule needs
+  /// and writes its parameters into a free staging buffer, which then goes to `params` on the
+  /// upload stream (Lamb's second pass).
+  void send_params(SwapMode mode, const std::function<void(const OffloadPiece&, void* staging)>& fill,
+                   const ParamSink& params);
   /// Sends the parameters rounded from the master weights to `params` (after a load).
   void copy_params_from_master(const ParamSink& params);
   /// Recorded when the last parameter copy of step or copy_params_from_master has been
@@ -115,10 +120,6 @@ class OptimizerOffload {
   /// The step over piece `p`: its gradient from `grad` (the range's first element at its start), its
   /// updated parameters to `param`.
   void step_piece(const OptimizerStepArgs& args, const OffloadPiece& p, const void* grad, DType grad_dtype, void* param);
-  /// Walks every piece: `fill` writes its parameters into a free staging buffer, which then goes
-  /// to `params` on the upload stream.
-  void send_params(SwapMode mode, const std::function<void(const OffloadPiece&, void* staging)>& fill,
-                   const ParamSink& params);
 
   Backend& backend_;
   OptimizerOps& host_ops_;

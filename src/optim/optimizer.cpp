@@ -8,6 +8,7 @@ UpdateRule update_rule(OptimizerConfig::Type type) {
   switch (type) {
     case OptimizerConfig::Type::kLion: return UpdateRule::kLion;
     case OptimizerConfig::Type::kAdagrad: return UpdateRule::kAdagrad;
+    case OptimizerConfig::Type::kLamb: return UpdateRule::kLamb;
     case OptimizerConfig::Type::kAdam:
     case OptimizerConfig::Type::kAdamW: break;
   }
@@ -24,7 +25,8 @@ OptimizerStepArgs Optimizer::begin_step(double lr, double beta1, double beta2, d
   a.eps = float(config_.eps);
   a.weight_decay = float(config_.weight_decay);
   a.adamw_mode = config_.adam_w_mode;
-  if (a.rule == UpdateRule::kAdam && config_.bias_correction) {
+  a.eps_inside_sqrt = config_.eps_inside_sqrt;
+  if ((a.rule == UpdateRule::kAdam || a.rule == UpdateRule::kLamb) && config_.bias_correction) {
     a.bias_correction1 = float(1.0 - std::pow(beta1, double(step_)));
     a.bias_correction2 = float(1.0 - std::pow(beta2, double(step_)));
   }

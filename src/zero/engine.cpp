@@ -18,7 +18,8 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
       coordinator_(!plan_.params_replicated() ? std::make_unique<PartitionedParameterCoordinator>(plan_, layout, backend, comm,
                                                                                         buffers_.params(), config)
                                     : nullptr),
-      optimizer_(plan_, config, backend, buffers_, plan_.params_on_nvme ? &coordinator_->store() : nullptr),
+      optimizer_(plan_, config, backend, buffers_, plan_.params_on_nvme ? &coordinator_->store() : nullptr,
+                 layout.tensor_ranges()),
       reducer_(plan_, config.zero, backend, comm, buffers_), norm_sq_(backend, 1), norm_sq_host_(backend, 1, Pool::kPinned),
       optimizer_rule_(config.optimizer), scheduler_(config.scheduler, config.optimizer.lr), scaler_(config.fp16) {
   // A reduced range is final on the last micro-step: ZeRO-Offload sends it to the host at once
@@ -147,12 +148,34 @@ StepOutcome ZeroEngine::step() {
   // --delayed_param_update: past its warm-up, the offloaded part's CPU Adam runs beside the next
   // step's forward and backward, which see the parameters before this update.
   const bool delay = plan_.delayed_update_after >= 0 && optimizer_rule_.step_count() >= plan_.delayed_update_after;
-  optimizer_.step(optimizer_rule_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * double(plan_.world))), delay);
+  const OptimizerStepArgs args =
+      optimizer_rule_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * double(plan_.world)));
+  if (args.rule == UpdateRule::kLamb) {
+    lamb_step(args);
+  } else {
+    optimizer_.step(args, delay);
+  }
   buffers_.zero_grads();
   share_parameters();
   scaler_.update(false);
   scheduler_.step();
   return out;
+}
+
+void ZeroEngine::lamb_step(const OptimizerStepArgs& args) {
+  // Each tensor's norms span the ranks its elements are on: one small all-reduce of per-tensor
+  // sums (two doubles a tensor) between the moments and the update. Stage 0 holds everything.
+  std::vector<double> sums = optimizer_.lamb_norms(args);
+  if (!plan_.optimizer_replicated() && plan_.world > 1) control_.all_reduce_doubles(sums, false);
+  // FusedLamb's trust ratio: ||w|| / ||u|| clamped to [min_coeff, max_coeff], 1 when either is 0.
+  std::vector<float> ratios(sums.size() / 2, 1.0f);
+  for (size_t t = 0; t < ratios.size(); ++t) {
+    const double w = std::sqrt(sums[2 * t]), u = std::sqrt(sums[2 * t + 1]);
+    if (w != 0 && u != 0) {
+      ratios[t] = float(std::clamp(w / u, config_.optimizer.min_coeff, config_.optimizer.max_coeff));
+    }
+  }
+  optimizer_.lamb_apply(args, ratios);
 }
 
 double ZeroEngine::local_grad_sum_squares() {

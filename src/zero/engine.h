@@ -145,6 +145,8 @@ class ZeroEngine final : public ParamSource<float> {
  private:
   /// This rank's sum of squares of its gradient range, read from the device (one host wait).
   double local_grad_sum_squares();
+  /// Lamb's two passes over this rank's range, with the per-tensor norms all-reduced between them.
+  void lamb_step(const OptimizerStepArgs& args);
   /// After the optimizer wrote this rank's range: every rank's updated parameters where the
   /// stage keeps them whole (stages 1, 2), and no stale copy anywhere.
   void share_parameters();

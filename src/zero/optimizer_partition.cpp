@@ -41,10 +41,15 @@ OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const 
 }
 
 OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& config, Backend& backend,
-                                       MixedPrecisionBuffers& buffers, ParamStore* swapped_params)
+                                       MixedPrecisionBuffers& buffers, ParamStore* swapped_params,
+                                       std::vector<std::pair<size_t, size_t>> tensors)
     : plan_(plan), backend_(backend), compute_(backend.compute_stream()), ops_(backend.optimizer_ops()),
       buffers_(buffers), swapped_params_(swapped_params), has_exp_avg_(config.optimizer.has_exp_avg()),
-      has_exp_avg_sq_(config.optimizer.has_exp_avg_sq()) {
+      has_exp_avg_sq_(config.optimizer.has_exp_avg_sq()), tensors_(std::move(tensors)) {
+  if (config.optimizer.type == OptimizerConfig::Type::kLamb) {
+    ZT_CHECK(!tensors_.empty(), "Lamb needs the model's tensors");
+    lamb_sums_ = DeviceArray<double>(backend, 2 * tensors_.size());
+  }
   if (plan.has_master()) master_ = DeviceArray<float>(backend, plan.device_count);
   if (has_exp_avg_) exp_avg_ = DeviceArray<float>(backend, plan.device_count);
   if (has_exp_avg_sq_) exp_avg_sq_ = DeviceArray<float>(backend, plan.device_count);
@@ -195,6 +200,71 @@ void OptimizerPartition::step(const OptimizerStepArgs& args, bool delay) {
     update_done_.store(true, std::memory_order_release);
   });
   pending_ = true;
+}
+
+template <typename Fn>
+void OptimizerPartition::for_tensors(size_t lo, size_t hi, Fn fn) const {
+  // The first tensor ending after lo; tensors are sorted and disjoint.
+  auto it = std::upper_bound(tensors_.begin(), tensors_.end(), lo,
+                             [](size_t x, const std::pair<size_t, size_t>& t) { return x < t.second; });
+  for (; it != tensors_.end() && it->first < hi; ++it) {
+    const size_t a = std::max(lo, it->first), b = std::min(hi, it->second);
+    if (b > a) fn(size_t(it - tensors_.begin()), a, b);
+  }
+}
+
+std::vector<double> OptimizerPartition::lamb_norms(const OptimizerStepArgs& args) {
+  std::vector<double> sums(2 * tensors_.size(), 0.0);
+  const size_t base = plan_.offload_begin();
+  if (plan_.device_count > 0) {
+    backend_.zero_async(lamb_sums_.data(), lamb_sums_.bytes(), compute_);
+    for_tensors(plan_.opt_begin, base, [&](size_t t, size_t a, size_t b) {
+      const size_t at = a - plan_.opt_begin;
+      ops_.lamb_moments(args, master_at(a), exp_avg_.data() + at, exp_avg_sq_.data() + at, buffers_.grad_at(a),
+                        plan_.grad_dtype, b - a, lamb_sums_.data() + 2 * t);
+    });
+    backend_.copy_to_host(sums.data(), lamb_sums_.data(), lamb_sums_.bytes());
+  }
+  if (!offload_) return sums;
+  const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
+  OptimizerOps& host = host_optimizer_ops();
+  offload_->visit(0, offload_->size(), SwapMode::kReadWrite, [&](const OffloadPiece& p) {
+    for_tensors(base + p.lo, base + p.lo + p.n, [&](size_t t, size_t a, size_t b) {
+      const size_t at = a - base - p.lo;
+      host.lamb_moments(args, p.master + at, p.exp_avg + at, p.exp_avg_sq + at,
+                        grads + (a - base) * plan_.grad_elem(), plan_.grad_dtype, b - a, sums.data() + 2 * t);
+    });
+  });
+  return sums;
+}
+
+void OptimizerPartition::lamb_apply(const OptimizerStepArgs& args, const std::vector<float>& trust_ratios) {
+  ZT_CHECK(trust_ratios.size() == tensors_.size(), "one trust ratio per tensor");
+  const size_t base = plan_.offload_begin();
+  for_tensors(plan_.opt_begin, base, [&](size_t t, size_t a, size_t b) {
+    const size_t at = a - plan_.opt_begin;
+    ops_.lamb_apply(args, trust_ratios[t], master_at(a), exp_avg_.data() + at, exp_avg_sq_.data() + at,
+                    buffers_.param_at(a), plan_.dtype, b - a);
+  });
+  if (!offload_) return;
+  OptimizerOps& host = host_optimizer_ops();
+  const size_t elem = plan_.elem();
+  offload_->send_params(SwapMode::kReadWrite, [&](const OffloadPiece& p, void* staging) {
+    auto* out = static_cast<unsigned char*>(staging);
+    size_t done = base + p.lo;  // what of the piece is in the staging buffer
+    const auto fill_gap = [&](size_t upto) {  // alignment gaps: the parameters rounded from the master
+      if (upto > done) convert(p.master + (done - base - p.lo), DType::kF32, out + (done - base - p.lo) * elem, plan_.dtype, upto - done);
+    };
+    for_tensors(base + p.lo, base + p.lo + p.n, [&](size_t t, size_t a, size_t b) {
+      fill_gap(a);
+      const size_t at = a - base - p.lo;
+      host.lamb_apply(args, trust_ratios[t], p.master + at, p.exp_avg + at, p.exp_avg_sq + at, out + at * elem,
+                      plan_.dtype, b - a);
+      done = b;
+    });
+    fill_gap(base + p.lo + p.n);
+  }, param_sink());
+  backend_.wait(compute_, offload_->params_written());
 }
 
 void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float* out) {

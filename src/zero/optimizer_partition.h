@@ -61,8 +61,10 @@ class OptimizerPartition {
 
   /// `swapped_params`: the parameter store with offload_param nvme (updated parameters are
   /// written there), else nullptr (they go to `buffers`).
+  /// `tensors`: the model's tensors as flat [lo, hi) ranges in order (Lamb's trust ratios are per
+  /// tensor; the element-wise rules ignore them).
   OptimizerPartition(const ZeroPlan& plan, const DsConfig& config, Backend& backend, MixedPrecisionBuffers& buffers,
-                     ParamStore* swapped_params);
+                     ParamStore* swapped_params, std::vector<std::pair<size_t, size_t>> tensors = {});
   ~OptimizerPartition();
 
   /// The master weight of flat element `flat` of the device part.
@@ -75,6 +77,13 @@ class OptimizerPartition {
   /// compute stream is ordered after every updated parameter is written, the previous delayed
   /// update's included; with `delay` the offloaded part's new parameters are that next update.
   void step(const OptimizerStepArgs& args, bool delay = false);
+  /// Lamb's first pass over the range (device and offloaded parts): updates the moments and
+  /// returns this rank's sum(w^2) and sum(u^2) for every tensor (2 per tensor, in order; zeros for
+  /// the tensors outside the range). The caller sums them over the ranks holding parts.
+  std::vector<double> lamb_norms(const OptimizerStepArgs& args);
+  /// Lamb's second pass, with each tensor's trust ratio; then as step(): the parameters written,
+  /// the compute stream ordered after them.
+  void lamb_apply(const OptimizerStepArgs& args, const std::vector<float>& trust_ratios);
   /// The model has read the weights of flat range [lo, hi) for the last time this step: a pending
   /// delayed update may overwrite them (on its upload stream, after the compute stream's work).
   void params_free(size_t lo, size_t hi);
@@ -109,6 +118,9 @@ class OptimizerPartition {
   void join_update();
   /// Enqueues the upload of pending parameters [lo, hi) (flat, inside the offloaded range).
   void upload_pending(size_t lo, size_t hi);
+  /// Calls fn(t, a, b) for each tensor t overlapping flat [lo, hi), with [a, b) the overlap.
+  template <typename Fn>
+  void for_tensors(size_t lo, size_t hi, Fn fn) const;
   /// Fills device range [lo, hi) of a field from `read`, through host memory in pieces.
   void load_to_device(StateField field, const FieldReader& read, size_t lo, size_t hi, float* device);
 
@@ -121,6 +133,8 @@ class OptimizerPartition {
   const bool has_exp_avg_, has_exp_avg_sq_;           // the moments the optimizer keeps
   DeviceArray<float> master_, exp_avg_, exp_avg_sq_;  // the device part; master_ empty in fp32, absent moments empty
   std::unique_ptr<OptimizerOffload> offload_;
+  const std::vector<std::pair<size_t, size_t>> tensors_;  // the model's tensors, flat [lo, hi), in order
+  DeviceArray<double> lamb_sums_;                         // Lamb: the device part's per-tensor sums
   DeviceArray<unsigned char> host_grads_;  // the offloaded range's gradient, copied to the host
   std::unique_ptr<Stream> d2h_stream_;     // ... by copies on this stream, beside backward
   std::unique_ptr<Event> event_;           // orders d2h_stream_ after the compute stream

@@ -131,8 +131,13 @@ boost::json::object ds_config_json(const DsConfig& c) {
   json::object params{{"lr", "auto"}, {"weight_decay", "auto"}};
   if (c.optimizer.type != OptimizerConfig::Type::kAdagrad) params["betas"] = "auto";
   if (c.optimizer.type == OptimizerConfig::Type::kAdagrad) params["eps"] = c.optimizer.eps;  // torch's 1e-10, not --adam_epsilon
-  if (c.optimizer.type == OptimizerConfig::Type::kAdam || c.optimizer.type == OptimizerConfig::Type::kAdamW) {
-    params["eps"] = "auto";
+  if (c.optimizer.type != OptimizerConfig::Type::kLion && c.optimizer.type != OptimizerConfig::Type::kAdagrad) {
+    params["eps"] = "auto";  // Adam, AdamW, Lamb
+  }
+  if (c.optimizer.type == OptimizerConfig::Type::kLamb) {
+    params["max_coeff"] = c.optimizer.max_coeff;
+    params["min_coeff"] = c.optimizer.min_coeff;
+    if (c.optimizer.eps_inside_sqrt) params["eps_inside_sqrt"] = true;
   }
   out["optimizer"] = json::object{{"type", optimizer_name(c.optimizer.type)}, {"params", std::move(params)}};
   const ZeroConfig& z = c.zero;

@@ -54,6 +54,10 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   // aside while step t+1 runs; what it reads or writes must be no buffer that step t+1 uses.
   ZT_USAGE_CHECK(offloaded > 0, "--delayed_param_update overlaps ZeRO-Offload's CPU optimizer step with the next "
                  "step: it needs zero_optimization.offload_optimizer on \"cpu\" or \"nvme\" in ", config.source);
+  ZT_USAGE_CHECK(config.optimizer.type != OptimizerConfig::Type::kLamb,
+                 "--delayed_param_update with Lamb is not implemented: Lamb's trust ratios need an all-reduce of the "
+                 "tensors' norms between its two passes, which the update's own thread cannot join (", config.source,
+                 ")");
   ZT_USAGE_CHECK(!params_on_host, "--delayed_param_update with zero_optimization.offload_param is not implemented: "
                  "the CPU Adam would write the parameter partition that the next step gathers from (", config.source,
                  ")");

@@ -492,6 +492,42 @@ TEST_F(CudaOps, LionAndAdagradSteps) {
   }
 }
 
+// Lamb's two passes: the moments and the per-tensor sums, then the update with a trust ratio.
+TEST_F(CudaOps, LambPasses) {
+  const size_t n = 1003;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<float> v_host = randn(n, 97, 0.1f);
+    for (auto& x : v_host) x = x * x;
+    auto master = twin(randn(n, 95)), m = twin(randn(n, 96, 0.1f)), v = twin(v_host);
+    const std::vector<float> g_host = randn(n, 98, 10.0f);
+    auto g32 = twin(g_host);
+    auto g16 = twin(dtype == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(g_host, dtype));
+    auto p16 = twin(std::vector<uint16_t>(n, 0xffff));
+    auto sums = twin(std::vector<double>{0.5, 0.25});  // the passes add to what is there
+    OptimizerStepArgs args;
+    args.rule = UpdateRule::kLamb;
+    args.lr = 1e-2f, args.weight_decay = 0.1f, args.eps = 1e-6f, args.grad_scale = 0.125f;
+    args.bias_correction1 = 1 - std::pow(0.9f, 2.0f), args.bias_correction2 = 1 - std::pow(0.999f, 2.0f);
+    on_both([&](Backend& b) {
+      const void* grad = dtype == DType::kF32 ? static_cast<const void*>(g32.on(b)) : g16.on(b);
+      b.optimizer_ops().lamb_moments(args, master.on(b), m.on(b), v.on(b), grad, dtype, n, sums.on(b));
+      void* param = dtype == DType::kF32 ? static_cast<void*>(master.on(b)) : p16.on(b);
+      b.optimizer_ops().lamb_apply(args, 0.37f, master.on(b), m.on(b), v.on(b), param, dtype, n);
+    });
+    const auto got = read(*gpu, sums.g), want = read(*cpu, sums.c);
+    for (int k = 0; k < 2; ++k) EXPECT_NEAR(got[k], want[k], 1e-6 * std::fabs(want[k])) << "sum " << k;
+    expect_close(m, kElementwiseTol, "exp_avg");
+    expect_close(v, kElementwiseTol, "exp_avg_sq");
+    expect_close(master, kElementwiseTol, "master");
+    if (dtype != DType::kF32) {
+      const auto p = read(*gpu, p16.g);
+      const auto want_p = to_dtype_bits(read(*gpu, master.g), dtype);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(p[i], want_p[i]) << "param " << i;
+    }
+  }
+}
+
 TEST_F(CudaOps, SumSquares) {
   const size_t n = 5001;
   const std::vector<float> host = randn(n, 90, 3.0f);

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Lion and Adagrad (issue 31) against their PyTorch peers, with AdamW beside them as the control:
+# Lion, Adagrad and Lamb (issue 31) against their peers, with AdamW beside them as the control:
 # a GPT-2 written by transformers' save_pretrained, fine-tuned for 8 steps on one global batch
 # (the whole training set, so every step sees the same 8 windows) in fp32, with weight decay 0.1,
 # clipping at 1.0 and a constant learning rate. The peers train the same model on the same batch
-# in PyTorch (eval mode: zerotrain has no dropout): torch.optim.AdamW, torch.optim.Adagrad, and
+# in PyTorch (eval mode: zerotrain has no dropout): torch.optim.AdamW, torch.optim.Adagrad,
 # Lion as its paper writes it (Chen et al. 2023, Algorithm 2; torch 1.13 has none; HF's
-# lion_32bit is bitsandbytes' Lion, the same update). For each optimizer:
-#  - one rank, stage 0, chosen by HF's --optim name;
+# lion_32bit is bitsandbytes' Lion, the same update), and for Lamb, which no peer runs on a CPU
+# (DeepSpeed's FusedLamb is CUDA only), FusedLamb's formula per tensor in float64. For each:
+#  - one rank, stage 0, chosen by HF's --optim name (Lamb, which HF lacks: DeepSpeed's block);
 #  - two ranks, ZeRO-2 with the optimizer offloaded to the CPU, chosen by DeepSpeed's
 #    optimizer block, saving at step 4; resumed at one rank, ZeRO-3 with the optimizer on NVMe,
 #    to step 8 (the moments resharded across world size and stage);
 # the 8 losses equal the peer's within 1e-5 relative and the zero_to_fp32 export's weights equal
-# the peer's final weights (max |difference| below 1e-4; measured 2e-8 to 3e-6). For Lion the
+# the peer's final weights (max |difference| below 1e-4; measured 2e-8 to 3e-6; the trust ratios
+# of Lamb's resharded run are summed over ranks, as each rank holds a part of most tensors). For Lion the
 # attention's key bias is left out of the weight check: its exact gradient is 0 and Lion steps by
 # the sign of each side's rounding noise (see the comment below).
 # Also: fp16 with loss scaling trains with each (finite, falling), a Lion checkpoint resumed
@@ -40,7 +42,7 @@ GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=64, vocab
 PY
 
 # HF --optim name, DeepSpeed optimizer.type, learning rate
-OPTIMIZERS=("adamw_torch AdamW 1e-3" "lion_32bit Lion 1e-4" "adagrad Adagrad 1e-2")
+OPTIMIZERS=("adamw_torch AdamW 1e-3" "lion_32bit Lion 1e-4" "adagrad Adagrad 1e-2" "- Lamb 1e-2")
 
 config() {  # config NAME STAGE TYPE OFFLOAD -> path; TYPE "" leaves the optimizer to --optim
   local path=$WORK/$1.json opt="" off=""
@@ -69,9 +71,10 @@ train() {  # train NAME NP CONFIG STEPS FLAGS...
 runs=()
 for entry in "${OPTIMIZERS[@]}"; do
   read -r optim type lr <<<"$entry"
-  # One rank, stage 0, HF's name.
+  # One rank, stage 0, HF's name (Lamb has none: DeepSpeed's block).
   name=${type}_np1_z0
-  train "$name" 1 "$(config "$name" 0 "" none)" $STEPS --optim "$optim" --learning_rate "$lr" &&
+  if [[ $optim == - ]]; then by_name=(); cfg=$(config "$name" 0 "$type" none); else by_name=(--optim "$optim"); cfg=$(config "$name" 0 "" none); fi
+  train "$name" 1 "$cfg" $STEPS "${by_name[@]}" --learning_rate "$lr" &&
     "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
   runs+=("$name $type $lr")
   # Two ranks, ZeRO-2, offloaded to the CPU, DeepSpeed's block; resumed on one rank, ZeRO-3, NVMe.
@@ -96,6 +99,31 @@ count = struct.unpack("<3i", raw[:12])[2]
 tokens = torch.tensor(struct.unpack(f"<{count}H", raw[1024:1024 + 2 * count]), dtype=torch.long)
 windows = torch.stack([tokens[i * T:i * T + T + 1] for i in range((count - 1) // T)])
 
+class Lamb(torch.optim.Optimizer):
+    """DeepSpeed's FusedLamb, per tensor, in float64: Adam's moments, u = m / (sqrt(v) + eps) + wd w,
+    the trust ratio ||w|| / ||u|| clamped to [0.01, 10] (1 when either is 0), and
+    w -= lr sqrt(1 - b2^t) / (1 - b1^t) ratio u. No peer runs Lamb on a CPU (FusedLamb is CUDA)."""
+    def __init__(self, params, lr, betas, eps, weight_decay):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            b1, b2 = g["betas"]
+            for p in g["params"]:
+                st = self.state[p]
+                if not st:
+                    st.update(t=0, m=torch.zeros_like(p, dtype=torch.float64), v=torch.zeros_like(p, dtype=torch.float64),
+                              w=p.detach().double().clone())
+                st["t"] += 1
+                grad, w = p.grad.double(), st["w"]
+                st["m"].mul_(b1).add_(grad, alpha=1 - b1)
+                st["v"].mul_(b2).addcmul_(grad, grad, value=1 - b2)
+                u = st["m"] / (st["v"].sqrt() + g["eps"]) + g["weight_decay"] * w
+                wn, un = w.norm().item(), u.norm().item()
+                ratio = min(max(wn / un, 0.01), 10.0) if wn != 0 and un != 0 else 1.0
+                w.add_(u, alpha=-g["lr"] * (1 - b2 ** st["t"]) ** 0.5 / (1 - b1 ** st["t"]) * ratio)
+                p.copy_(w)
+
 class Lion(torch.optim.Optimizer):
     """The paper's Algorithm 2: decoupled decay, the sign of the interpolation, then the momentum."""
     def __init__(self, params, lr, betas, weight_decay):
@@ -115,7 +143,8 @@ def peer(kind, lr):
     params = list(model.parameters())
     opt = {"AdamW": lambda: torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd),
            "Lion": lambda: Lion(params, lr=lr, betas=(0.9, 0.999), weight_decay=wd),
-           "Adagrad": lambda: torch.optim.Adagrad(params, lr=lr, weight_decay=wd, eps=1e-10)}[kind]()
+           "Adagrad": lambda: torch.optim.Adagrad(params, lr=lr, weight_decay=wd, eps=1e-10),
+           "Lamb": lambda: Lamb(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)}[kind]()
     losses = []
     for _ in range(steps):
         logits = model(windows[:, :-1]).logits
@@ -155,7 +184,7 @@ for name, kind, lr in runs:
             if d > worst:
                 worst, where = d, key
         assert worst < 1e-4, f"final weights differ from the peer's by {worst:.2e} ({where})"
-        print(f"ok: {name}: {steps} losses within {loss_rel:.1e} of torch's {kind} ({ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}), final weights within {worst:.1e}")
+        print(f"ok: {name}: {steps} losses within {loss_rel:.1e} of the peer's {kind} ({ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}), final weights within {worst:.1e}")
     except Exception as e:
         print(f"FAILED: {name}: {e}")
 PY
@@ -179,9 +208,9 @@ assert losses[-1] < losses[0], f"no progress: {losses}"
 start = next(l for l in lines if l["event"] == "start")
 states = start["model_state_bytes"]
 moments = states["exp_avg"] + states["exp_avg_sq"]
-# ZeRO-2 at 2 ranks: the master and the moments are this rank's half; Adam's moments are twice
-# the master weights, Lion's and Adagrad's equal to them.
-want = 2 if sys.argv[2] == "AdamW" else 1
+# ZeRO-2 at 2 ranks: the master and the moments are this rank's half; Adam's and Lamb's moments
+# are twice the master weights, Lion's and Adagrad's equal to them.
+want = 2 if sys.argv[2] in ("AdamW", "Lamb") else 1
 assert abs(moments - want * states["master"]) <= 0.01 * states["master"], states
 assert (states["exp_avg"] == 0) == (sys.argv[2] == "Adagrad") and (states["exp_avg_sq"] == 0) == (sys.argv[2] == "Lion"), states
 PY

@@ -69,6 +69,7 @@ constexpr auto kNvme = OffloadConfig::Device::kNvme;
 constexpr auto kNone = OffloadConfig::Device::kNone;
 constexpr auto kLion = OptimizerConfig::Type::kLion;
 constexpr auto kAdagrad = OptimizerConfig::Type::kAdagrad;
+constexpr auto kLamb = OptimizerConfig::Type::kLamb;
 
 class Offload : public ::testing::TestWithParam<OffloadCase> {};
 
@@ -94,7 +95,8 @@ TEST_P(Offload, TrainsExactlyAsWithoutOffload) {
   const std::vector<double> reference = train(world, plain, nullptr, nullptr, &master_ref);
   const std::vector<double> losses = train(world, offload_config(c, world.size()), nullptr, nullptr, &master_off);
   ASSERT_EQ(losses.size(), reference.size());
-  EXPECT_LT(losses.back(), losses.front() - 0.3) << "offloaded training does not learn";
+  // Lamb learns slowly on this model (test_zero_stages.cpp says why).
+  EXPECT_LT(losses.back(), losses.front() - (c.type == kLamb ? 0.03 : 0.3)) << "offloaded training does not learn";
   for (size_t i = 0; i < losses.size(); ++i) EXPECT_EQ(losses[i], reference[i]) << "step " << i + 1;
   ASSERT_EQ(master_off.size(), master_ref.size());
   size_t differing = 0;
@@ -136,7 +138,13 @@ INSTANTIATE_TEST_SUITE_P(
                       OffloadCase{1, DType::kBF16, 1, kNvme, 1.0, kNone, true, 0, kLion},
                       OffloadCase{2, DType::kF32, 1, kCpu, 0.5, kNone, false, 0, kAdagrad},
                       OffloadCase{3, DType::kBF16, 4, kNvme, 1.0, kCpu, false, 0, kAdagrad},
-                      OffloadCase{1, DType::kF32, 4, kNvme, 1.0, kNone, false, 0, kAdagrad}),
+                      OffloadCase{1, DType::kF32, 4, kNvme, 1.0, kNone, false, 0, kAdagrad},
+                      // Lamb's two walks: in host memory, partly on the device, on NVMe (a piece
+                      // spanning several tensors), with the parameters on NVMe too.
+                      OffloadCase{2, DType::kBF16, 4, kCpu, 1.0, kNone, false, 0, kLamb},
+                      OffloadCase{2, DType::kF32, 1, kCpu, 0.4, kNone, false, 0, kLamb},
+                      OffloadCase{1, DType::kBF16, 1, kNvme, 1.0, kNone, true, 0, kLamb},
+                      OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kNvme, false, 0, kLamb}),
     offload_name);
 
 // ---- the delayed parameter update (--delayed_param_update) ----
@@ -272,6 +280,8 @@ TEST(DelayedUpdateRefusals, NameTheFlag) {
   refused(make_config(2, DType::kBF16, world.size(), 1), "--delayed_param_update overlaps ZeRO-Offload's CPU");
   refused(offload_config(OffloadCase{3, DType::kBF16, 1, kCpu, 1.0, kCpu}, world.size()),
           "--delayed_param_update with zero_optimization.offload_param is not implemented");
+  refused(offload_config(OffloadCase{2, DType::kBF16, 1, kCpu, 1.0, kNone, false, 0, kLamb}, world.size()),
+          "--delayed_param_update with Lamb is not implemented");
   // Stage 3 with the whole optimizer offloaded: where the backward reduces into host memory
   // (the CPU backend), refused; on a device the gradient is copied out and the update runs.
   const DsConfig whole = offload_config(OffloadCase{3, DType::kBF16, 1, kCpu}, world.size());

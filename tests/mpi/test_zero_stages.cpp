@@ -32,6 +32,7 @@ struct Case {
 
 constexpr auto kLion = OptimizerConfig::Type::kLion;
 constexpr auto kAdagrad = OptimizerConfig::Type::kAdagrad;
+constexpr auto kLamb = OptimizerConfig::Type::kLamb;
 
 class ZeroStages : public ::testing::TestWithParam<Case> {};
 
@@ -49,7 +50,10 @@ TEST_P(ZeroStages, MatchOneRankOfTheSameGlobalBatch) {
   if (c.fp32_grads) cfg.grad_accum_dtype = DType::kF32;
   const std::vector<double> losses = train(world, cfg);
   ASSERT_EQ(losses.size(), reference.size());
-  EXPECT_LT(reference.back(), reference.front() - 0.3) << "the reference does not learn";
+  // Lamb moves each weight by about lr x min_coeff of its scale here (this model's 0.02-wide
+  // weights against updates near 1 clamp every trust ratio to min_coeff): it learns, slowly.
+  const double must_learn = c.optimizer == kLamb ? 0.03 : 0.3;
+  EXPECT_LT(reference.back(), reference.front() - must_learn) << "the reference does not learn";
   for (size_t i = 0; i < losses.size(); ++i) {
     if (c.dtype == DType::kF32) {
       EXPECT_NEAR(losses[i], reference[i], 1e-5 * std::fabs(reference[i])) << "step " << i + 1;
@@ -85,7 +89,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{1, DType::kBF16, 1, false, false, false, kAdagrad},
                       Case{2, DType::kF32, 4, false, false, false, kAdagrad},
                       Case{3, DType::kF32, 1, false, false, false, kAdagrad},
-                      Case{3, DType::kBF16, 4, false, false, false, kAdagrad}),
+                      Case{3, DType::kBF16, 4, false, false, false, kAdagrad},
+                      // Lamb: per-tensor trust ratios whose norms span the partitions.
+                      Case{0, DType::kF32, 1, false, false, false, kLamb}, Case{1, DType::kF32, 4, false, false, false, kLamb},
+                      Case{2, DType::kF32, 1, false, false, false, kLamb}, Case{3, DType::kF32, 4, false, false, false, kLamb},
+                      Case{1, DType::kBF16, 1, false, false, false, kLamb},
+                      Case{2, DType::kBF16, 4, false, false, false, kLamb},
+                      Case{3, DType::kBF16, 1, false, false, false, kLamb}),
     case_name);
 
 // The Llama family through the same engine (zero/ knows no architecture): grouped-query
@@ -195,7 +205,7 @@ TEST(ZeroMemory, ModelStateBytesFollowTheTable) {
   // K, the optimizer's bytes per parameter: Adam's 12 (master, exp_avg, exp_avg_sq), Lion's and
   // Adagrad's 8 (master and one moment).
   for (const auto& [type, K] : {std::pair{OptimizerConfig::Type::kAdamW, 12.0}, std::pair{kLion, 8.0},
-                                std::pair{kAdagrad, 8.0}}) {
+                                std::pair{kAdagrad, 8.0}, std::pair{kLamb, 12.0}}) {
     const double table[5] = {2 * psi + 4 * psi + K * psi, 2 * psi + 2 * psi + K * psi / N,
                              2 * psi + (2 * psi + K * psi) / N, (4 + K) * psi / N, 2 * psi + 2 * psi + K * psi};
     for (int row = 0; row < 5; ++row) {

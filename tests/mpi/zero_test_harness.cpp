@@ -57,6 +57,7 @@ void use_optimizer(DsConfig& cfg, OptimizerConfig::Type type) {
   cfg.optimizer.type = type;
   if (type == OptimizerConfig::Type::kLion) cfg.optimizer.lr = 1e-3;
   if (type == OptimizerConfig::Type::kAdagrad) cfg.optimizer.eps = 1e-10;  // torch's default
+  if (type == OptimizerConfig::Type::kLamb) cfg.optimizer.lr = 1e-2;
 }
 
 std::unique_ptr<Backend> test_backend() {

@@ -22,7 +22,7 @@ ModelConfig tiny_llama();
 /// A config for `stage` whose buckets are small enough that reductions and gathers run in pieces.
 DsConfig make_config(int stage, DType dtype, int world, int64_t accumulation);
 /// Switches `cfg` to another optimizer, at a learning rate that suits it on the tiny model: Lion's
-/// signed steps want a smaller one. (Adagrad keeps Adam's 3e-3: its first step is +-lr on every
+/// signed steps want a smaller one, Lamb's trust-ratio steps a larger one. (Adagrad keeps Adam's 3e-3: its first step is +-lr on every
 /// weight whose gradient is not exactly 0, so at 3e-2 the rounding noise of near-zero gradients,
 /// which differs between stages and dtypes, moves weights by whole steps.)
 void use_optimizer(DsConfig& cfg, OptimizerConfig::Type type);

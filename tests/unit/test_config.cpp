@@ -78,8 +78,8 @@ TEST(DsConfig, WrongTypesAndRanges) {
 TEST(DsConfig, UnimplementedDeepSpeedKeysSaySo) {
   std::string e = error_of(R"({"flops_profiler": {"enabled": true}})");
   EXPECT_NE(e.find("ds.json: flops_profiler.enabled: true is not implemented: "), std::string::npos) << e;
-  e = error_of(R"({"optimizer": {"type": "Lamb"}})");
-  EXPECT_NE(e.find("'Lamb' is not implemented"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "OneBitAdam"}})");
+  EXPECT_NE(e.find("'OneBitAdam' is not implemented"), std::string::npos) << e;
   e = error_of(R"({"optimizer": {"type": "AdamX"}})");
   EXPECT_NE(e.find("unknown optimizer 'AdamX'"), std::string::npos) << e;
   e = error_of(R"({"scheduler": {"type": "WarmupCosine"}})");
@@ -205,6 +205,26 @@ TEST(DsConfig, LionAndAdagradBlocks) {
   EXPECT_NE(e.find("[0, 1)"), std::string::npos) << e;
   e = error_of(R"({"optimizer": {"type": "Adagrad", "legacy_fusion": false}})");
   EXPECT_NE(e.find("optimizer.legacy_fusion"), std::string::npos) << e;
+}
+
+TEST(DsConfig, LambBlock) {
+  const OptimizerConfig lamb = parse(R"({"optimizer": {"type": "Lamb", "params": {"lr": 2e-3, "max_coeff": 5,
+      "min_coeff": 0.05, "eps_inside_sqrt": true, "bias_correction": false}}})").optimizer;
+  EXPECT_EQ(lamb.type, OptimizerConfig::Type::kLamb);
+  EXPECT_DOUBLE_EQ(lamb.max_coeff, 5);
+  EXPECT_DOUBLE_EQ(lamb.min_coeff, 0.05);
+  EXPECT_TRUE(lamb.eps_inside_sqrt);
+  EXPECT_FALSE(lamb.bias_correction);
+  EXPECT_EQ(lamb.moment_count(), 2);
+  const OptimizerConfig defaults = parse(R"({"optimizer": {"type": "LAMB"}})").optimizer;
+  EXPECT_DOUBLE_EQ(defaults.max_coeff, 10.0);  // FusedLamb's defaults
+  EXPECT_DOUBLE_EQ(defaults.min_coeff, 0.01);
+  std::string e = error_of(R"({"optimizer": {"type": "Lamb", "params": {"min_coeff": 2, "max_coeff": 1}}})");
+  EXPECT_NE(e.find("optimizer.params.min_coeff: 2 is above max_coeff (1)"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Lamb", "params": {"max_grad_norm": 1.0}}})");
+  EXPECT_NE(e.find("optimizer.params.max_grad_norm"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Lamb", "params": {"adam_w_mode": true}}})");
+  EXPECT_NE(e.find("optimizer.params.adam_w_mode: unknown key"), std::string::npos) << e;
 }
 
 TEST(DsConfig, HfOptimNames) {

@@ -200,6 +200,20 @@ TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
   EXPECT_EQ(back.zero.sub_group_size, chosen.zero.sub_group_size);
   EXPECT_EQ(back.zero.stage3_max_live_parameters, chosen.zero.stage3_max_live_parameters);
   EXPECT_TRUE(back.bf16);
+  // The estimate's optimizer and what makes its state and its rule, for each type.
+  for (auto type : {OptimizerConfig::Type::kLion, OptimizerConfig::Type::kAdagrad, OptimizerConfig::Type::kLamb}) {
+    DsConfig other = chosen;
+    other.optimizer.type = type;
+    other.optimizer.eps = 1e-10;
+    other.optimizer.max_coeff = 3;
+    const DsConfig again = parse_ds_config(boost::json::value(ds_config_json(other)), "recommended.json", autos);
+    EXPECT_EQ(again.optimizer.type, type) << optimizer_name(type);
+    if (type == OptimizerConfig::Type::kAdagrad) {
+      EXPECT_DOUBLE_EQ(again.optimizer.eps, 1e-10);
+    } else if (type == OptimizerConfig::Type::kLamb) {
+      EXPECT_DOUBLE_EQ(again.optimizer.max_coeff, 3);
+    }
+  }
 }
 
 // ---- the GPU view ----

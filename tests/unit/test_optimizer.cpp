@@ -212,6 +212,92 @@ TEST_P(ElementwiseRules, AdagradMatchesTorch) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, ElementwiseRules, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// Lamb in double, as DeepSpeed's FusedLamb computes it for one tensor (eps outside the root,
+// bias correction folded into the step size, the trust ratio clamped).
+struct RefLamb {
+  double lr, b1, b2, eps, wd, max_coeff, min_coeff;
+  std::vector<double> m, v;
+  int t = 0;
+  double last_ratio = 0;
+  void step(std::vector<double>& w, const std::vector<double>& g) {
+    ++t;
+    std::vector<double> u(w.size());
+    double w2 = 0, u2 = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      u[i] = m[i] / (std::sqrt(v[i]) + eps) + wd * w[i];
+      w2 += w[i] * w[i];
+      u2 += u[i] * u[i];
+    }
+    last_ratio = std::clamp(std::sqrt(w2) / std::sqrt(u2), min_coeff, max_coeff);
+    const double step = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+    for (size_t i = 0; i < w.size(); ++i) w[i] -= step * last_ratio * u[i];
+  }
+};
+
+class LambKernels : public ::testing::TestWithParam<DType> {};
+
+// Five steps of the two passes on the CPU backend, the trust ratio from the first pass's sums
+// exactly as the engine forms it, against the double reference; with a max_coeff that the
+// ratio passes on some steps and not on others.
+TEST_P(LambKernels, MatchFusedLambsFormula) {
+  const DType dtype = GetParam();
+  auto backend = make_cpu_backend();
+  OptimizerConfig cfg;
+  cfg.type = OptimizerConfig::Type::kLamb;
+  cfg.lr = 1e-2;
+  cfg.beta1 = 0.8;
+  cfg.beta2 = 0.95;
+  cfg.eps = 1e-6;
+  cfg.weight_decay = 0.1;
+  cfg.max_coeff = 0.045;  // the ratios here run from 0.038 to 0.076: clamped on some steps only
+  Optimizer opt(cfg);
+  const size_t n = 1003;
+  std::vector<float> master(n), m(n, 0), v(n, 0), grad32(n);
+  std::vector<uint16_t> grad16(n), param16(n);
+  std::vector<double> w(n);
+  for (size_t i = 0; i < n; ++i) w[i] = master[i] = float(0.05 * std::sin(0.37 * double(i)));
+  RefLamb ref{cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, cfg.max_coeff, cfg.min_coeff,
+              std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  int clamped = 0;
+  for (int step = 0; step < 5; ++step) {
+    const double loss_scale = 4.0;
+    std::vector<double> g(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float scaled = float(std::cos(0.11 * double(i) + step) * loss_scale);
+      if (dtype == DType::kBF16) {
+        grad16[i] = to_bf16(scaled).bits;
+        g[i] = to_float(bf16{grad16[i]}) / loss_scale;
+      } else {
+        grad32[i] = scaled;
+        g[i] = scaled / loss_scale;
+      }
+    }
+    ref.step(w, g);
+    clamped += ref.last_ratio == cfg.max_coeff;
+    const OptimizerStepArgs args = opt.begin_step(cfg.lr, cfg.beta1, cfg.beta2, 1.0 / loss_scale);
+    const void* grad = dtype == DType::kF32 ? static_cast<const void*>(grad32.data()) : grad16.data();
+    double sums[2] = {0, 0};
+    backend->optimizer_ops().lamb_moments(args, master.data(), m.data(), v.data(), grad, dtype, n, sums);
+    const float ratio = float(std::clamp(std::sqrt(sums[0]) / std::sqrt(sums[1]), cfg.min_coeff, cfg.max_coeff));
+    EXPECT_NEAR(ratio, ref.last_ratio, 1e-5 * ref.last_ratio) << "step " << step + 1;
+    void* param = dtype == DType::kF32 ? static_cast<void*>(master.data()) : param16.data();
+    backend->optimizer_ops().lamb_apply(args, ratio, master.data(), m.data(), v.data(), param, dtype, n);
+  }
+  EXPECT_GT(clamped, 0) << "max_coeff never acted: the clamp is untested";
+  EXPECT_LT(clamped, 5) << "max_coeff always acted: the ratio is untested";
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(master[i], w[i], 2e-6) << "element " << i;
+    if (dtype == DType::kBF16) {
+      ASSERT_EQ(param16[i], to_bf16(master[i]).bits) << "bf16 param " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, LambKernels, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
 TEST(ElementwiseRules, ArgsCarryTheRule) {
   OptimizerConfig cfg;
   cfg.type = OptimizerConfig::Type::kAdagrad;

@@ -167,6 +167,74 @@ __global__ void sum_squares_kernel(const T* data, size_t n, double* out) {
   if (threadIdx.x == 0) atomicAdd(out, acc);
 }
 
+// Lamb's scalars, derived on the host as the CPU derives them.
+struct LambScalars {
+  float b1, b2, one_minus_b1, one_minus_b2, wd, eps, scale;
+  bool inside;  // eps under the square root
+  __device__ __forceinline__ float update(float m, float v, float w) const {
+    return m / (inside ? sqrtf(v + eps) : sqrtf(v) + eps) + wd * w;
+  }
+};
+
+LambScalars lamb_scalars(const OptimizerStepArgs& a) {
+  return {a.beta1, a.beta2, 1 - a.beta1, 1 - a.beta2, a.weight_decay, a.eps, a.grad_scale, a.eps_inside_sqrt};
+}
+
+// Lamb's first pass over one tensor: the moments, and sum(w^2), sum(u^2) in double per thread,
+// per block, then one atomicAdd of each per block into sums[0], sums[1].
+template <typename G>
+__global__ void lamb_moments_kernel(LambScalars s, const float* master, float* m, float* v, const G* grad, size_t n,
+                                    double* sums) {
+  __shared__ double shared[kWarp];
+  double w2 = 0, u2 = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = load_float(grad, i) * s.scale, w = master[i];
+    const float mi = s.b1 * m[i] + s.one_minus_b1 * g;
+    const float vi = s.b2 * v[i] + s.one_minus_b2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float u = s.update(mi, vi, w);
+    w2 += double(w) * w;
+    u2 += double(u) * u;
+  }
+  w2 = block_sum(w2, shared);  // ends with a barrier: `shared` serves the second sum
+  u2 = block_sum(u2, shared);
+  if (threadIdx.x == 0) {
+    atomicAdd(sums, w2);
+    atomicAdd(sums + 1, u2);
+  }
+}
+
+// Lamb's second pass: w -= step * u (step = lr sqrt(bc2) / bc1 x the tensor's trust ratio).
+template <typename P>
+struct LambApplyOp {
+  LambScalars s;
+  float step;  // negative
+  float* master;
+  const float* m;
+  const float* v;
+  P* param;
+  bool write_param;
+
+  __device__ void apply(size_t i) const {
+    const float w = master[i] + step * s.update(m[i], v[i], master[i]);
+    master[i] = w;
+    if (write_param) store_float(param, i, w);
+  }
+  template <int N>
+  __device__ void apply_vec(size_t i) const {
+    float w[N], mm[N], vv[N];
+    load_vec<N>(master + i, w);
+    load_vec<N>(m + i, mm);
+    load_vec<N>(v + i, vv);
+#pragma unroll
+    for (int j = 0; j < N; ++j) w[j] = w[j] + step * s.update(mm[j], vv[j], w[j]);
+    store_vec<N>(master + i, w);
+    if (write_param) store_vec<N>(param + i, w);
+  }
+};
+
 class CudaOptimizerOps final : public OptimizerOps {
  public:
   explicit CudaOptimizerOps(CudaContext& ctx) : ctx_(ctx) {}
@@ -198,6 +266,32 @@ class CudaOptimizerOps final : public OptimizerOps {
                     DType grad_dtype, void* param, DType param_dtype, size_t n) override {
     const AdagradRule rule{a.lr, a.weight_decay, a.eps, a.grad_scale};
     one_moment_step(rule, master, exp_avg_sq, grad, grad_dtype, param, param_dtype, n, "adagrad_kernel");
+  }
+
+  void lamb_moments(const OptimizerStepArgs& a, const float* master, float* m, float* v, const void* grad,
+                    DType grad_dtype, size_t n, double* sums) override {
+    if (n == 0) return;
+    with_storage_type(grad_dtype, [&](auto* g) {
+      using G = std::remove_pointer_t<decltype(g)>;
+      constexpr int kThreads = 512;
+      lamb_moments_kernel<G><<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
+          lamb_scalars(a), master, m, v, static_cast<const G*>(grad), n, sums);
+      ZT_CUDA_CHECK_LAUNCH("lamb_moments_kernel");
+    });
+  }
+
+  void lamb_apply(const OptimizerStepArgs& a, float trust_ratio, float* master, const float* m, const float* v,
+                  void* param, DType param_dtype, size_t n) override {
+    const float step = -a.lr * std::sqrt(a.bias_correction2) / a.bias_correction1 * trust_ratio;
+    with_storage_type(param_dtype, [&](auto* p) {
+      using P = std::remove_pointer_t<decltype(p)>;
+      constexpr int N = 4;
+      LambApplyOp<P> op{lamb_scalars(a), step, master, m, v, static_cast<P*>(param),
+                        static_cast<void*>(param) != static_cast<void*>(master)};
+      const bool vectorised = is_aligned(master, 16) && is_aligned(m, 16) && is_aligned(v, 16) &&
+                              is_aligned(param, vec_align<P, N>());
+      launch_elementwise<N>(op, n, vectorised, ctx_.compute, ctx_.sm_count, "lamb_apply_kernel");
+    });
   }
 
   void sum_squares(const void* data, DType dtype, size_t n, double* out) override {

@@ -244,6 +244,18 @@ class QueuedOptimizerOps final : public OptimizerOps {
     q_.enqueue_compute("adagrad_step", std::move(a),
                        [=, this] { k_.adagrad_step(args, master, v, grad, gt, param, pt, n); });
   }
+  void lamb_moments(const OptimizerStepArgs& args, const float* master, float* m, float* v, const void* grad, DType gt,
+                    size_t n, double* sums) override {
+    q_.enqueue_compute("lamb_moments", {in(master, n), out(m, n), out(v, n), in_raw(grad, gt, n), out(sums, 2)},
+                       [=, this] { k_.lamb_moments(args, master, m, v, grad, gt, n, sums); });
+  }
+  void lamb_apply(const OptimizerStepArgs& args, float trust_ratio, float* master, const float* m, const float* v,
+                  void* param, DType pt, size_t n) override {
+    std::vector<Access> a{in(m, n), in(v, n), out_raw(param, pt, n)};
+    if (static_cast<void*>(master) != param) a.push_back(out(master, n));
+    q_.enqueue_compute("lamb_apply", std::move(a),
+                       [=, this] { k_.lamb_apply(args, trust_ratio, master, m, v, param, pt, n); });
+  }
   void sum_squares(const void* data, DType t, size_t n, double* result) override {
     q_.enqueue_compute("sum_squares", {in_raw(data, t, n), out(result, 1)},
                        [=, this] { k_.sum_squares(data, t, n, result); });
