@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a GPU-less machine can check of the bf16 kernels' speed (issue 30): the sm_90 SASS that
 # nvcc built into libzt_backend.a. Each hot elementwise, norm and classifier kernel of the bf16
-# table must move its bf16 data 16 bytes at a time (128-bit global loads, LDG.E.128 and its
+# table, and each optimizer's fused step, must move its data 16 bytes at a time (128-bit global loads, LDG.E.128 and its
 # variants); each flash attention kernel (cuda_flash_attention.cu, which loads through cp.async
 # instead) must run its products on tensor cores (HMMA.16816.F32.BF16: mma.sync m16n8k16 with
 # bf16 operands and fp32 accumulation); and no kernel of these objects may spill to local memory
@@ -48,6 +48,12 @@ DEFAULT_KERNELS=(
   cuda_llama_ops_bf16.cu.o:'elementwise_kernelILi8E.*Bf16SwigluBackward'
   cuda_flash_attention.cu.o:'flash_rowdot_kernelILi64E'
   cuda_flash_attention.cu.o:'flash_rowdot_kernelILi128E'
+  # The optimizers' fused steps with bf16 gradients and parameters (issue 31): master and moments
+  # as float4.
+  cuda_optimizer_ops.cu.o:'elementwise_kernelILi4E.*AdamOpINS_4bf16ES4_EE'
+  cuda_optimizer_ops.cu.o:'elementwise_kernelILi4E.*OneMomentOpINS_4bf16ES4_NS2_8LionRuleE'
+  cuda_optimizer_ops.cu.o:'elementwise_kernelILi4E.*OneMomentOpINS_4bf16ES4_NS2_11AdagradRuleE'
+  cuda_optimizer_ops.cu.o:'elementwise_kernelILi4E.*LambApplyOpINS_4bf16EE'
 )
 # Flash attention: forward, and the backward's dQ and dK/dV passes (its D pass is the row dot
 # above, no products).
