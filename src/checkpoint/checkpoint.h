@@ -1,5 +1,6 @@
 // ZeRO checkpoints: OUTPUT/global_step<N>/ holds one zero_rank_<R>_optim_states.h5 per rank (that
-// rank's partition of the fp32 master weights, exp_avg and exp_avg_sq, chunked with Fletcher32;
+// rank's partition of the fp32 master weights and the optimizer's moments, exp_avg and/or
+// exp_avg_sq as the manifest's optimizer keeps them, chunked with Fletcher32;
 // attributes for rank, world size, stage, dtype, partition bounds and the training counters),
 // model_states.h5 (the 16-bit parameters under their HF names at stages 0-2, and at stage 3 with
 // stage3_gather_16bit_weights_on_model_save), and manifest.json (configs, the parameter table with flat offsets, partition
@@ -85,8 +86,8 @@ class CheckpointReader {
   ///    Fletcher32 of each chunk, which would check the same bytes again.
   ///  - kChunksRead: no CRC-32 pass; what the caller reads is checked chunk by chunk (HDF5's
   ///    Fletcher32; a mismatch is a UsageError naming the file and the dataset), and what it does
-  ///    not read is not read at all. For exports, which need the master weights and not the
-  ///    optimizer moments: a third of each shard.
+  ///    not read is not read at all. For exports, which need the master weights (a third of each
+  ///    shard with Adam or Lamb, half with Lion or Adagrad) and not the optimizer moments.
   /// The two latter are for exports, which read tensor by tensor: their datasets keep two chunks
   /// in HDF5's cache (H5File::cache_chunks); a resume reads whole partitions without it.
   enum class Verify { kWholeFiles, kWholeFilesInBackground, kChunksRead };
