@@ -19,14 +19,7 @@ BATCH=8   # global batch: 8 windows of T + 1 tokens, the whole training set
 STEPS=20
 
 # ---- data: one global batch of the shipped corpus, in llm.c's shard format ----
-/usr/bin/python3 - "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" "$WORK/batch.bin" $T $BATCH <<'PY'
-import struct, sys
-corpus, out, T, B = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-tokens = list(open(corpus, "rb").read()[: B * T + 1])  # byte-level: vocab 256
-with open(out, "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
-    f.write(struct.pack(f"<{len(tokens)}H", *tokens))
-PY
+one_batch_shard "$WORK/batch.bin" $T $BATCH
 
 # ---- the two pretrained models ----
 # Ours: the demo GPT-2 trained 60 steps on the corpus, consolidated by zero_to_fp32.

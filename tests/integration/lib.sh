@@ -37,6 +37,19 @@ print(f'max relative difference {worst:.2e}')
 assert worst <= tol, worst" "$1" "$2" "${3:-1e-6}"
 }
 
+# one_batch_shard OUT T B: the shipped corpus's first B windows of T + 1 bytes as one llm.c token
+# shard (byte-level, vocab 256): a training set that is exactly one global batch of B windows.
+one_batch_shard() {
+  /usr/bin/python3 - "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" "$1" "$2" "$3" <<'PY'
+import struct, sys
+corpus, out, T, B = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+tokens = list(open(corpus, "rb").read()[: B * T + 1])
+with open(out, "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
+    f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+PY
+}
+
 pass() { passed=$((passed + 1)); echo "ok: $1"; }
 
 # wait_step FILE STEP SECONDS: waits until metrics FILE has a step event >= STEP.

@@ -25,14 +25,7 @@ install_pylib
 TO_FP32=$ZT_BIN_DIR/tools/zero_to_fp32
 T=32 BATCH=8 STEPS=8 WD=0.1
 
-/usr/bin/python3 - "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" "$WORK/batch.bin" $T $BATCH <<'PY'
-import struct, sys
-corpus, out, T, B = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-tokens = list(open(corpus, "rb").read()[: B * T + 1])  # byte-level: vocab 256
-with open(out, "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
-    f.write(struct.pack(f"<{len(tokens)}H", *tokens))
-PY
+one_batch_shard "$WORK/batch.bin" $T $BATCH
 PYTHONPATH=$PYLIB /usr/bin/python3 - "$WORK/hf" <<'PY' 2>"$WORK/hf.log" || fail "HF save_pretrained: $(tail -3 "$WORK/hf.log")"
 import sys, torch
 from transformers import GPT2Config, GPT2LMHeadModel

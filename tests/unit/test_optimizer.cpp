@@ -37,6 +37,26 @@ struct RefAdam {
   }
 };
 
+// One step's gradient for the kernels: cos(0.11 i + step) x loss_scale rounded to `dtype` (in
+// grad32 or grad16), and in `exact` the value the kernel must see after unscaling, in double.
+// With zero_first, element 0's gradient is exactly 0.
+void scaled_grads(DType dtype, int step, double loss_scale, bool zero_first, std::vector<float>& grad32,
+                  std::vector<uint16_t>& grad16, std::vector<double>& exact) {
+  for (size_t i = 0; i < exact.size(); ++i) {
+    const float scaled = zero_first && i == 0 ? 0.0f : float(std::cos(0.11 * double(i) + step) * loss_scale);
+    if (dtype == DType::kBF16) {
+      grad16[i] = to_bf16(scaled).bits;
+      exact[i] = to_float(bf16{grad16[i]}) / loss_scale;
+    } else if (dtype == DType::kF16) {
+      grad16[i] = to_fp16(scaled).bits;
+      exact[i] = to_float(fp16{grad16[i]}) / loss_scale;
+    } else {
+      grad32[i] = scaled;
+      exact[i] = scaled / loss_scale;
+    }
+  }
+}
+
 class AdamTest : public ::testing::TestWithParam<std::tuple<bool, DType>> {};
 
 TEST_P(AdamTest, MatchesReference) {
@@ -61,19 +81,7 @@ TEST_P(AdamTest, MatchesReference) {
   for (int step = 0; step < 5; ++step) {
     std::vector<double> g(n);
     const double loss_scale = 8.0;  // the kernel unscales: grad_scale = 1 / loss_scale
-    for (size_t i = 0; i < n; ++i) {
-      float scaled = float(std::cos(0.11 * double(i) + step) * loss_scale);
-      if (grad_dtype == DType::kBF16) {
-        grad16[i] = to_bf16(scaled).bits;
-        g[i] = to_float(bf16{grad16[i]}) / loss_scale;
-      } else if (grad_dtype == DType::kF16) {
-        grad16[i] = to_fp16(scaled).bits;
-        g[i] = to_float(fp16{grad16[i]}) / loss_scale;
-      } else {
-        grad32[i] = scaled;
-        g[i] = scaled / loss_scale;
-      }
-    }
+    scaled_grads(grad_dtype, step, loss_scale, false, grad32, grad16, g);
     ref.step(ref_w, g);
     OptimizerStepArgs args = adam.begin_step(cfg.lr, cfg.beta1, cfg.beta2, 1.0 / loss_scale);
     const void* grad = grad_dtype == DType::kF32 ? static_cast<const void*>(grad32.data()) : grad16.data();
@@ -163,19 +171,7 @@ void check_against_reference(OptimizerConfig::Type type, DType dtype, Ref ref, d
   for (int step = 0; step < 5; ++step) {
     const double loss_scale = 8.0;
     std::vector<double> g(n);
-    for (size_t i = 0; i < n; ++i) {
-      const float scaled = i == 0 ? 0.0f : float(std::cos(0.11 * double(i) + step) * loss_scale);
-      if (dtype == DType::kBF16) {
-        grad16[i] = to_bf16(scaled).bits;
-        g[i] = to_float(bf16{grad16[i]}) / loss_scale;
-      } else if (dtype == DType::kF16) {
-        grad16[i] = to_fp16(scaled).bits;
-        g[i] = to_float(fp16{grad16[i]}) / loss_scale;
-      } else {
-        grad32[i] = scaled;
-        g[i] = scaled / loss_scale;
-      }
-    }
+    scaled_grads(dtype, step, loss_scale, true, grad32, grad16, g);
     ref.step(w, g);
     const OptimizerStepArgs args = opt.begin_step(cfg.lr, cfg.beta1, cfg.beta2, 1.0 / loss_scale);
     const void* grad = dtype == DType::kF32 ? static_cast<const void*>(grad32.data()) : grad16.data();
@@ -264,16 +260,7 @@ TEST_P(LambKernels, MatchFusedLambsFormula) {
   for (int step = 0; step < 5; ++step) {
     const double loss_scale = 4.0;
     std::vector<double> g(n);
-    for (size_t i = 0; i < n; ++i) {
-      const float scaled = float(std::cos(0.11 * double(i) + step) * loss_scale);
-      if (dtype == DType::kBF16) {
-        grad16[i] = to_bf16(scaled).bits;
-        g[i] = to_float(bf16{grad16[i]}) / loss_scale;
-      } else {
-        grad32[i] = scaled;
-        g[i] = scaled / loss_scale;
-      }
-    }
+    scaled_grads(dtype, step, loss_scale, false, grad32, grad16, g);
     ref.step(w, g);
     clamped += ref.last_ratio == cfg.max_coeff;
     const OptimizerStepArgs args = opt.begin_step(cfg.lr, cfg.beta1, cfg.beta2, 1.0 / loss_scale);
