@@ -426,7 +426,8 @@ std::string agree_on_latest(const std::string& output_dir, HostComm& comm) {
 
 CheckpointReader::CheckpointReader(const std::string& where, const std::string& output_dir,
                                    const ModelConfig* expect, bool node_local, int verify_index,
-                                   int verify_count, Verify verify_mode) {
+                                   int verify_count, Verify verify_mode,
+                                   std::optional<OptimizerConfig::Type> expect_optimizer) {
   // Resolve: "auto" is OUTPUT/latest; a directory with `latest` follows it.
   std::string dir = where == "auto" ? output_dir : where;
   if (!present(fs::path(dir) / "manifest.json") && present(fs::path(dir) / "latest")) {
@@ -466,6 +467,8 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
                      boost::json::serialize(value), " now");
     }
   }
+  // Before any file is read: another optimizer's moments would be read as this one's.
+  if (expect_optimizer) require_optimizer(*expect_optimizer);
   // Every file: present, a regular file, the size and checksum the writer recorded. With
   // node-local storage a file may live on another node; what this rank needs is checked by
   // require_local().

@@ -91,9 +91,11 @@ class CheckpointReader {
   /// The two latter are for exports, which read tensor by tensor: their datasets keep two chunks
   /// in HDF5's cache (H5File::cache_chunks); a resume reads whole partitions without it.
   enum class Verify { kWholeFiles, kWholeFilesInBackground, kChunksRead };
+  /// `expect_optimizer`: a resume's optimizer, checked with require_optimizer before any file is read.
   CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig* expect,
                    bool node_local = false, int verify_index = 0, int verify_count = 1,
-                   Verify verify = Verify::kWholeFiles);
+                   Verify verify = Verify::kWholeFiles,
+                   std::optional<OptimizerConfig::Type> expect_optimizer = std::nullopt);
   ~CheckpointReader();
   CheckpointReader(CheckpointReader&&) noexcept;
   CheckpointReader& operator=(CheckpointReader&&) noexcept;

@@ -130,7 +130,7 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
      "that only one chunk's logits are held (a 128K vocabulary's logits are 256 KB a token in bf16): auto "
      "(default: chunks when the whole batch's logits would pass 1 GiB), 0 (never), or N")
     ("delayed_param_update", flag(delayed_update),
-     "ZeRO-Offload's delayed parameter update (needs offload_optimizer): after the warm-up, the CPU Adam of "
+     "ZeRO-Offload's delayed parameter update (needs offload_optimizer): after the warm-up, the CPU optimizer step of "
      "step t runs while step t+1's forward and backward run on the model of step t-1, so that a GPU does not "
      "wait for the CPU; checkpoints, evaluations and the end of the run see every update")
     ("delayed_param_update_warmup", po::value(&a.delayed_param_update_warmup),

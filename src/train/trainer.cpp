@@ -136,8 +136,8 @@ void open_resume_checkpoint(Setup& setup, const TrainArgs& args, const ProcessPl
   // The ranks sharing a file system share the checksum pass: the whole job on a shared one, each
   // node's ranks on node-local disks.
   setup.resume.emplace(where, args.output_dir, &setup.model, node_local, node_local ? place.local_rank : rank,
-                       node_local ? place.local_size : world_size);
-  setup.resume->require_optimizer(setup.ds.optimizer.type);
+                       node_local ? place.local_size : world_size, CheckpointReader::Verify::kWholeFiles,
+                       setup.ds.optimizer.type);
   // Every rank reads only its own partition (ZeroEngine::load gathers the rest).
   const size_t flat = make_model_layout(setup.model)->flat_size();
   const PartitionMap needed(flat, world_size);
@@ -191,7 +191,7 @@ EngineParts build_engine(const Setup& setup, const TrainArgs& args, const ModelL
                    "newer); the ", backend.name(), " backend computes fp32 GEMMs in exact fp32");
     parts.engine = std::make_unique<ZeroEngine>(layout, backend, profiler.data_comm(), comm, setup.ds, activations);
     if (args.delayed_param_update && backend.name() != "cuda" && comm.rank() == 0) {
-      log_warn("--delayed_param_update on the ", backend.name(), " backend: the CPU Adam runs on the cores that "
+      log_warn("--delayed_param_update on the ", backend.name(), " backend: the CPU optimizer step runs on the cores that "
                "compute the model, so it overlaps nothing; it pays where the model runs on a GPU");
     }
     parts.model = make_engine_model(*parts.engine, layout, backend, profiler.kernels<float>(),

@@ -134,6 +134,15 @@ boost::json::object ds_config_json(const DsConfig& c) {
   if (c.optimizer.type != OptimizerConfig::Type::kLion && c.optimizer.type != OptimizerConfig::Type::kAdagrad) {
     params["eps"] = "auto";  // Adam, AdamW, Lamb
   }
+  // What else makes the rule: the values the estimated config had, beside the flags' "auto".
+  if (c.optimizer.type == OptimizerConfig::Type::kAdam) params["adam_w_mode"] = c.optimizer.adam_w_mode;
+  if ((c.optimizer.type == OptimizerConfig::Type::kAdam || c.optimizer.type == OptimizerConfig::Type::kAdamW ||
+       c.optimizer.type == OptimizerConfig::Type::kLamb) && !c.optimizer.bias_correction) {
+    params["bias_correction"] = false;
+  }
+  if (c.optimizer.type == OptimizerConfig::Type::kAdagrad && c.optimizer.lr_decay != 0) {
+    params["lr_decay"] = c.optimizer.lr_decay;
+  }
   if (c.optimizer.type == OptimizerConfig::Type::kLamb) {
     params["max_coeff"] = c.optimizer.max_coeff;
     params["min_coeff"] = c.optimizer.min_coeff;

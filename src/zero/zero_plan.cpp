@@ -44,13 +44,13 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   // which offload_param puts in host memory: a GPU kernel cannot write pageable memory.
   ZT_USAGE_CHECK(!params_on_host || device_count == 0 || kernels_reach_host, config.source,
                  ": zero_optimization.offload_param on a GPU needs offload_optimizer on \"cpu\" or \"nvme\" "
-                 "with ratio 1 (the CPU Adam updates the offloaded parameters)");
+                 "with ratio 1 (the CPU optimizer step updates the offloaded parameters)");
   ZT_USAGE_CHECK(!params_on_nvme || (offloaded > 0 && device_count == 0), config.source,
                  ": zero_optimization.offload_param.device: \"nvme\" needs offload_optimizer on \"cpu\" or "
-                 "\"nvme\" with ratio 1 (the CPU Adam writes the updated parameters to the swap file)");
+                 "\"nvme\" with ratio 1 (the CPU optimizer step writes the updated parameters to the swap file)");
   delayed_update_after = config.zero.delayed_param_update_after;
   if (delayed_update_after < 0) return;
-  // The CPU Adam of step t reads the host copy of its gradient and writes the new parameters
+  // The CPU optimizer step of step t reads the host copy of its gradient and writes the new parameters
   // aside while step t+1 runs; what it reads or writes must be no buffer that step t+1 uses.
   ZT_USAGE_CHECK(offloaded > 0, "--delayed_param_update overlaps ZeRO-Offload's CPU optimizer step with the next "
                  "step: it needs zero_optimization.offload_optimizer on \"cpu\" or \"nvme\" in ", config.source);
@@ -59,11 +59,11 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
                  "tensors' norms between its two passes, which the update's own thread cannot join (", config.source,
                  ")");
   ZT_USAGE_CHECK(!params_on_host, "--delayed_param_update with zero_optimization.offload_param is not implemented: "
-                 "the CPU Adam would write the parameter partition that the next step gathers from (", config.source,
+                 "the CPU optimizer step would write the parameter partition that the next step gathers from (", config.source,
                  ")");
   ZT_USAGE_CHECK(!grads_on_host, "--delayed_param_update at stage 3 with the whole optimizer offloaded is not "
                  "implemented on a backend whose kernels reduce into host memory: the next step's backward would "
-                 "write the gradient the CPU Adam reads (", config.source, "); use stage 2, or a ratio below 1");
+                 "write the gradient the CPU optimizer step reads (", config.source, "); use stage 2, or a ratio below 1");
 }
 
 }  // namespace zt

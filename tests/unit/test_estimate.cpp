@@ -206,13 +206,25 @@ TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
     other.optimizer.type = type;
     other.optimizer.eps = 1e-10;
     other.optimizer.max_coeff = 3;
+    other.optimizer.lr_decay = 0.25;
+    other.optimizer.bias_correction = false;
     const DsConfig again = parse_ds_config(boost::json::value(ds_config_json(other)), "recommended.json", autos);
     EXPECT_EQ(again.optimizer.type, type) << optimizer_name(type);
     if (type == OptimizerConfig::Type::kAdagrad) {
       EXPECT_DOUBLE_EQ(again.optimizer.eps, 1e-10);
+      EXPECT_DOUBLE_EQ(again.optimizer.lr_decay, 0.25);
     } else if (type == OptimizerConfig::Type::kLamb) {
       EXPECT_DOUBLE_EQ(again.optimizer.max_coeff, 3);
+      EXPECT_FALSE(again.optimizer.bias_correction);
     }
+  }
+  // Adam with L2 decay stays so.
+  {
+    DsConfig adam = chosen;
+    adam.optimizer.type = OptimizerConfig::Type::kAdam;
+    adam.optimizer.adam_w_mode = false;
+    const DsConfig again = parse_ds_config(boost::json::value(ds_config_json(adam)), "recommended.json", autos);
+    EXPECT_FALSE(again.optimizer.adam_w_mode);
   }
 }
 
