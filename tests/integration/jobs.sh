@@ -123,7 +123,7 @@ else
   fail "estimate.sh: exit $rc: $(tail -2 "$WORK/last.log")"
 fi
 "$JOBS/estimate.sh" --stage 2 --json >"$WORK/estimate.json" 2>&1
-if /usr/bin/python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['estimate']['config'] == 'stage 2, fp32', d['estimate']" \
+if /usr/bin/python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert d['estimate']['config'] == 'stage 2, fp32, AdamW', d['estimate']" \
      "$WORK/estimate.json" 2>"$WORK/estimate.err"; then
   pass "estimate.sh --stage 2 --json: arguments reach zero_estimate, in place of the script's --stage 3"
 else
