@@ -96,8 +96,8 @@ OptimizerConfig::Type optim_flag_type(const AutoValues& autos) {
                        closest_key(name, {"adamw_torch", "lion_32bit", "adagrad"}), "'?"));
 }
 
-// "betas" of Adam and Lion: "auto" and absent follow --adam_beta1/--adam_beta2 (DeepSpeed's
-// defaults for both, (0.9, 0.999), are HF's).
+// "betas" of Adam, Lion and Lamb: "auto" and absent follow --adam_beta1/--adam_beta2 (DeepSpeed's
+// defaults for all three, (0.9, 0.999), are HF's).
 void read_betas(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
   if (p.is_auto("betas")) {
     p.mark_read("betas");
