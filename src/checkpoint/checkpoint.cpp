@@ -453,11 +453,9 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
   engine_state_.scheduler_iteration = m.scheduler_iteration;
   engine_state_.scaler = m.scaler;
   optimizer_ = m.optimizer;
-  state_fields_ = {StateField::kMaster};
   OptimizerConfig saved;
   saved.type = m.optimizer;
-  if (saved.has_exp_avg()) state_fields_.push_back(StateField::kExpAvg);
-  if (saved.has_exp_avg_sq()) state_fields_.push_back(StateField::kExpAvgSq);
+  state_fields_ = state_fields(saved);
   if (expect) {
     for (const auto& [key, value] : model_json(*expect)) {
       // A key the checkpoint lacks: another architecture (a GPT-2 checkpoint has no model_type).

@@ -17,7 +17,9 @@ size_t pieces_for(size_t count, int64_t sub_group_size) {
 }
 
 /// File bytes per piece: [master | the moments kept], aligned for O_DIRECT.
-size_t slot_bytes_for(size_t piece_elements, size_t fields) { return align_up(fields * piece_elements * sizeof(float)); }
+size_t slot_bytes_for(size_t piece_elements, size_t fields) {
+  return align_up(fields * piece_elements * sizeof(float));
+}
 
 size_t fields_of(const OptimizerConfig& optimizer) { return 1 + size_t(optimizer.moment_count()); }
 
@@ -49,7 +51,7 @@ OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config
                                    int rank)
     : backend_(backend), host_ops_(host_optimizer_ops()), count_(count),
       piece_elements_(pieces_for(count, int64_t(sub_group_size))), has_exp_avg_(optimizer.has_exp_avg()),
-      has_exp_avg_sq_(optimizer.has_exp_avg_sq()), fields_(fields_of(optimizer)), param_dtype_(param_dtype),
+      has_exp_avg_sq_(optimizer.has_exp_avg_sq()), param_dtype_(param_dtype),
       host_pool_(config.pin_memory ? Pool::kPinned : Pool::kHost) {
   ZT_CHECK(config.enabled(), "optimizer offload without a device");
   if (config.device == OffloadConfig::Device::kCpu) {
@@ -68,7 +70,7 @@ OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config
       throw UsageError(cat(key, ".buffer_count: ", config.buffer_count,
                            " is too few for NVMe: one piece is read, one stepped and one written at a time (need >= 3)"));
     }
-    slot_bytes_ = slot_bytes_for(piece_elements_, fields_);
+    slot_bytes_ = slot_bytes_for(piece_elements_, fields());
     file_ = std::make_unique<SwapFile>(config.nvme_path, cat("rank", rank, "-optimizer"), slot_bytes_ * piece_count(),
                                        key + ".nvme_path");
     aio_ = std::make_unique<AioEngine>(aio);
@@ -105,7 +107,7 @@ OptimizerOffload::PieceRange OptimizerOffload::piece_range(size_t k) const {
 }
 
 size_t OptimizerOffload::piece_bytes(size_t k) const {
-  return align_up(fields_ * piece_range(k).n * sizeof(float));
+  return align_up(fields() * piece_range(k).n * sizeof(float));
 }
 
 OffloadPiece OptimizerOffload::piece_view(size_t k, unsigned char* base) const {
@@ -210,7 +212,8 @@ void OptimizerOffload::step_piece(const OptimizerStepArgs& args, const OffloadPi
   host_ops_.step(args, p.master, p.exp_avg, p.exp_avg_sq, g, grad_dtype, param, param_dtype_, p.n);
 }
 
-void OptimizerOffload::step(const OptimizerStepArgs& args, const void* grad, DType grad_dtype, const ParamSink& params) {
+void OptimizerOffload::step(const OptimizerStepArgs& args, const void* grad, DType grad_dtype,
+                            const ParamSink& params) {
   send_params(SwapMode::kReadWrite, [&](const OffloadPiece& p, void* staging) {
     step_piece(args, p, grad, grad_dtype, staging);
   }, params);

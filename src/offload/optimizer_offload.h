@@ -1,15 +1,17 @@
 // ZeRO-Offload and ZeRO-Infinity for the optimizer: the fp32 master weights and the optimizer's
-// moments (Adam's two, Lion's or Adagrad's one) of a rank's range live in host memory (offload_optimizer.device = cpu; the `pinned` pool when
-// pin_memory is set) or in a per-rank file under nvme_path (device = nvme), and the CPU steps them.
+// moments (Adam's two, Lion's or Adagrad's one) of a rank's range live in host memory
+// (offload_optimizer.device = cpu; the `pinned` pool when pin_memory is set) or in a per-rank file
+// under nvme_path (device = nvme), and the CPU steps them.
 //
 // The state is walked in sub_group_size pieces. On NVMe each piece is one contiguous record
-// [master | exp_avg | exp_avg_sq] in the swap file (the moments the optimizer keeps), and the walk is a pipeline over buffer_count
-// aligned buffers: while piece k is stepped, pieces k+1 .. k+buffer_count-2 are being read and
-// piece k-1 is being written. The first pieces are read during backward (prefetch), and the
-// last writes finish during the next forward. The gradient is never swapped: the step reads the 16-bit gradient where
-// it is, and writes the updated parameter (in the training dtype) into one of two staging
-// buffers, which is copied to the device on the offload's own stream while the CPU steps the next
-// piece into the other; an event per buffer says when it is free again.
+// [master | exp_avg | exp_avg_sq] in the swap file (the moments the optimizer keeps), and the
+// walk is a pipeline over buffer_count aligned buffers: while piece k is stepped, pieces
+// k+1 .. k+buffer_count-2 are being read and piece k-1 is being written. The first pieces are
+// read during backward (prefetch), and the last writes finish during the next forward. The
+// gradient is never swapped: the step reads the 16-bit gradient where it is, and writes the
+// updated parameter (in the training dtype) into one of two staging buffers, which is copied to
+// the device on the offload's own stream while the CPU steps the next piece into the other; an
+// event per buffer says when it is free again.
 #pragma once
 
 #include <cstddef>
@@ -92,7 +94,7 @@ class OptimizerOffload {
   /// Bytes of state held in host memory (0 on NVMe), in the swap file, and in swap/staging buffers.
   size_t host_state_bytes() const { return (master_.bytes() + exp_avg_.bytes() + exp_avg_sq_.bytes()); }
   /// fp32 fields per element: the master weight and the optimizer's moments.
-  size_t fields() const { return fields_; }
+  size_t fields() const { return 1 + size_t(has_exp_avg_) + size_t(has_exp_avg_sq_); }
   size_t nvme_bytes() const { return file_ ? file_->bytes() : 0; }
   size_t buffer_bytes() const;
   Pool host_pool() const { return host_pool_; }
@@ -119,13 +121,13 @@ class OptimizerOffload {
   void start_read(size_t k, bool need_data);
   /// The step over piece `p`: its gradient from `grad` (the range's first element at its start), its
   /// updated parameters to `param`.
-  void step_piece(const OptimizerStepArgs& args, const OffloadPiece& p, const void* grad, DType grad_dtype, void* param);
+  void step_piece(const OptimizerStepArgs& args, const OffloadPiece& p, const void* grad, DType grad_dtype,
+                  void* param);
 
   Backend& backend_;
   OptimizerOps& host_ops_;
   const size_t count_, piece_elements_;
-  const bool has_exp_avg_, has_exp_avg_sq_;
-  const size_t fields_;  // 1 + the moments kept
+  const bool has_exp_avg_, has_exp_avg_sq_;  // the moments the optimizer keeps
   const DType param_dtype_;
   const Pool host_pool_;
   // Host memory (device = cpu).

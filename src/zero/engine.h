@@ -106,13 +106,7 @@ class ZeroEngine final : public ParamSource<float> {
   /// range (stage 0: any range), wherever the state lives. Checkpoints write partitions from here.
   void read_field(StateField field, size_t lo, size_t n, float* out) { optimizer_.read_field(field, lo, n, out); }
   /// The fields a checkpoint holds: the master weights and the moments the optimizer keeps.
-  std::vector<StateField> state_fields() const {
-    std::vector<StateField> fields;
-    for (StateField f : {StateField::kMaster, StateField::kExpAvg, StateField::kExpAvgSq}) {
-      if (optimizer_.has(f)) fields.push_back(f);
-    }
-    return fields;
-  }
+  std::vector<StateField> state_fields() const { return zt::state_fields(config_.optimizer); }
   /// The optimizer's DeepSpeed name ("AdamW", "Lion", ...).
   const char* optimizer_type() const { return optimizer_name(config_.optimizer.type); }
   /// Elements [lo, hi) of the parameters in param_dtype(), assembled from every rank's partition

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
+
+#include "config/ds_config.h"
 
 #include "optim/loss_scaler.h"
 
@@ -35,6 +38,14 @@ struct EngineState {
 
 /// The fp32 tensors a checkpoint holds, each over the flat layout.
 enum class StateField { kMaster, kExpAvg, kExpAvgSq };
+
+/// The fields a checkpoint holds for `optimizer`: the master weights, then the moments it keeps.
+inline std::vector<StateField> state_fields(const OptimizerConfig& optimizer) {
+  std::vector<StateField> fields{StateField::kMaster};
+  if (optimizer.has_exp_avg()) fields.push_back(StateField::kExpAvg);
+  if (optimizer.has_exp_avg_sq()) fields.push_back(StateField::kExpAvgSq);
+  return fields;
+}
 
 /// Fills out[0, hi - lo) with elements [lo, hi) of a field (hi <= the model's flat size).
 using StateReader = std::function<void(StateField field, size_t lo, size_t hi, float* out)>;

@@ -253,7 +253,8 @@ void OptimizerPartition::lamb_apply(const OptimizerStepArgs& args, const std::ve
     auto* out = static_cast<unsigned char*>(staging);
     size_t done = base + p.lo;  // what of the piece is in the staging buffer
     const auto fill_gap = [&](size_t upto) {  // alignment gaps: the parameters rounded from the master
-      if (upto > done) convert(p.master + (done - base - p.lo), DType::kF32, out + (done - base - p.lo) * elem, plan_.dtype, upto - done);
+      const size_t at = done - base - p.lo;
+      if (upto > done) convert(p.master + at, DType::kF32, out + at * elem, plan_.dtype, upto - done);
     };
     for_tensors(base + p.lo, base + p.lo + p.n, [&](size_t t, size_t a, size_t b) {
       fill_gap(a);

@@ -33,22 +33,19 @@ cd "$(dirname "$0")/../.."
 py=${ZT_BENCH_PYTHON:-build/bench-venv/bin/python}
 build=${BUILD:-build/release}
 [[ -x $py ]] || { echo "ds_optimizer_peers: no $py (see this script's header for the venv)" >&2; exit 2; }
-work=$(mktemp -d /tmp/zt_ds_peers.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+export ZT_BIN_DIR=$build ZT_SOURCE_DIR=$PWD
+source tests/integration/lib.sh  # one_batch_shard, $WORK (removed at exit)
+work=$WORK
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 T=32 BATCH=8 STEPS=8
 
-"$py" - share/data/tinyshakespeare.txt "$work/batch.bin" "$work/hf" $T $BATCH <<'PY'
-import struct, sys, torch
+one_batch_shard "$work/batch.bin" $T $BATCH
+"$py" - "$work/hf" <<'PY'
+import sys, torch
 from transformers import GPT2Config, GPT2LMHeadModel
-corpus, out, hf, T, B = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-tokens = list(open(corpus, "rb").read()[: B * T + 1])
-with open(out, "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
-    f.write(struct.pack(f"<{len(tokens)}H", *tokens))
 torch.manual_seed(0)
 GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=64, vocab_size=256)).save_pretrained(
-    hf, safe_serialization=True)
+    sys.argv[1], safe_serialization=True)
 PY
 
 runs=()
@@ -70,45 +67,21 @@ JSON
   done
 done
 
-"$py" - "$work" $T $STEPS "${runs[@]}" <<'PY'
-import json, os, struct, sys, torch
+PYTHONPATH=tests/integration "$py" - "$work" $T $STEPS "${runs[@]}" <<'PY'
+import os, sys, torch
 import deepspeed
 from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
 from deepspeed.ops.lion import DeepSpeedCPULion
+from optimizer_peers import Lion, batch_windows, fine_tune
 from transformers import GPT2LMHeadModel
 torch.set_num_threads(2)
 work, T, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-raw = open(os.path.join(work, "batch.bin"), "rb").read()
-count = struct.unpack("<3i", raw[:12])[2]
-tokens = torch.tensor(struct.unpack(f"<{count}H", raw[1024:1024 + 2 * count]), dtype=torch.long)
-windows = torch.stack([tokens[i * T:i * T + T + 1] for i in range((count - 1) // T)])
+windows = batch_windows(os.path.join(work, "batch.bin"), T)
 print(f"# DeepSpeed {deepspeed.__version__}, torch {torch.__version__}, {steps} steps on one batch of "
       f"{windows.shape[0]} x {T} tokens")
 
-class PaperLion(torch.optim.Optimizer):
-    def __init__(self, params, lr, weight_decay):
-        super().__init__(params, dict(lr=lr, weight_decay=weight_decay))
-    @torch.no_grad()
-    def step(self):
-        for g in self.param_groups:
-            for p in g["params"]:
-                m = self.state[p].setdefault("exp_avg", torch.zeros_like(p))
-                p.mul_(1 - g["lr"] * g["weight_decay"])
-                p.add_((m * 0.9 + p.grad * 0.1).sign(), alpha=-g["lr"])
-                m.mul_(0.999).add_(p.grad, alpha=0.001)
-
 def train(make):
-    model = GPT2LMHeadModel.from_pretrained(os.path.join(work, "hf"), torch_dtype=torch.float32).eval()
-    params = list(model.parameters())
-    opt = make(params)
-    for _ in range(steps):
-        logits = model(windows[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-    return {k: v for k, v in model.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    return fine_tune(os.path.join(work, "hf"), windows, steps, make)[1]
 
 def compare(a, b):
     """max |a - b| and {tensor: elements differing by more than 1e-5}, key biases left out."""
@@ -133,7 +106,7 @@ for name, kind, lr, wd in (r.split() for r in sys.argv[4:]):
                  "torch.optim.Adagrad": lambda p: torch.optim.Adagrad(p, lr=lr, eps=1e-10, weight_decay=wd)}
     else:
         peers = {"DeepSpeedCPULion": lambda p: DeepSpeedCPULion(p, lr=lr, betas=(0.9, 0.999), weight_decay=wd),
-                 "the paper's Lion": lambda p: PaperLion(p, lr=lr, weight_decay=wd)}
+                 "the paper's Lion": lambda p: Lion(p, lr=lr, betas=(0.9, 0.999), weight_decay=wd)}
     trained = {peer: train(make) for peer, make in peers.items()}
     for peer, state in trained.items():
         worst, where = compare(ours, state)

@@ -380,6 +380,23 @@ std::vector<uint16_t> to_dtype_bits(const std::vector<float>& v, DType t) {
   return out;
 }
 
+// After a fused optimizer step: the parameter the GPU wrote, elements [off, off + n), is its own
+// new master weight, bit for bit in fp32, and in 16 bits rounded as the CPU rounds it (comparing
+// with the CPU's parameter instead could flip at a rounding tie when the masters differ by an
+// ulp). Aliased: the master is the parameter, nothing more to check.
+void expect_param_is_master(Backend& gpu, const Twin<float>& master, const Twin<float>& p32,
+                            const Twin<uint16_t>& p16, DType param, bool aliased, size_t off, size_t n) {
+  const auto w = CpuGpuTest::read(gpu, master.g);
+  if (param != DType::kF32) {
+    const auto p = CpuGpuTest::read(gpu, p16.g);
+    const auto want = to_dtype_bits(w, param);
+    for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], want[i]) << "param " << i;
+  } else if (!aliased) {
+    const auto p = CpuGpuTest::read(gpu, p32.g);
+    for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], w[i]) << "param " << i;
+  }
+}
+
 struct AdamCase {
   DType grad, param;
   bool adamw, aliased, offset;
@@ -423,18 +440,7 @@ TEST_F(CudaOps, AdamStep) {
     expect_close(master, kElementwiseTol, "master");
     expect_close(m, kElementwiseTol, "exp_avg");
     expect_close(v, kElementwiseTol, "exp_avg_sq");
-    if (c.param == DType::kF32 && !c.aliased) {
-      // The parameter is the GPU's own master weight, bit for bit.
-      const auto p = read(*gpu, p32.g), w = read(*gpu, master.g);
-      for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], w[i]) << "param " << i;
-    } else if (c.param != DType::kF32) {
-      // The 16-bit parameter is the GPU's master rounded as the CPU rounds it (comparing with the
-      // CPU's parameter instead could flip at a rounding tie when the masters differ by an ulp).
-      const auto p = read(*gpu, p16.g);
-      const auto w = read(*gpu, master.g);
-      const auto want = to_dtype_bits(w, c.param);
-      for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], want[i]) << "param " << i;
-    }
+    expect_param_is_master(*gpu, master, p32, p16, c.param, c.aliased, off, n);
   }
 }
 
@@ -480,14 +486,7 @@ TEST_F(CudaOps, LionAndAdagradSteps) {
       if (rule == UpdateRule::kLion) {  // decayed, not stepped: sign(0) = 0
         EXPECT_NEAR(w[off + 5], w0[off + 5] * (1 - 1e-4f), 1e-6) << "the zero-gradient element";
       }
-      if (c.param != DType::kF32) {
-        const auto p = read(*gpu, p16.g);
-        const auto want = to_dtype_bits(w, c.param);
-        for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], want[i]) << "param " << i;
-      } else if (!c.aliased) {
-        const auto p = read(*gpu, p32.g);
-        for (size_t i = off; i < off + n; ++i) ASSERT_EQ(p[i], w[i]) << "param " << i;
-      }
+      expect_param_is_master(*gpu, master, p32, p16, c.param, c.aliased, off, n);
     }
   }
 }
@@ -520,11 +519,7 @@ TEST_F(CudaOps, LambPasses) {
     expect_close(m, kElementwiseTol, "exp_avg");
     expect_close(v, kElementwiseTol, "exp_avg_sq");
     expect_close(master, kElementwiseTol, "master");
-    if (dtype != DType::kF32) {
-      const auto p = read(*gpu, p16.g);
-      const auto want_p = to_dtype_bits(read(*gpu, master.g), dtype);
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(p[i], want_p[i]) << "param " << i;
-    }
+    expect_param_is_master(*gpu, master, master, p16, dtype, dtype == DType::kF32, 0, n);  // fp32: in place
   }
 }
 

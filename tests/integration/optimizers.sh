@@ -81,73 +81,21 @@ for entry in "${OPTIMIZERS[@]}"; do
 done
 
 # ---- the peers, and the comparison ----
-results=$(PYTHONPATH=$PYLIB /usr/bin/python3 - "$WORK" $T $STEPS $WD "${runs[@]}" <<'PY'
-import json, os, struct, sys, torch
+results=$(PYTHONPATH=$PYLIB:$ZT_SOURCE_DIR/tests/integration /usr/bin/python3 - "$WORK" $T $STEPS $WD "${runs[@]}" <<'PY'
+import json, os, sys, torch
+from optimizer_peers import Lamb, Lion, batch_windows, fine_tune
 from transformers import GPT2LMHeadModel
 torch.set_num_threads(2)
 work, T, steps, wd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 runs = [r.split() for r in sys.argv[5:]]
-raw = open(os.path.join(work, "batch.bin"), "rb").read()
-count = struct.unpack("<3i", raw[:12])[2]
-tokens = torch.tensor(struct.unpack(f"<{count}H", raw[1024:1024 + 2 * count]), dtype=torch.long)
-windows = torch.stack([tokens[i * T:i * T + T + 1] for i in range((count - 1) // T)])
-
-class Lamb(torch.optim.Optimizer):
-    """DeepSpeed's FusedLamb, per tensor, in float64: Adam's moments, u = m / (sqrt(v) + eps) + wd w,
-    the trust ratio ||w|| / ||u|| clamped to [0.01, 10] (1 when either is 0), and
-    w -= lr sqrt(1 - b2^t) / (1 - b1^t) ratio u. No peer runs Lamb on a CPU (FusedLamb is CUDA)."""
-    def __init__(self, params, lr, betas, eps, weight_decay):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-    @torch.no_grad()
-    def step(self):
-        for g in self.param_groups:
-            b1, b2 = g["betas"]
-            for p in g["params"]:
-                st = self.state[p]
-                if not st:
-                    st.update(t=0, m=torch.zeros_like(p, dtype=torch.float64), v=torch.zeros_like(p, dtype=torch.float64),
-                              w=p.detach().double().clone())
-                st["t"] += 1
-                grad, w = p.grad.double(), st["w"]
-                st["m"].mul_(b1).add_(grad, alpha=1 - b1)
-                st["v"].mul_(b2).addcmul_(grad, grad, value=1 - b2)
-                u = st["m"] / (st["v"].sqrt() + g["eps"]) + g["weight_decay"] * w
-                wn, un = w.norm().item(), u.norm().item()
-                ratio = min(max(wn / un, 0.01), 10.0) if wn != 0 and un != 0 else 1.0
-                w.add_(u, alpha=-g["lr"] * (1 - b2 ** st["t"]) ** 0.5 / (1 - b1 ** st["t"]) * ratio)
-                p.copy_(w)
-
-class Lion(torch.optim.Optimizer):
-    """The paper's Algorithm 2: decoupled decay, the sign of the interpolation, then the momentum."""
-    def __init__(self, params, lr, betas, weight_decay):
-        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
-    @torch.no_grad()
-    def step(self):
-        for g in self.param_groups:
-            b1, b2 = g["betas"]
-            for p in g["params"]:
-                m = self.state[p].setdefault("exp_avg", torch.zeros_like(p))
-                p.mul_(1 - g["lr"] * g["weight_decay"])
-                p.add_((m * b1 + p.grad * (1 - b1)).sign(), alpha=-g["lr"])
-                m.mul_(b2).add_(p.grad, alpha=1 - b2)
+windows = batch_windows(os.path.join(work, "batch.bin"), T)
 
 def peer(kind, lr):
-    model = GPT2LMHeadModel.from_pretrained(os.path.join(work, "hf"), torch_dtype=torch.float32).eval()
-    params = list(model.parameters())
-    opt = {"AdamW": lambda: torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd),
-           "Lion": lambda: Lion(params, lr=lr, betas=(0.9, 0.999), weight_decay=wd),
-           "Adagrad": lambda: torch.optim.Adagrad(params, lr=lr, weight_decay=wd, eps=1e-10),
-           "Lamb": lambda: Lamb(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)}[kind]()
-    losses = []
-    for _ in range(steps):
-        logits = model(windows[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        losses.append(loss.item())
-    return losses, model.state_dict()
+    make = {"AdamW": lambda p: torch.optim.AdamW(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd),
+            "Lion": lambda p: Lion(p, lr=lr, betas=(0.9, 0.999), weight_decay=wd),
+            "Adagrad": lambda p: torch.optim.Adagrad(p, lr=lr, weight_decay=wd, eps=1e-10),
+            "Lamb": lambda p: Lamb(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)}[kind]
+    return fine_tune(os.path.join(work, "hf"), windows, steps, make)
 
 peers = {}
 for name, kind, lr in runs:
@@ -164,9 +112,7 @@ for name, kind, lr in runs:
         assert ref_losses[-1] < 0.98 * ref_losses[0], f"the peer did not learn: {ref_losses}"
         exported = GPT2LMHeadModel.from_pretrained(os.path.join(work, name + ".export"), torch_dtype=torch.float32).state_dict()
         worst, where = 0.0, ""
-        for key, ref in ref_state.items():
-            if key.endswith(".attn.bias") or key.endswith(".attn.masked_bias"):
-                continue  # transformers' causal-mask buffers, not weights
+        for key, ref in ref_state.items():  # the weights (fine_tune leaves the causal-mask buffers out)
             mine = exported[key]
             if kind == "Lion" and key.endswith(".attn.c_attn.bias"):
                 # The key bias adds the same q.b to every score of a row, which softmax takes out:

@@ -1,0 +1,83 @@
+"""The PyTorch side of the optimizer comparisons (tests/integration/optimizers.sh and
+tests/bench/ds_optimizer_peers.sh): the batch both sides train on, the optimizers no installed
+package provides on a CPU (Lion as its paper writes it, Lamb as DeepSpeed's FusedLamb computes it),
+and the fine-tuning loop zerotrain's runs are compared with. Plain torch: runs under Debian's 1.13
+and the bench venv's 2.x alike."""
+import struct
+
+import torch
+from transformers import GPT2LMHeadModel
+
+
+def batch_windows(path, T):
+    """The windows of T + 1 tokens in an llm.c token shard (docs/design.md's eval windows)."""
+    raw = open(path, "rb").read()
+    count = struct.unpack("<3i", raw[:12])[2]
+    tokens = torch.tensor(struct.unpack(f"<{count}H", raw[1024:1024 + 2 * count]), dtype=torch.long)
+    return torch.stack([tokens[i * T:i * T + T + 1] for i in range((count - 1) // T)])
+
+
+class Lion(torch.optim.Optimizer):
+    """The paper's Algorithm 2 (Chen et al. 2023): decoupled decay, the sign of the interpolation
+    (sign(0) = 0), then the momentum."""
+
+    def __init__(self, params, lr, betas, weight_decay):
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            b1, b2 = g["betas"]
+            for p in g["params"]:
+                m = self.state[p].setdefault("exp_avg", torch.zeros_like(p))
+                p.mul_(1 - g["lr"] * g["weight_decay"])
+                p.add_((m * b1 + p.grad * (1 - b1)).sign(), alpha=-g["lr"])
+                m.mul_(b2).add_(p.grad, alpha=1 - b2)
+
+
+class Lamb(torch.optim.Optimizer):
+    """DeepSpeed's FusedLamb, per tensor, in float64: Adam's moments, u = m / (sqrt(v) + eps) + wd w,
+    the trust ratio ||w|| / ||u|| clamped to [0.01, 10] (1 when either is 0), and
+    w -= lr sqrt(1 - b2^t) / (1 - b1^t) ratio u. No peer runs Lamb on a CPU (FusedLamb is CUDA)."""
+
+    def __init__(self, params, lr, betas, eps, weight_decay):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            b1, b2 = g["betas"]
+            for p in g["params"]:
+                st = self.state[p]
+                if not st:
+                    st.update(t=0, m=torch.zeros_like(p, dtype=torch.float64),
+                              v=torch.zeros_like(p, dtype=torch.float64), w=p.detach().double().clone())
+                st["t"] += 1
+                grad, w = p.grad.double(), st["w"]
+                st["m"].mul_(b1).add_(grad, alpha=1 - b1)
+                st["v"].mul_(b2).addcmul_(grad, grad, value=1 - b2)
+                u = st["m"] / (st["v"].sqrt() + g["eps"]) + g["weight_decay"] * w
+                wn, un = w.norm().item(), u.norm().item()
+                ratio = min(max(wn / un, 0.01), 10.0) if wn != 0 and un != 0 else 1.0
+                w.add_(u, alpha=-g["lr"] * (1 - b2 ** st["t"]) ** 0.5 / (1 - b1 ** st["t"]) * ratio)
+                p.copy_(w)
+
+
+def fine_tune(hf_dir, windows, steps, make_optimizer):
+    """`steps` steps of the HF model in hf_dir on `windows` (every step the same batch), clipped at
+    1.0, in eval mode (zerotrain has no dropout). Returns the losses and the final state dict
+    without transformers' causal-mask buffers."""
+    model = GPT2LMHeadModel.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
+    params = list(model.parameters())
+    opt = make_optimizer(params)
+    losses = []
+    for _ in range(steps):
+        logits = model(windows[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(loss.item())
+    state = {k: v for k, v in model.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    return losses, state
