@@ -54,7 +54,11 @@ json::object estimate_json(const MemoryEstimate& e) {
   return {{"model_state_bytes", states_json(e.device_states)},
           {"offloaded_state_bytes", states_json(e.offloaded_states)},
           {"buffer_bytes",
-           {{"buckets", e.buckets}, {"working", e.working}, {"gather", e.gather}, {"offload", e.offload_buffers}}},
+           {{"buckets", e.buckets},
+            {"working", e.working},
+            {"gather", e.gather},
+            {"offload", e.offload_buffers},
+            {"optimizer", e.optimizer}}},
           {"activation_bytes", e.activations},
           {"pool_bytes",
            {{"device", e.by_pool[int(Pool::kDevice)]},
@@ -86,9 +90,14 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
               describe(c).c_str(), run.micro_batch, run.seq_len,
               run.gradient_checkpointing ? ", gradient checkpointing" : "");
   const OptimizerConfig& opt = c.optimizer;
-  std::printf("  optimizer %s: fp32 master%s%s, %d bytes a parameter (DeepSpeed's table assumes Adam's 12 for any)\n",
-              optimizer_name(opt.type), opt.has_exp_avg() ? " + exp_avg" : "", opt.has_exp_avg_sq() ? " + exp_avg_sq" : "",
-              4 * (1 + opt.moment_count()));
+  if (opt.aux_exp_avg_sq()) {
+    std::printf("  optimizer Muon: fp32 master + exp_avg, 8 bytes a parameter of its hidden matrices, 12 of the rest "
+                "(+ exp_avg_sq for AdamW; DeepSpeed's table assumes Adam's 12 for any)\n");
+  } else {
+    std::printf("  optimizer %s: fp32 master%s%s, %d bytes a parameter (DeepSpeed's table assumes Adam's 12 for any)\n",
+                optimizer_name(opt.type), opt.has_exp_avg() ? " + exp_avg" : "",
+                opt.has_exp_avg_sq() ? " + exp_avg_sq" : "", 4 * (1 + opt.moment_count()));
+  }
   std::printf("  model states on the device %11s  (params %s, grads %s, master %s, moments %s)\n",
               gib(double(d.total())).c_str(), gib(double(d.params)).c_str(), gib(double(d.grads)).c_str(),
               gib(double(d.master)).c_str(), gib(double(d.exp_avg + d.exp_avg_sq)).c_str());
@@ -97,9 +106,12 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
                 gib(double(o.total())).c_str(), gib(double(o.params)).c_str(), gib(double(o.grads)).c_str(),
                 gib(double(o.master)).c_str(), gib(double(o.exp_avg + o.exp_avg_sq)).c_str());
   }
-  std::printf("  buffers                    %11s  (buckets %s, gathered parameters %s, working copies %s, swap %s)\n",
-              gib(double(e.buckets + e.gather + e.working + e.offload_buffers)).c_str(), gib(double(e.buckets)).c_str(),
-              gib(double(e.gather)).c_str(), gib(double(e.working)).c_str(), gib(double(e.offload_buffers)).c_str());
+  std::printf("  buffers                    %11s  (buckets %s, gathered parameters %s, working copies %s, swap %s",
+              gib(double(e.buckets + e.gather + e.working + e.offload_buffers + e.optimizer)).c_str(),
+              gib(double(e.buckets)).c_str(), gib(double(e.gather)).c_str(), gib(double(e.working)).c_str(),
+              gib(double(e.offload_buffers)).c_str());
+  if (e.optimizer > 0) std::printf(", Muon's matrices %s", gib(double(e.optimizer)).c_str());
+  std::printf(")\n");
   std::printf("  activations                %11s\n", gib(double(e.activations)).c_str());
   std::printf("  per pool: device %s, host %s, pinned %s, nvme %s\n", gib(double(e.by_pool[0])).c_str(),
               gib(double(e.by_pool[1])).c_str(), gib(double(e.by_pool[2])).c_str(), gib(double(e.by_pool[3])).c_str());

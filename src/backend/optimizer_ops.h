@@ -15,6 +15,7 @@ enum class UpdateRule {
   kLion,     ///< Lion (Chen et al. 2023): master, exp_avg (the momentum)
   kAdagrad,  ///< Adagrad (torch.optim.Adagrad): master, exp_avg_sq (the running sum of squares)
   kLamb,     ///< Lamb (DeepSpeed's FusedLamb): Adam's moments, then a trust ratio per tensor (two passes)
+  kMuon,     ///< Muon: momentum, Newton-Schulz per matrix, then the update (two passes); AdamW for the rest
 };
 
 /// One optimizer step's scalars, as DeepSpeed's CPU optimizers compute them.
@@ -30,6 +31,8 @@ struct OptimizerStepArgs {
   float bias_correction1 = 1, bias_correction2 = 1;
   /// Multiplies every gradient before use: 1/loss_scale x clip coefficient.
   float grad_scale = 1;
+  /// Muon: the matrices' momentum and learning rate (lr, betas and eps are its AdamW's).
+  float momentum = 0.95f, muon_lr = 0;
 };
 
 class OptimizerOps {
@@ -64,6 +67,24 @@ class OptimizerOps {
   virtual void lamb_apply(const OptimizerStepArgs& args, float trust_ratio, float* master, const float* exp_avg,
                           const float* exp_avg_sq, void* param, DType param_dtype, size_t n) = 0;
 
+  /// Muon's first pass over n elements of a matrix: with g the scaled gradient and m the momentum,
+  ///   m = momentum m + (1 - momentum) g ; update = (1 - momentum) g + momentum m
+  /// (Nesterov's, as DeepSpeed's and torch's Muon: grad.lerp_(m, momentum) after m.lerp_(grad)).
+  virtual void muon_momentum(const OptimizerStepArgs& args, float* exp_avg, const void* grad, DType grad_dtype,
+                             float* update, size_t n) = 0;
+  /// Muon's second pass: w = w (1 - muon_lr wd) - muon_lr update (the update orthogonalised and scaled
+  /// by its shape already), writing the parameter in `param_dtype` as the other steps do.
+  virtual void muon_apply(const OptimizerStepArgs& args, float* master, const float* update, void* param,
+                          DType param_dtype, size_t n) = 0;
+
+  // Newton-Schulz's element-wise steps between its GEMMs (optim/newton_schulz.h), fp32.
+  /// y = a y + b x (x may alias y).
+  virtual void axpby(float* y, float a, const float* x, float b, size_t n) = 0;
+  /// x *= 1 / (sqrt(*sum_sq) + eps), *sum_sq read where the kernel runs (memory of x's kind).
+  virtual void scale_by_inverse_norm(float* x, size_t n, const double* sum_sq, float eps) = 0;
+  /// x[i, i] += a for the n x n matrix x.
+  virtual void add_diagonal(float* x, size_t n, float a) = 0;
+
   /// The one-pass step of args.rule (not Lamb, which needs its two passes and the tensors'
   /// norms between them); the moments a rule does not keep are not touched (may be null).
   void step(const OptimizerStepArgs& args, float* master, float* exp_avg, float* exp_avg_sq, const void* grad,
@@ -74,9 +95,10 @@ class OptimizerOps {
       case UpdateRule::kLion: return lion_step(args, master, exp_avg, grad, grad_dtype, param, param_dtype, n);
       case UpdateRule::kAdagrad:
         return adagrad_step(args, master, exp_avg_sq, grad, grad_dtype, param, param_dtype, n);
-      case UpdateRule::kLamb: break;
+      case UpdateRule::kLamb:
+      case UpdateRule::kMuon: break;
     }
-    throw std::logic_error("OptimizerOps::step: Lamb steps in two passes (lamb_moments, lamb_apply)");
+    throw std::logic_error("OptimizerOps::step: Lamb and Muon step in two passes");
   }
 
   /// Adds the sum of squares of n gradient values, in double, to *out (memory of the same kind

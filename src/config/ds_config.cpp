@@ -161,6 +161,44 @@ void parse_lamb_params(JsonSection& p, OptimizerConfig& o, const AutoValues& aut
   p.neutral("max_grad_norm", {}, "DeepSpeed refuses it too; use gradient_clipping");
 }
 
+// DeepSpeed's Muon block (MuonWithAuxAdam): its engine hands "lr", "momentum", "weight_decay",
+// "muon_lr" and "ns_method" to the matrices' group and "lr", "betas", "eps", "weight_decay" and
+// "adam_lr" to the AdamW group, each group with its own defaults where a key is absent (lr 0.02
+// and 3e-4, betas (0.9, 0.95), eps 1e-10). muon_lr and adam_lr win over lr.
+void parse_muon_params(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
+  const bool has_lr = p.has("lr");
+  read_auto(p, "lr", o.lr, autos.learning_rate, "--learning_rate", 0.0);
+  o.muon_lr = has_lr ? o.lr : 0.02;
+  o.adam_lr = has_lr ? o.lr : 3e-4;
+  p.read("muon_lr", o.muon_lr, 0.0);
+  p.read("adam_lr", o.adam_lr, 0.0);
+  // The schedule drives lr; both groups follow it in proportion (lr is the matrices' when absent).
+  if (!has_lr) o.lr = o.muon_lr;
+  if (o.lr == 0 && (o.muon_lr != 0 || o.adam_lr != 0)) {
+    p.fail("lr", "0 while muon_lr or adam_lr is not: the schedule scales both in proportion to lr");
+  }
+  p.read("momentum", o.momentum, 0.0);
+  if (o.momentum >= 1) p.fail("momentum", cat("must be in [0, 1), got ", o.momentum));
+  o.beta1 = 0.9;
+  o.beta2 = 0.95;
+  if (p.is_auto("betas")) {
+    o.beta1 = autos.adam_beta1.value;
+    o.beta2 = autos.adam_beta2.value;
+  }
+  read_betas(p, o, autos);
+  o.eps = 1e-10;
+  read_auto(p, "eps", o.eps, autos.adam_epsilon, "--adam_epsilon", 0.0);
+  std::string method = "gram";
+  p.read("ns_method", method);
+  if (method == "gram") {
+    o.ns_method = OptimizerConfig::NsMethod::kGram;
+  } else if (method == "standard") {
+    o.ns_method = OptimizerConfig::NsMethod::kStandard;
+  } else {
+    p.fail("ns_method", cat("'", one_line(method), "' is not a Newton-Schulz method (gram or standard)"));
+  }
+}
+
 OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   OptimizerConfig o;
   // Without an optimizer section the trainer still needs one: HF's --optim (AdamW by default)
@@ -174,25 +212,26 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   if (!s.present()) return o;
 
   std::string type;
-  if (!s.read("type", type)) s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion, Adagrad or Lamb)");
+  if (!s.read("type", type)) s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion, Adagrad, Lamb or Muon)");
   std::string lower = type;
   std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
   using T = OptimizerConfig::Type;
   const std::vector<std::pair<std::string, T>> kTypes = {
-      {"adam", T::kAdam}, {"adamw", T::kAdamW}, {"lion", T::kLion}, {"adagrad", T::kAdagrad}, {"lamb", T::kLamb}};
+      {"adam", T::kAdam},       {"adamw", T::kAdamW}, {"lion", T::kLion},
+      {"adagrad", T::kAdagrad}, {"lamb", T::kLamb},   {"muon", T::kMuon}};
   const auto it = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto& t) { return t.first == lower; });
   if (it == kTypes.end()) {
     static const char* kDeepSpeedOptimizers[] = {"onebitadam", "zerooneadam", "onebitlamb",
                                                  "sgd", "muadam", "muadamw",
-                                                 "musgd", "muon", "cpu_adam", "fusedadam"};
+                                                 "musgd", "cpu_adam", "fusedadam"};
     for (const char* known : kDeepSpeedOptimizers) {
       if (lower == known) {
         s.fail("type", cat("optimizer '", type,
-                           "' is not implemented by zerotrain (Adam, AdamW, Lion, Adagrad and Lamb are)"));
+                           "' is not implemented by zerotrain (Adam, AdamW, Lion, Adagrad, Lamb and Muon are)"));
       }
     }
     s.fail("type", cat("unknown optimizer '", type, "'; did you mean '",
-                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad", "Lamb"}), "'?"));
+                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad", "Lamb", "Muon"}), "'?"));
   }
   o.type = it->second;
   const bool adam_family = o.type == T::kAdam || o.type == T::kAdamW;
@@ -203,9 +242,11 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   }
 
   JsonSection p = s.child("params");
-  read_auto(p, "lr", o.lr, autos.learning_rate, "--learning_rate", 0.0);
+  if (o.type != T::kMuon) read_auto(p, "lr", o.lr, autos.learning_rate, "--learning_rate", 0.0);
   read_auto(p, "weight_decay", o.weight_decay, autos.weight_decay, "--weight_decay", 0.0);
-  if (adam_family) {
+  if (o.type == T::kMuon) {
+    parse_muon_params(p, o, autos);
+  } else if (adam_family) {
     parse_adam_params(p, o, autos);
   } else if (o.type == T::kLion) {
     parse_lion_params(p, o, autos);
@@ -529,7 +570,9 @@ void neutral_zero_keys(JsonSection& s) {
             "DeepSpeed's default; it patches torch's Module.apply, which zerotrain has no use for");
   s.neutral("log_trace_cache_warnings", {false}, "there is no trace cache, DeepSpeed's default");
   s.neutral("enable_sanity_checks", {false}, "DeepSpeed's default; its debug checks are not implemented");
-  s.neutral("save_muon_momentum_buffer_in_memory", {false}, "there is no Muon optimizer, DeepSpeed's default");
+  s.neutral("save_muon_momentum_buffer_in_memory", {false, true},
+            "it chooses where Muon's momentum lives under NVMe offload, which Muon does not run with here: its "
+            "state stays on the device");
   neutral_zero_plus_plus(s);
 }
 
@@ -943,6 +986,7 @@ const char* optimizer_name(OptimizerConfig::Type type) {
     case OptimizerConfig::Type::kLion: return "Lion";
     case OptimizerConfig::Type::kAdagrad: return "Adagrad";
     case OptimizerConfig::Type::kLamb: return "Lamb";
+    case OptimizerConfig::Type::kMuon: return "Muon";
   }
   return "?";
 }

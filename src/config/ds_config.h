@@ -18,7 +18,7 @@ namespace zt {
 
 struct OptimizerConfig {
   /// DeepSpeed's optimizer.type names (HF's --optim names map onto them).
-  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb };
+  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb, kMuon };
   Type type = Type::kAdamW;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;  ///< Adam's moments; Lion's interpolation (beta1) and momentum (beta2)
@@ -32,12 +32,25 @@ struct OptimizerConfig {
   /// [min_coeff, max_coeff]; eps_inside_sqrt puts eps under the square root.
   double max_coeff = 10.0, min_coeff = 0.01;
   bool eps_inside_sqrt = false;
+  /// Muon (DeepSpeed's MuonWithAuxAdam): the hidden 2-D weight matrices step with momentum and
+  /// Newton-Schulz orthogonalisation at muon_lr; every other tensor (embeddings, lm_head, norms,
+  /// biases) with AdamW at adam_lr, betas and eps. Both lrs follow the schedule in proportion to lr.
+  double momentum = 0.95;
+  double muon_lr = 0.02, adam_lr = 3e-4;
+  enum class NsMethod { kGram, kStandard };
+  NsMethod ns_method = NsMethod::kGram;  ///< DeepSpeed's default: Gram Newton-Schulz
+  int ns_steps = 5;
 
   /// Whether this optimizer keeps exp_avg (Adam's first moment, Lion's momentum) and exp_avg_sq
   /// (Adam's second moment; Adagrad's running sum of squared gradients, torch's "sum").
+  /// Muon keeps exp_avg for every element (the matrices' momentum, the others' first moment) and
+  /// exp_avg_sq for the elements AdamW steps only (aux_exp_avg_sq).
   bool has_exp_avg() const { return type != Type::kAdagrad; }
   bool has_exp_avg_sq() const { return type != Type::kLion; }
-  /// fp32 state elements per parameter beside the master weights (Adam and Lamb 2, Lion and Adagrad 1).
+  /// Muon: exp_avg_sq exists for the AdamW-stepped tensors alone.
+  bool aux_exp_avg_sq() const { return type == Type::kMuon; }
+  /// fp32 state elements per parameter beside the master weights (Adam and Lamb 2, Lion and
+  /// Adagrad 1; Muon 1 for its matrices, 2 for the rest).
   int moment_count() const { return int(has_exp_avg()) + int(has_exp_avg_sq()); }
 };
 

@@ -8,7 +8,7 @@ Gpt2Layout::Gpt2Layout(const ModelConfig& config) : ModelLayout(config) {
   add("transformer.wte.weight", {V, C}, ParamInit::kNormal);
   wpe_offset_ = add("transformer.wpe.weight", {P, C}, ParamInit::kNormal);
   for (int l = 0; l < config.n_layer; ++l) {
-    begin_unit();
+    begin_block_unit();
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     const size_t base = flat_size_;
     BlockOffsets b{};

@@ -9,7 +9,7 @@ LlamaLayout::LlamaLayout(const ModelConfig& config) : ModelLayout(config) {
   begin_unit();
   add("model.embed_tokens.weight", {V, C}, ParamInit::kNormal);
   for (int l = 0; l < config.n_layer; ++l) {
-    begin_unit();
+    begin_block_unit();
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const size_t base = flat_size_;
     auto weight = [&](const std::string& name, int64_t out, int64_t in) {

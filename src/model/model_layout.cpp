@@ -26,6 +26,13 @@ size_t ModelLayout::add(const std::string& name, std::vector<int64_t> shape, Par
   p.init = init;
   num_params_ += p.numel;
   tensor_ranges_.emplace_back(p.offset, p.offset + p.numel);
+  TensorShape t;
+  if (p.shape.size() == 2) {
+    t.rows = size_t(p.shape[0]);
+    t.cols = size_t(p.shape[1]);
+    t.hidden_matrix = in_block_;
+  }
+  tensor_shapes_.push_back(t);
   flat_size_ = (flat_size_ + p.numel + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
   params_.push_back(std::move(p));
   return params_.back().offset;

@@ -45,8 +45,16 @@ class ModelLayout : public ParamLayout {
 
  protected:
   explicit ModelLayout(const ModelConfig& config) : config_(config) {}
-  /// Starts the next unit at the current end of the buffer.
-  void begin_unit() { unit_offsets_.push_back(flat_size_); }
+  /// Starts the next unit at the current end of the buffer: a transformer block (whose 2-D
+  /// weights are hidden matrices, TensorShape) or any other (embeddings, final norm, head).
+  void begin_unit() {
+    unit_offsets_.push_back(flat_size_);
+    in_block_ = false;
+  }
+  void begin_block_unit() {
+    begin_unit();
+    in_block_ = true;
+  }
   /// Appends a parameter to the current unit; returns its offset in the flat buffer.
   size_t add(const std::string& name, std::vector<int64_t> shape, ParamInit init);
   /// Closes the last unit and checks the count against ModelConfig::num_params.
@@ -54,6 +62,7 @@ class ModelLayout : public ParamLayout {
 
   ModelConfig config_;
   std::vector<ParamInfo> params_;
+  bool in_block_ = false;
 };
 
 /// The layout of the model `config` describes (its architecture's).

@@ -16,6 +16,14 @@
 
 namespace zt {
 
+/// A tensor as the optimizers that need its shape see it (Muon; Lamb needs only its range).
+struct TensorShape {
+  size_t rows = 0, cols = 0;  ///< HF's stored shape of a 2-D tensor; 0 x 0 for any other
+  /// A weight matrix inside a transformer block: what Muon orthogonalises. Embeddings, heads,
+  /// norms and biases are not (DeepSpeed's MuonWithAuxAdam steps them with AdamW).
+  bool hidden_matrix = false;
+};
+
 class ParamLayout {
  public:
   virtual ~ParamLayout() = default;
@@ -46,6 +54,8 @@ class ParamLayout {
   /// Each tensor's flat [begin, end), in flat-buffer order (the gaps between them are alignment
   /// padding): what an optimizer with per-tensor statistics (Lamb's trust ratios) steps by.
   const std::vector<std::pair<size_t, size_t>>& tensor_ranges() const { return tensor_ranges_; }
+  /// Each tensor's shape, in the same order as tensor_ranges().
+  const std::vector<TensorShape>& tensor_shapes() const { return tensor_shapes_; }
 
   /// Writes the model's initial values of flat elements [begin, end) into out[0, end - begin)
   /// (fp32) from `seed`. Any slice alone gets the same values as the whole, so that ZeRO-3
@@ -59,6 +69,7 @@ class ParamLayout {
 
   std::vector<size_t> unit_offsets_;  ///< num_units + 1 entries, the last is flat_size
   std::vector<std::pair<size_t, size_t>> tensor_ranges_;
+  std::vector<TensorShape> tensor_shapes_;
   size_t num_params_ = 0, flat_size_ = 0;
   int tied_unit_ = -1;
 };

@@ -9,6 +9,7 @@ UpdateRule update_rule(OptimizerConfig::Type type) {
     case OptimizerConfig::Type::kLion: return UpdateRule::kLion;
     case OptimizerConfig::Type::kAdagrad: return UpdateRule::kAdagrad;
     case OptimizerConfig::Type::kLamb: return UpdateRule::kLamb;
+    case OptimizerConfig::Type::kMuon: return UpdateRule::kMuon;
     case OptimizerConfig::Type::kAdam:
     case OptimizerConfig::Type::kAdamW: break;
   }
@@ -26,7 +27,17 @@ OptimizerStepArgs Optimizer::begin_step(double lr, double beta1, double beta2, d
   a.weight_decay = float(config_.weight_decay);
   a.adamw_mode = config_.adam_w_mode;
   a.eps_inside_sqrt = config_.eps_inside_sqrt;
-  if ((a.rule == UpdateRule::kAdam || a.rule == UpdateRule::kLamb) && config_.bias_correction) {
+  if (a.rule == UpdateRule::kMuon) {
+    // Both groups follow the schedule in proportion; the AdamW group is always bias-corrected
+    // and decoupled (MuonWithAuxAdam's adam_update).
+    const double ratio = config_.lr > 0 ? lr / config_.lr : 0.0;
+    a.lr = float(config_.adam_lr * ratio);
+    a.muon_lr = float(config_.muon_lr * ratio);
+    a.momentum = float(config_.momentum);
+    a.adamw_mode = true;
+  }
+  if ((a.rule == UpdateRule::kAdam || a.rule == UpdateRule::kLamb || a.rule == UpdateRule::kMuon) &&
+      (config_.bias_correction || a.rule == UpdateRule::kMuon)) {
     a.bias_correction1 = float(1.0 - std::pow(beta1, double(step_)));
     a.bias_correction2 = float(1.0 - std::pow(beta2, double(step_)));
   }

@@ -19,7 +19,11 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
                                                                                         buffers_.params(), config)
                                     : nullptr),
       optimizer_(plan_, config, backend, buffers_, plan_.params_on_nvme ? &coordinator_->store() : nullptr,
-                 layout.tensor_ranges()),
+                 layout.tensor_ranges(), layout.tensor_shapes()),
+      muon_(config.optimizer.type == OptimizerConfig::Type::kMuon
+                ? std::make_unique<MuonMatrices>(plan_, config.optimizer, backend, comm, layout.tensor_ranges(),
+                                                 layout.tensor_shapes())
+                : nullptr),
       reducer_(plan_, config.zero, backend, comm, buffers_), norm_sq_(backend, 1), norm_sq_host_(backend, 1, Pool::kPinned),
       optimizer_rule_(config.optimizer), scheduler_(config.scheduler, config.optimizer.lr), scaler_(config.fp16) {
   // A reduced range is final on the last micro-step: ZeRO-Offload sends it to the host at once
@@ -152,6 +156,8 @@ StepOutcome ZeroEngine::step() {
       optimizer_rule_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * double(plan_.world)));
   if (args.rule == UpdateRule::kLamb) {
     lamb_step(args);
+  } else if (args.rule == UpdateRule::kMuon) {
+    muon_step(args);
   } else {
     optimizer_.step(args, delay);
   }
@@ -176,6 +182,12 @@ void ZeroEngine::lamb_step(const OptimizerStepArgs& args) {
     }
   }
   optimizer_.lamb_apply(args, ratios);
+}
+
+void ZeroEngine::muon_step(const OptimizerStepArgs& args) {
+  optimizer_.muon_momentum(args, muon_->updates());
+  muon_->orthogonalize();
+  optimizer_.muon_apply(args, muon_->updates());
 }
 
 double ZeroEngine::local_grad_sum_squares() {
@@ -242,6 +254,7 @@ BufferBytes ZeroEngine::buffer_bytes() const {
   b.gather = coordinator_ ? coordinator_->buffer_bytes() : 0;
   b.working = buffers_.bytes().working;
   b.offload = optimizer_.bytes().buffers + (coordinator_ ? coordinator_->store_bytes().buffers : 0);
+  b.optimizer = muon_ ? muon_->bytes() : 0;
   return b;
 }
 
@@ -276,7 +289,13 @@ void ZeroEngine::load(const StateSource& source) {
     if (moments && optimizer_.has(StateField::kExpAvg)) {
       all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.exp_avg(), DType::kF32, chunk);
     }
-    if (moments && optimizer_.has(StateField::kExpAvgSq)) {
+    if (moments && optimizer_.has(StateField::kExpAvgSq) && muon_) {  // packed: AdamW's tensors only, in place
+      const std::vector<size_t> counts = optimizer_.aux_partition_counts();
+      size_t mine = 0;
+      for (int r = 0; r < plan_.rank; ++r) mine += counts[size_t(r)];
+      float* packed = static_cast<float*>(optimizer_.exp_avg_sq());
+      comm_.all_gather(packed + mine, packed, counts, DType::kF32, compute_)->wait(compute_);
+    } else if (moments && optimizer_.has(StateField::kExpAvgSq)) {
       all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.exp_avg_sq(), DType::kF32, chunk);
     }
     if (plan_.has_master()) all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.master(), DType::kF32, chunk);

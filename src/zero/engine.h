@@ -32,6 +32,7 @@
 #include "optim/lr_scheduler.h"
 #include "zero/gradient_reducer.h"
 #include "zero/mixed_precision_buffers.h"
+#include "zero/muon_matrices.h"
 #include "zero/model_states.h"
 #include "zero/optimizer_partition.h"
 #include "zero/parameter_coordinator.h"
@@ -141,6 +142,9 @@ class ZeroEngine final : public ParamSource<float> {
   double local_grad_sum_squares();
   /// Lamb's two passes over this rank's range, with the per-tensor norms all-reduced between them.
   void lamb_step(const OptimizerStepArgs& args);
+  /// Muon's: the momentum (and AdamW for the other tensors), each matrix orthogonalised by its
+  /// owner, the matrices' update.
+  void muon_step(const OptimizerStepArgs& args);
   /// After the optimizer wrote this rank's range: every rank's updated parameters where the
   /// stage keeps them whole (stages 1, 2), and no stale copy anywhere.
   void share_parameters();
@@ -176,6 +180,7 @@ class ZeroEngine final : public ParamSource<float> {
   MixedPrecisionBuffers buffers_;
   std::unique_ptr<PartitionedParameterCoordinator> coordinator_;  // stage 3
   OptimizerPartition optimizer_;
+  std::unique_ptr<MuonMatrices> muon_;  // Muon only
   GradientReducer reducer_;
   DeviceArray<double> norm_sq_, norm_sq_host_;  // device / pinned: the step's sum of squares
   int64_t micro_step_ = 0;                      // backward passes since the last step

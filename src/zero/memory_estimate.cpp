@@ -14,6 +14,7 @@
 #include "model/model_memory.h"
 #include "zero/gradient_reducer.h"
 #include "zero/mixed_precision_buffers.h"
+#include "zero/muon_matrices.h"
 #include "zero/optimizer_partition.h"
 #include "zero/parameter_coordinator.h"
 #include "zero/zero_plan.h"
@@ -155,7 +156,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   add(est.offloaded_param_pool, store.host_state + store.buffers);
   add(Pool::kNvme, store.nvme);
   // The optimizer partition: master and moments on the device, the offloaded part's state.
-  const OptimizerPartition::Bytes opt = OptimizerPartition::sizes(plan, config);
+  const OptimizerPartition::Bytes opt =
+      OptimizerPartition::sizes(plan, config, layout->tensor_ranges(), layout->tensor_shapes());
   est.offloaded_optimizer_pool = opt.host_pool;
   dev.master = opt.device.master;
   dev.exp_avg = opt.device.exp_avg;
@@ -174,7 +176,11 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   est.buckets = GradientReducer::buffer_bytes(plan, config.zero, max_collective);
   est.working = mp.working;
   est.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero);
-  add(Pool::kDevice, est.buckets + est.working + est.gather);
+  // Muon's updates, exchange staging and Newton-Schulz workspace (rank 0's: ranks own different matrices).
+  if (config.optimizer.type == OptimizerConfig::Type::kMuon) {
+    est.optimizer = MuonMatrices::buffer_bytes(plan, config.optimizer, layout->tensor_ranges(), layout->tensor_shapes());
+  }
+  add(Pool::kDevice, est.buckets + est.working + est.gather + est.optimizer);
   list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective));
   list_devices(mp.working_arrays);
   list_devices(PartitionedParameterCoordinator::gather_allocations(plan, *layout, config.zero));
@@ -265,7 +271,7 @@ size_t cuda_reserved_bytes(const std::vector<size_t>& requests) {
 GpuMemoryEstimate estimate_gpu_memory(const MemoryEstimate& e, int world_size) {
   GpuMemoryEstimate g;
   g.model_states = e.device_states.total();
-  g.buffers = e.buckets + e.gather + e.working;
+  g.buffers = e.buckets + e.gather + e.working + e.optimizer;
   g.activations = e.activations;
   size_t asked = 0;
   for (size_t bytes : e.device_allocations) asked += bytes;

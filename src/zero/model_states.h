@@ -27,6 +27,7 @@ struct BufferBytes {
   size_t gather = 0;   ///< stage 3 gather buffers allocated so far (gathered, prefetched or kept for reuse)
   size_t working = 0;  ///< working copies (activation dtype) of units and fp32 unit gradient slots
   size_t offload = 0;  ///< NVMe swap buffers and the staging of updated parameters (host)
+  size_t optimizer = 0;  ///< Muon: its updates, the matrices' exchange and Newton-Schulz's workspace
 };
 
 /// The optimizer's counters, saved in checkpoints next to the tensors.

@@ -15,15 +15,36 @@ namespace {
 // offloaded range's gradient is copied to the host.
 bool copies_gradients(const ZeroPlan& plan) { return plan.offloaded > 0 && !plan.grads_on_host; }
 
+// Muon: the elements of flat [lo, hi) in tensors that are not hidden matrices (AdamW's, which
+// keep exp_avg_sq); with `start`, each such tensor's packed offset of its first element there.
+size_t aux_elements(size_t lo, size_t hi, const std::vector<std::pair<size_t, size_t>>& tensors,
+                    const std::vector<TensorShape>& shapes, std::vector<size_t>* start = nullptr) {
+  if (start) start->assign(tensors.size(), SIZE_MAX);
+  size_t n = 0;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const size_t a = std::max(lo, tensors[t].first), b = std::min(hi, tensors[t].second);
+    if (b <= a || shapes[t].hidden_matrix) continue;
+    if (start) (*start)[t] = n;
+    n += b - a;
+  }
+  return n;
+}
+
 }  // namespace
 
-OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const DsConfig& config) {
+OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const DsConfig& config,
+                                                    const std::vector<std::pair<size_t, size_t>>& tensors,
+                                                    const std::vector<TensorShape>& shapes) {
   Bytes b;
   const OffloadConfig& off = config.zero.offload_optimizer;
   const OptimizerConfig& opt = config.optimizer;
   b.device.master = plan.has_master() ? plan.device_count * sizeof(float) : 0;
   b.device.exp_avg = opt.has_exp_avg() ? plan.device_count * sizeof(float) : 0;
   b.device.exp_avg_sq = opt.has_exp_avg_sq() ? plan.device_count * sizeof(float) : 0;
+  if (opt.aux_exp_avg_sq()) {
+    ZT_CHECK(tensors.size() == shapes.size() && !tensors.empty(), "Muon's state sizes need the model's tensors");
+    b.device.exp_avg_sq = aux_elements(plan.opt_begin, plan.offload_begin(), tensors, shapes) * sizeof(float);
+  }
   b.host_pool = plan.offloaded_optimizer_pool;
   if (plan.offloaded == 0) return b;
   const OffloadFootprint f =
@@ -42,17 +63,23 @@ OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const 
 
 OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& config, Backend& backend,
                                        MixedPrecisionBuffers& buffers, ParamStore* swapped_params,
-                                       std::vector<std::pair<size_t, size_t>> tensors)
+                                       std::vector<std::pair<size_t, size_t>> tensors, std::vector<TensorShape> shapes)
     : plan_(plan), backend_(backend), compute_(backend.compute_stream()), ops_(backend.optimizer_ops()),
       buffers_(buffers), swapped_params_(swapped_params), has_exp_avg_(config.optimizer.has_exp_avg()),
-      has_exp_avg_sq_(config.optimizer.has_exp_avg_sq()), tensors_(std::move(tensors)) {
+      has_exp_avg_sq_(config.optimizer.has_exp_avg_sq()), tensors_(std::move(tensors)), shapes_(std::move(shapes)) {
   if (config.optimizer.type == OptimizerConfig::Type::kLamb) {
     ZT_CHECK(!tensors_.empty(), "Lamb needs the model's tensors");
     lamb_sums_ = DeviceArray<double>(backend, 2 * tensors_.size());
   }
+  size_t sq_count = plan.device_count;
+  if (config.optimizer.aux_exp_avg_sq()) {
+    ZT_CHECK(!tensors_.empty() && shapes_.size() == tensors_.size(), "Muon needs the model's tensors and shapes");
+    ZT_CHECK(plan.offloaded == 0, "Muon steps on the device only");
+    sq_count = aux_elements(plan.opt_begin, plan.opt_end(), tensors_, shapes_, &aux_start_);
+  }
   if (plan.has_master()) master_ = DeviceArray<float>(backend, plan.device_count);
   if (has_exp_avg_) exp_avg_ = DeviceArray<float>(backend, plan.device_count);
-  if (has_exp_avg_sq_) exp_avg_sq_ = DeviceArray<float>(backend, plan.device_count);
+  if (has_exp_avg_sq_) exp_avg_sq_ = DeviceArray<float>(backend, sq_count);
   zero_moments();
   if (plan.offloaded == 0) return;
   offload_ = std::make_unique<OptimizerOffload>(backend, config.zero.offload_optimizer, config.optimizer, config.aio,
@@ -268,11 +295,51 @@ void OptimizerPartition::lamb_apply(const OptimizerStepArgs& args, const std::ve
   backend_.wait(compute_, offload_->params_written());
 }
 
+float* OptimizerPartition::aux_exp_avg_sq(size_t t, size_t flat) {
+  return exp_avg_sq_.data() + aux_start_[t] + (flat - std::max(tensors_[t].first, plan_.opt_begin));
+}
+
+void OptimizerPartition::muon_momentum(const OptimizerStepArgs& args, float* updates) {
+  const size_t base = plan_.opt_begin;
+  for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) {
+    if (is_aux(t)) {
+      ops_.adam_step(args, master_at(a), exp_avg_.data() + (a - base), aux_exp_avg_sq(t, a), buffers_.grad_at(a),
+                     plan_.grad_dtype, buffers_.param_at(a), plan_.dtype, b - a);
+    } else {
+      ops_.muon_momentum(args, exp_avg_.data() + (a - base), buffers_.grad_at(a), plan_.grad_dtype,
+                         updates + (a - base), b - a);
+    }
+  });
+}
+
+void OptimizerPartition::muon_apply(const OptimizerStepArgs& args, const float* updates) {
+  const size_t base = plan_.opt_begin;
+  for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) {
+    if (is_aux(t)) return;
+    ops_.muon_apply(args, master_at(a), updates + (a - base), buffers_.param_at(a), plan_.dtype, b - a);
+  });
+}
+
+std::vector<size_t> OptimizerPartition::aux_partition_counts() const {
+  std::vector<size_t> counts;
+  for (int r = 0; r < plan_.world; ++r) {
+    counts.push_back(aux_elements(plan_.partition.begin(r), plan_.partition.end(r), tensors_, shapes_));
+  }
+  return counts;
+}
+
 void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float* out) {
   join_update();
   const size_t hi = lo + n, base = plan_.offload_begin();
   ZT_CHECK(lo >= plan_.opt_begin && hi <= plan_.opt_end(), "[", lo, ", ", hi, ") is outside this rank's range");
   ZT_CHECK(has(field), "the optimizer keeps no such state field");
+  if (field == StateField::kExpAvgSq && !aux_start_.empty()) {  // Muon: zeros where the matrices are
+    std::fill(out, out + n, 0.0f);
+    for_tensors(lo, hi, [&](size_t t, size_t a, size_t b) {
+      if (is_aux(t)) backend_.copy_to_host(out + (a - lo), aux_exp_avg_sq(t, a), (b - a) * sizeof(float));
+    });
+    return;
+  }
   const size_t dev_hi = std::min(hi, base);
   if (dev_hi > lo) {
     const float* src = field == StateField::kMaster   ? master_at(lo)
@@ -313,7 +380,11 @@ void OptimizerPartition::load(const FieldReader& read, bool moments) {
   if (hi > lo) {
     const size_t at = lo - plan_.opt_begin;
     if (moments && has(StateField::kExpAvg)) load_to_device(StateField::kExpAvg, read, lo, hi, exp_avg_.data() + at);
-    if (moments && has(StateField::kExpAvgSq)) {
+    if (moments && has(StateField::kExpAvgSq) && !aux_start_.empty()) {
+      for_tensors(lo, hi, [&](size_t t, size_t a, size_t b) {
+        if (is_aux(t)) load_to_device(StateField::kExpAvgSq, read, a, b, aux_exp_avg_sq(t, a));
+      });
+    } else if (moments && has(StateField::kExpAvgSq)) {
       load_to_device(StateField::kExpAvgSq, read, lo, hi, exp_avg_sq_.data() + at);
     }
     load_to_device(StateField::kMaster, read, lo, hi, master_at(lo));

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -35,6 +36,7 @@
 #include "config/ds_config.h"
 #include "offload/optimizer_offload.h"
 #include "offload/param_store.h"
+#include "model/param_layout.h"
 #include "optim/optimizer.h"
 #include "zero/mixed_precision_buffers.h"
 #include "zero/model_states.h"
@@ -56,15 +58,19 @@ class OptimizerPartition {
     size_t nvme = 0;            ///< the swap file
     size_t buffers = 0;         ///< swap and staging buffers (host_pool)
   };
-  /// What an OptimizerPartition for this plan allocates.
-  static Bytes sizes(const ZeroPlan& plan, const DsConfig& config);
+  /// What an OptimizerPartition for this plan allocates (Muon's exp_avg_sq: for the tensors that
+  /// are not hidden matrices, `shapes`, alone).
+  static Bytes sizes(const ZeroPlan& plan, const DsConfig& config,
+                     const std::vector<std::pair<size_t, size_t>>& tensors = {},
+                     const std::vector<TensorShape>& shapes = {});
 
   /// `swapped_params`: the parameter store with offload_param nvme (updated parameters are
   /// written there), else nullptr (they go to `buffers`).
   /// `tensors`: the model's tensors as flat [lo, hi) ranges in order (Lamb's trust ratios are per
-  /// tensor; the element-wise rules ignore them).
+  /// tensor; the element-wise rules ignore them), and their shapes (Muon's matrices).
   OptimizerPartition(const ZeroPlan& plan, const DsConfig& config, Backend& backend, MixedPrecisionBuffers& buffers,
-                     ParamStore* swapped_params, std::vector<std::pair<size_t, size_t>> tensors = {});
+                     ParamStore* swapped_params, std::vector<std::pair<size_t, size_t>> tensors = {},
+                     std::vector<TensorShape> shapes = {});
   ~OptimizerPartition();
 
   /// The master weight of flat element `flat` of the device part.
@@ -84,6 +90,14 @@ class OptimizerPartition {
   /// Lamb's second pass, with each tensor's trust ratio; then as step(): the parameters written,
   /// the compute stream ordered after them.
   void lamb_apply(const OptimizerStepArgs& args, const std::vector<float>& trust_ratios);
+  /// Muon's first pass (device part): the matrices' momentum, their updates written to
+  /// `updates` (element i for flat opt_begin + i); AdamW steps every other tensor whole.
+  void muon_momentum(const OptimizerStepArgs& args, float* updates);
+  /// Muon's second pass: the matrices' weights from their orthogonalised `updates`.
+  void muon_apply(const OptimizerStepArgs& args, const float* updates);
+  /// Muon at stage 0: each rank's partition of the packed exp_avg_sq, in elements, in rank order
+  /// (the counts that all-gather it).
+  std::vector<size_t> aux_partition_counts() const;
   /// The model has read the weights of flat range [lo, hi) for the last time this step: a pending
   /// delayed update may overwrite them (on its upload stream, after the compute stream's work).
   void params_free(size_t lo, size_t hi);
@@ -121,6 +135,10 @@ class OptimizerPartition {
   /// Calls fn(t, a, b) for each tensor t overlapping flat [lo, hi), with [a, b) the overlap.
   template <typename Fn>
   void for_tensors(size_t lo, size_t hi, Fn fn) const;
+  /// Muon: whether tensor t is stepped with AdamW (keeps exp_avg_sq), and where flat element
+  /// `flat` of such a tensor sits in the packed exp_avg_sq.
+  bool is_aux(size_t t) const { return aux_start_[t] != SIZE_MAX; }
+  float* aux_exp_avg_sq(size_t t, size_t flat);
   /// Fills device range [lo, hi) of a field from `read`, through host memory in pieces.
   void load_to_device(StateField field, const FieldReader& read, size_t lo, size_t hi, float* device);
 
@@ -134,6 +152,10 @@ class OptimizerPartition {
   DeviceArray<float> master_, exp_avg_, exp_avg_sq_;  // the device part; master_ empty in fp32, absent moments empty
   std::unique_ptr<OptimizerOffload> offload_;
   const std::vector<std::pair<size_t, size_t>> tensors_;  // the model's tensors, flat [lo, hi), in order
+  const std::vector<TensorShape> shapes_;
+  // Muon: exp_avg_sq holds only the AdamW-stepped tensors' elements of the range, packed in flat
+  // order; per tensor, where its first element in the range is (SIZE_MAX: a matrix, or outside).
+  std::vector<size_t> aux_start_;
   DeviceArray<double> lamb_sums_;                         // Lamb: the device part's per-tensor sums
   DeviceArray<unsigned char> host_grads_;  // the offloaded range's gradient, copied to the host
   std::unique_ptr<Stream> d2h_stream_;     // ... by copies on this stream, beside backward

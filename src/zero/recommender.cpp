@@ -46,6 +46,8 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
     // --delayed_param_update runs with the optimizer offloaded and the parameters not: the other
     // rungs' configs would refuse the flag, so they are not offered.
     if (base.zero.delayed_param_update_after >= 0 && (spec.optimizer == kNone || spec.params != kNone)) continue;
+    // Muon does not run with the optimizer offloaded (ZeroPlan refuses it).
+    if (base.optimizer.type == OptimizerConfig::Type::kMuon && spec.optimizer != kNone) continue;
     RungVerdict v;
     v.name = spec.name;
     v.config = base;
@@ -119,6 +121,48 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
   return rec;
 }
 
+namespace {
+
+// The estimate's optimizer block (its state bytes were counted): its values from the trainer's
+// flags ("auto"), with what else makes the rule as the estimated config had it.
+boost::json::object optimizer_params_json(const OptimizerConfig& o) {
+  namespace json = boost::json;
+  json::object params{{"lr", "auto"}, {"weight_decay", "auto"}};
+  if (o.type == OptimizerConfig::Type::kMuon) {
+    // Its two groups' own values: HF's flags know neither muon_lr nor adam_lr.
+    params["lr"] = o.lr;
+    params["muon_lr"] = o.muon_lr;
+    params["adam_lr"] = o.adam_lr;
+    params["momentum"] = o.momentum;
+    params["betas"] = json::array{o.beta1, o.beta2};
+    params["eps"] = o.eps;
+    params["ns_method"] = o.ns_method == OptimizerConfig::NsMethod::kGram ? "gram" : "standard";
+    return params;
+  }
+  if (o.type != OptimizerConfig::Type::kAdagrad) params["betas"] = "auto";
+  if (o.type == OptimizerConfig::Type::kAdagrad) params["eps"] = o.eps;  // torch's 1e-10, not --adam_epsilon
+  if (o.type != OptimizerConfig::Type::kLion && o.type != OptimizerConfig::Type::kAdagrad) {
+    params["eps"] = "auto";  // Adam, AdamW, Lamb
+  }
+  // What else makes the rule: the values the estimated config had, beside the flags' "auto".
+  if (o.type == OptimizerConfig::Type::kAdam) params["adam_w_mode"] = o.adam_w_mode;
+  if ((o.type == OptimizerConfig::Type::kAdam || o.type == OptimizerConfig::Type::kAdamW ||
+       o.type == OptimizerConfig::Type::kLamb) && !o.bias_correction) {
+    params["bias_correction"] = false;
+  }
+  if (o.type == OptimizerConfig::Type::kAdagrad && o.lr_decay != 0) {
+    params["lr_decay"] = o.lr_decay;
+  }
+  if (o.type == OptimizerConfig::Type::kLamb) {
+    params["max_coeff"] = o.max_coeff;
+    params["min_coeff"] = o.min_coeff;
+    if (o.eps_inside_sqrt) params["eps_inside_sqrt"] = true;
+  }
+  return params;
+}
+
+}  // namespace
+
 boost::json::object ds_config_json(const DsConfig& c) {
   namespace json = boost::json;
   json::object out;
@@ -127,28 +171,8 @@ boost::json::object ds_config_json(const DsConfig& c) {
   out["gradient_clipping"] = "auto";
   out["bf16"] = json::object{{"enabled", c.bf16}};
   out["fp16"] = json::object{{"enabled", c.fp16.enabled}};
-  // The estimate's optimizer (its state bytes were counted), its values from the trainer's flags.
-  json::object params{{"lr", "auto"}, {"weight_decay", "auto"}};
-  if (c.optimizer.type != OptimizerConfig::Type::kAdagrad) params["betas"] = "auto";
-  if (c.optimizer.type == OptimizerConfig::Type::kAdagrad) params["eps"] = c.optimizer.eps;  // torch's 1e-10, not --adam_epsilon
-  if (c.optimizer.type != OptimizerConfig::Type::kLion && c.optimizer.type != OptimizerConfig::Type::kAdagrad) {
-    params["eps"] = "auto";  // Adam, AdamW, Lamb
-  }
-  // What else makes the rule: the values the estimated config had, beside the flags' "auto".
-  if (c.optimizer.type == OptimizerConfig::Type::kAdam) params["adam_w_mode"] = c.optimizer.adam_w_mode;
-  if ((c.optimizer.type == OptimizerConfig::Type::kAdam || c.optimizer.type == OptimizerConfig::Type::kAdamW ||
-       c.optimizer.type == OptimizerConfig::Type::kLamb) && !c.optimizer.bias_correction) {
-    params["bias_correction"] = false;
-  }
-  if (c.optimizer.type == OptimizerConfig::Type::kAdagrad && c.optimizer.lr_decay != 0) {
-    params["lr_decay"] = c.optimizer.lr_decay;
-  }
-  if (c.optimizer.type == OptimizerConfig::Type::kLamb) {
-    params["max_coeff"] = c.optimizer.max_coeff;
-    params["min_coeff"] = c.optimizer.min_coeff;
-    if (c.optimizer.eps_inside_sqrt) params["eps_inside_sqrt"] = true;
-  }
-  out["optimizer"] = json::object{{"type", optimizer_name(c.optimizer.type)}, {"params", std::move(params)}};
+  out["optimizer"] =
+      json::object{{"type", optimizer_name(c.optimizer.type)}, {"params", optimizer_params_json(c.optimizer)}};
   const ZeroConfig& z = c.zero;
   json::object zero{{"stage", z.stage},
                     {"overlap_comm", z.stage >= 2},

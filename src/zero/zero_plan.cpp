@@ -23,6 +23,9 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   // Partial offload (ratio < 1) keeps the first part of the range on the device.
   offloaded = off.enabled() ? size_t(std::llround(double(opt_count) * off.ratio)) : 0;
   device_count = opt_count - offloaded;
+  ZT_USAGE_CHECK(!(off.enabled() && config.optimizer.type == OptimizerConfig::Type::kMuon), config.source,
+                 ": zero_optimization.offload_optimizer with Muon is not implemented yet: its matrices are "
+                 "orthogonalised on the device (remove offload_optimizer, or pick AdamW, Lion, Adagrad or Lamb)");
 
   params_base = stage == 3 ? partition.begin(rank) : 0;
   params_count = stage == 3 ? part : padded;

@@ -4,7 +4,7 @@ set -uo pipefail
 ZEROTRAIN="$ZT_BIN_DIR/src/zerotrain"
 PREPARE="$ZT_BIN_DIR/tools/zero_prepare_data"
 WORK=$(mktemp -d /tmp/zt_it.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+trap '[[ -n ${ZT_KEEP_WORK:-} ]] || rm -rf "$WORK"' EXIT
 passed=0
 failed=0
 

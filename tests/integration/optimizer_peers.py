@@ -1,6 +1,7 @@
 """The PyTorch side of the optimizer comparisons (tests/integration/optimizers.sh and
 tests/bench/ds_optimizer_peers.sh): the batch both sides train on, the optimizers no installed
-package provides on a CPU (Lion as its paper writes it, Lamb as DeepSpeed's FusedLamb computes it),
+package provides on a CPU (Lion as its paper writes it, Lamb as DeepSpeed's FusedLamb computes it,
+Muon as DeepSpeed's MuonWithAuxAdam in float64),
 and the fine-tuning loop zerotrain's runs are compared with. Plain torch: runs under Debian's 1.13
 and the bench venv's 2.x alike."""
 import struct
@@ -63,13 +64,67 @@ class Lamb(torch.optim.Optimizer):
                 p.copy_(w)
 
 
-def fine_tune(hf_dir, windows, steps, make_optimizer):
+def newton_schulz(g, steps=5):
+    """Muon's zeroth power of a matrix, the quintic iteration in float64 (the 'standard' method;
+    DeepSpeed's default 'gram' is the same polynomial, rearranged), scaled by its shape."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g.T if g.shape[0] > g.shape[1] else g
+    x = x / (x.norm() + 1e-7)
+    for _ in range(steps):
+        m = x @ x.T
+        x = a * x + (b * m + c * m @ m) @ x
+    x = x.T if g.shape[0] > g.shape[1] else x
+    return x * max(1.0, g.shape[0] / g.shape[1]) ** 0.5
+
+
+class Muon(torch.optim.Optimizer):
+    """DeepSpeed's MuonWithAuxAdam in float64: the hidden matrices (the blocks' 2-D weights, by
+    name) take Nesterov momentum, Newton-Schulz and w = w (1 - lr wd) - lr update; every other
+    tensor AdamW at adam_lr with betas (0.9, 0.95) and eps 1e-10. With orthogonalize=False the
+    matrices step by their raw gradient instead, as DeepSpeed's Muon did at stage 0 (its issue
+    #8441): the SGD that a Muon run must not equal."""
+
+    def __init__(self, named_params, lr, adam_lr, weight_decay, momentum=0.95, orthogonalize=True):
+        hidden = [p for n, p in named_params if p.ndim == 2 and ".h." in n]
+        rest = [p for n, p in named_params if not (p.ndim == 2 and ".h." in n)]
+        super().__init__([dict(params=hidden, muon=True, lr=lr), dict(params=rest, muon=False, lr=adam_lr)],
+                         dict(weight_decay=weight_decay, momentum=momentum))
+        self.orthogonalize = orthogonalize
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            lr, wd = g["lr"], g["weight_decay"]
+            for p in g["params"]:
+                st = self.state[p]
+                if not st:
+                    st.update(t=0, m=torch.zeros_like(p, dtype=torch.float64),
+                              v=torch.zeros_like(p, dtype=torch.float64), w=p.detach().double().clone())
+                st["t"] += 1
+                grad, w, m = p.grad.double(), st["w"], st["m"]
+                if g["muon"] and self.orthogonalize:
+                    beta = g["momentum"]
+                    m.mul_(beta).add_(grad, alpha=1 - beta)
+                    update = newton_schulz(grad * (1 - beta) + m * beta)
+                elif g["muon"]:
+                    update = grad
+                else:
+                    b1, b2 = 0.9, 0.95
+                    m.mul_(b1).add_(grad, alpha=1 - b1)
+                    st["v"].mul_(b2).addcmul_(grad, grad, value=1 - b2)
+                    update = (m / (1 - b1 ** st["t"])) / ((st["v"] / (1 - b2 ** st["t"])).sqrt() + 1e-10)
+                w.mul_(1 - lr * wd).add_(update, alpha=-lr)
+                p.copy_(w)
+
+
+def fine_tune(hf_dir, windows, steps, make_optimizer, named=False):
     """`steps` steps of the HF model in hf_dir on `windows` (every step the same batch), clipped at
-    1.0, in eval mode (zerotrain has no dropout). Returns the losses and the final state dict
-    without transformers' causal-mask buffers."""
+    1.0, in eval mode (zerotrain has no dropout); make_optimizer gets the parameters (with their
+    names when `named`). Returns the losses and the final state dict without transformers'
+    causal-mask buffers."""
     model = GPT2LMHeadModel.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
     params = list(model.parameters())
-    opt = make_optimizer(params)
+    opt = make_optimizer(list(model.named_parameters()) if named else params)
     losses = []
     for _ in range(steps):
         logits = model(windows[:, :-1]).logits

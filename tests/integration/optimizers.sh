@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lion, Adagrad and Lamb (issue 31) against their peers, with AdamW beside them as the control:
+# Lion, Adagrad, Lamb and Muon (issue 31) against their peers, with AdamW beside them as the control:
 # a GPT-2 written by transformers' save_pretrained, fine-tuned for 8 steps on one global batch
 # (the whole training set, so every step sees the same 8 windows) in fp32, with weight decay 0.1,
 # clipping at 1.0 and a constant learning rate. The peers train the same model on the same batch
@@ -13,9 +13,12 @@
 #    to step 8 (the moments resharded across world size and stage);
 # the 8 losses equal the peer's within 1e-5 relative and the zero_to_fp32 export's weights equal
 # the peer's final weights (max |difference| below 1e-4; measured 2e-8 to 3e-6; the trust ratios
-# of Lamb's resharded run are summed over ranks, as each rank holds a part of most tensors). For Lion the
-# attention's key bias is left out of the weight check: its exact gradient is 0 and Lion steps by
-# the sign of each side's rounding noise (see the comment below).
+# of Lamb's resharded run are summed over ranks, as each rank holds a part of most tensors). For Lion
+# and Muon the attention's key bias is left out of the weight check: its exact gradient is 0 and
+# Lion (and Muon's AdamW, eps 1e-10) steps by each side's rounding noise (see the comment below).
+# Muon (DeepSpeed's block) runs without offload, which it does not implement yet; its peer is
+# DeepSpeed's MuonWithAuxAdam in float64, and its losses must also differ from the same run
+# without Newton-Schulz (DeepSpeed's stage-0 bug).
 # Also: fp16 with loss scaling trains with each (finite, falling), a Lion checkpoint resumed
 # with --optim adagrad is refused naming the manifest, and the model states the trainer reports
 # hold 8 bytes a parameter for Lion and Adagrad against AdamW's 12.
@@ -80,10 +83,40 @@ for entry in "${OPTIMIZERS[@]}"; do
   runs+=("$name $type $lr")
 done
 
+# Muon (DeepSpeed's block; HF has no name for it): one rank at stage 0, where DeepSpeed's ran SGD
+# (its issue #8441); two ranks at ZeRO-1 saving at step 4, resumed on one rank at ZeRO-3; one rank
+# at ZeRO-2 resumed on two at stage 0.
+# Its matrices at lr 0.02, everything else with AdamW at adam_lr 1e-3.
+muon_config() {  # muon_config NAME STAGE -> path
+  cat >"$WORK/$1.json" <<JSON
+{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+ "optimizer": {"type": "Muon", "params": {"lr": "auto", "adam_lr": 1e-3, "weight_decay": "auto"}},
+ "zero_optimization": {"stage": $2}}
+JSON
+  echo "$WORK/$1.json"
+}
+name=Muon_np1_z0
+train "$name" 1 "$(muon_config $name 0)" $STEPS --learning_rate 0.02 &&
+  "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
+runs+=("$name Muon 0.02")
+name=Muon_reshard
+train "$name" 2 "$(muon_config ${name}_a 1)" 4 --learning_rate 0.02 --save_steps 4 &&
+  train "$name" 1 "$(muon_config ${name}_b 3)" $STEPS --learning_rate 0.02 --resume_from_checkpoint auto &&
+  "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
+grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
+runs+=("$name Muon 0.02")
+# ... and one rank at ZeRO-2 resumed on two at stage 0, where every rank holds the whole state.
+name=Muon_reshard0
+train "$name" 1 "$(muon_config ${name}_a 2)" 4 --learning_rate 0.02 --save_steps 4 &&
+  train "$name" 2 "$(muon_config ${name}_b 0)" $STEPS --learning_rate 0.02 --resume_from_checkpoint auto &&
+  "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
+grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
+runs+=("$name Muon 0.02")
+
 # ---- the peers, and the comparison ----
 results=$(PYTHONPATH=$PYLIB:$ZT_SOURCE_DIR/tests/integration /usr/bin/python3 - "$WORK" $T $STEPS $WD "${runs[@]}" <<'PY'
 import json, os, sys, torch
-from optimizer_peers import Lamb, Lion, batch_windows, fine_tune
+from optimizer_peers import Lamb, Lion, Muon, batch_windows, fine_tune
 from transformers import GPT2LMHeadModel
 torch.set_num_threads(2)
 work, T, steps, wd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
@@ -94,8 +127,10 @@ def peer(kind, lr):
     make = {"AdamW": lambda p: torch.optim.AdamW(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd),
             "Lion": lambda p: Lion(p, lr=lr, betas=(0.9, 0.999), weight_decay=wd),
             "Adagrad": lambda p: torch.optim.Adagrad(p, lr=lr, weight_decay=wd, eps=1e-10),
-            "Lamb": lambda p: Lamb(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)}[kind]
-    return fine_tune(os.path.join(work, "hf"), windows, steps, make)
+            "Lamb": lambda p: Lamb(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd),
+            "Muon": lambda p: Muon(p, lr=lr, adam_lr=1e-3, weight_decay=wd),
+            "SGD": lambda p: Muon(p, lr=lr, adam_lr=1e-3, weight_decay=wd, orthogonalize=False)}[kind]
+    return fine_tune(os.path.join(work, "hf"), windows, steps, make, named=kind in ("Muon", "SGD"))
 
 peers = {}
 for name, kind, lr in runs:
@@ -110,20 +145,27 @@ for name, kind, lr in runs:
         loss_rel = max(abs(a - b) / b for a, b in zip(ours, ref_losses))
         assert loss_rel <= 1e-5, f"losses {ours} vs the peer's {ref_losses} (worst rel {loss_rel:.1e})"
         assert ref_losses[-1] < 0.98 * ref_losses[0], f"the peer did not learn: {ref_losses}"
+        extra = ""
+        if kind == "Muon":  # Newton-Schulz ran: not the raw-gradient step DeepSpeed's stage 0 took
+            sgd = peer("SGD", float(lr))[0]
+            apart = abs(ours[-1] - sgd[-1]) / sgd[-1]
+            assert apart > 1e-2, f"the last loss {ours[-1]} is within {apart:.1e} of the unorthogonalised step's {sgd[-1]}"
+            extra = f"; without Newton-Schulz the last loss would be {sgd[-1]:.4f}"
         exported = GPT2LMHeadModel.from_pretrained(os.path.join(work, name + ".export"), torch_dtype=torch.float32).state_dict()
         worst, where = 0.0, ""
         for key, ref in ref_state.items():  # the weights (fine_tune leaves the causal-mask buffers out)
             mine = exported[key]
-            if kind == "Lion" and key.endswith(".attn.c_attn.bias"):
+            if kind in ("Lion", "Muon") and key.endswith(".attn.c_attn.bias"):
                 # The key bias adds the same q.b to every score of a row, which softmax takes out:
                 # its exact gradient is 0, and what either side computes is rounding noise whose
-                # sign Lion follows by whole steps of lr. Left out for Lion alone.
+                # sign Lion follows by whole steps of lr, as does Muon's AdamW with eps 1e-10.
+                # Left out for those two.
                 mine, ref = torch.cat([mine[:64], mine[128:]]), torch.cat([ref[:64], ref[128:]])
             d = (mine - ref).abs().max().item()
             if d > worst:
                 worst, where = d, key
         assert worst < 1e-4, f"final weights differ from the peer's by {worst:.2e} ({where})"
-        print(f"ok: {name}: {steps} losses within {loss_rel:.1e} of the peer's {kind} ({ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}), final weights within {worst:.1e}")
+        print(f"ok: {name}: {steps} losses within {loss_rel:.1e} of the peer's {kind} ({ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}), final weights within {worst:.1e}{extra}")
     except Exception as e:
         print(f"FAILED: {name}: {e}")
 PY
@@ -133,7 +175,7 @@ passed=$((passed + $(grep -c '^ok: ' <<<"$results")))
 failed=$((failed + $(grep -c '^FAILED: ' <<<"$results")))
 
 # ---- fp16 (loss scaling) trains with each; the reported model states ----
-for entry in "${OPTIMIZERS[@]}"; do
+for entry in "${OPTIMIZERS[@]}" "- Muon 0.02"; do
   read -r optim type lr <<<"$entry"
   name=${type}_fp16
   if train "$name" 2 "$(config "$name" 2 "$type" none)" $STEPS --learning_rate "$lr" --fp16 --save_strategy no &&
@@ -149,9 +191,15 @@ states = start["model_state_bytes"]
 moments = states["exp_avg"] + states["exp_avg_sq"]
 # ZeRO-2 at 2 ranks: the master and the moments are this rank's half; Adam's and Lamb's moments
 # are twice the master weights, Lion's and Adagrad's equal to them.
-want = 2 if sys.argv[2] in ("AdamW", "Lamb") else 1
-assert abs(moments - want * states["master"]) <= 0.01 * states["master"], states
-assert (states["exp_avg"] == 0) == (sys.argv[2] == "Adagrad") and (states["exp_avg_sq"] == 0) == (sys.argv[2] == "Lion"), states
+# Muon's exp_avg is as large as the master weights; its exp_avg_sq holds only the tensors its
+# AdamW steps (the embeddings, norms and biases), not the hidden matrices.
+if sys.argv[2] == "Muon":
+    assert abs(states["exp_avg"] - states["master"]) <= 0.01 * states["master"], states
+    assert 0 < states["exp_avg_sq"] < 0.9 * states["master"], states
+else:
+    want = 2 if sys.argv[2] in ("AdamW", "Lamb") else 1
+    assert abs(moments - want * states["master"]) <= 0.01 * states["master"], states
+    assert (states["exp_avg"] == 0) == (sys.argv[2] == "Adagrad") and (states["exp_avg_sq"] == 0) == (sys.argv[2] == "Lion"), states
 PY
   then
     pass "$name: fp16 trains ($type's model states as counted)"

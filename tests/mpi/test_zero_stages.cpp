@@ -15,6 +15,7 @@
 #include "core/memory_pool.h"
 #include "model/causal_lm.h"
 #include "zero/engine.h"
+#include "zero/memory_estimate.h"
 #include "zero_test_harness.h"
 
 namespace zt {
@@ -33,6 +34,7 @@ struct Case {
 constexpr auto kLion = OptimizerConfig::Type::kLion;
 constexpr auto kAdagrad = OptimizerConfig::Type::kAdagrad;
 constexpr auto kLamb = OptimizerConfig::Type::kLamb;
+constexpr auto kMuon = OptimizerConfig::Type::kMuon;
 
 class ZeroStages : public ::testing::TestWithParam<Case> {};
 
@@ -58,7 +60,10 @@ TEST_P(ZeroStages, MatchOneRankOfTheSameGlobalBatch) {
     if (c.dtype == DType::kF32) {
       EXPECT_NEAR(losses[i], reference[i], 1e-5 * std::fabs(reference[i])) << "step " << i + 1;
     } else {
-      EXPECT_NEAR(losses[i], reference[i], 1e-2) << "step " << i + 1;
+      // Newton-Schulz turns a matrix's smallest singular directions into full-size steps, so the
+      // bf16 rounding of another reduction order shows more under Muon than under the element-wise
+      // rules (up to 0.019 measured at 1-2 ranks); its fp32 cases pin the arithmetic at 1e-5.
+      EXPECT_NEAR(losses[i], reference[i], c.optimizer == kMuon ? 3e-2 : 1e-2) << "step " << i + 1;
     }
   }
 }
@@ -95,7 +100,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, DType::kF32, 1, false, false, false, kLamb}, Case{3, DType::kF32, 4, false, false, false, kLamb},
                       Case{1, DType::kBF16, 1, false, false, false, kLamb},
                       Case{2, DType::kBF16, 4, false, false, false, kLamb},
-                      Case{3, DType::kBF16, 1, false, false, false, kLamb}),
+                      Case{3, DType::kBF16, 1, false, false, false, kLamb},
+                      // Muon: whole matrices orthogonalised by their owners, wherever the partitions cut them.
+                      Case{0, DType::kF32, 1, false, false, false, kMuon}, Case{1, DType::kF32, 4, false, false, false, kMuon},
+                      Case{2, DType::kF32, 1, false, false, false, kMuon}, Case{3, DType::kF32, 4, false, false, false, kMuon},
+                      Case{0, DType::kBF16, 4, false, false, false, kMuon},
+                      Case{2, DType::kBF16, 4, false, false, false, kMuon},
+                      Case{3, DType::kBF16, 1, false, false, false, kMuon}),
     case_name);
 
 // The Llama family through the same engine (zero/ knows no architecture): grouped-query
@@ -218,6 +229,39 @@ TEST(ZeroMemory, ModelStateBytesFollowTheTable) {
       const double bytes = double(engine.model_state_bytes().total());
       EXPECT_NEAR(bytes, table[row], 0.02 * table[row])
           << optimizer_name(type) << " row " << row << " at " << N << " ranks";
+    }
+  }
+}
+
+// Muon keeps exp_avg_sq for the tensors its AdamW steps alone (embeddings, norms, biases): over
+// the ranks they add up to exactly those elements, and rank 0 holds what zero_estimate says,
+// its Newton-Schulz buffers included (the ranks own different matrices, so these differ).
+TEST(ZeroMemory, MuonKeepsSecondMomentsForItsAdamWTensorsOnly) {
+  MpiComm world(MPI_COMM_WORLD);
+  const ModelConfig m = tiny_model();
+  const std::unique_ptr<ModelLayout> layout = make_model_layout(m);
+  double aux = 0;
+  for (size_t t = 0; t < layout->tensor_shapes().size(); ++t) {
+    if (!layout->tensor_shapes()[t].hidden_matrix) {
+      aux += double(layout->tensor_ranges()[t].second - layout->tensor_ranges()[t].first);
+    }
+  }
+  auto backend = test_backend();
+  for (int stage = 0; stage <= 3; ++stage) {
+    DsConfig cfg = make_config(stage, DType::kBF16, world.size(), 1);
+    use_optimizer(cfg, OptimizerConfig::Type::kMuon);
+    auto engine_comm = make_data_comm(*backend, world);
+    ZeroEngine engine(*layout, *backend, *engine_comm, world, cfg);
+    const ModelStateBytes b = engine.model_state_bytes();
+    const double sq = double(b.exp_avg_sq) / sizeof(float);
+    EXPECT_DOUBLE_EQ(stage == 0 ? sq : world.all_reduce_sum(sq), aux) << "stage " << stage;
+    if (world.rank() == 0) {
+      RunShape run;
+      run.world_size = world.size();
+      const MemoryEstimate e = estimate_memory(m, cfg, run);
+      EXPECT_EQ(b.exp_avg_sq, e.device_states.exp_avg_sq) << "stage " << stage;
+      EXPECT_EQ(b.exp_avg, e.device_states.exp_avg) << "stage " << stage;
+      EXPECT_EQ(engine.buffer_bytes().optimizer, e.optimizer) << "stage " << stage;
     }
   }
 }

@@ -58,6 +58,10 @@ void use_optimizer(DsConfig& cfg, OptimizerConfig::Type type) {
   if (type == OptimizerConfig::Type::kLion) cfg.optimizer.lr = 1e-3;
   if (type == OptimizerConfig::Type::kAdagrad) cfg.optimizer.eps = 1e-10;  // torch's default
   if (type == OptimizerConfig::Type::kLamb) cfg.optimizer.lr = 1e-2;
+  if (type == OptimizerConfig::Type::kMuon) {  // the matrices at Muon's usual rate, the rest at AdamW's
+    cfg.optimizer.lr = cfg.optimizer.muon_lr = 0.02;
+    cfg.optimizer.adam_lr = 3e-3;
+  }
 }
 
 std::unique_ptr<Backend> test_backend() {

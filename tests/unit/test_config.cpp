@@ -227,6 +227,52 @@ TEST(DsConfig, LambBlock) {
   EXPECT_NE(e.find("optimizer.params.adam_w_mode: unknown key"), std::string::npos) << e;
 }
 
+// DeepSpeed's Muon block: the two groups' keys and their own defaults where a key is absent.
+TEST(DsConfig, MuonBlock) {
+  const OptimizerConfig muon = parse(R"({"optimizer": {"type": "Muon", "params": {"lr": 0.01, "adam_lr": 5e-4,
+      "momentum": 0.9, "weight_decay": 0.1, "betas": [0.8, 0.9], "eps": 1e-8, "ns_method": "standard"}}})").optimizer;
+  EXPECT_EQ(muon.type, OptimizerConfig::Type::kMuon);
+  EXPECT_DOUBLE_EQ(muon.lr, 0.01);
+  EXPECT_DOUBLE_EQ(muon.muon_lr, 0.01);  // lr serves the matrices unless muon_lr says otherwise
+  EXPECT_DOUBLE_EQ(muon.adam_lr, 5e-4);
+  EXPECT_DOUBLE_EQ(muon.momentum, 0.9);
+  EXPECT_DOUBLE_EQ(muon.weight_decay, 0.1);
+  EXPECT_DOUBLE_EQ(muon.beta2, 0.9);
+  EXPECT_DOUBLE_EQ(muon.eps, 1e-8);
+  EXPECT_EQ(muon.ns_method, OptimizerConfig::NsMethod::kStandard);
+  // MuonWithAuxAdam's defaults: lr 0.02 for the matrices, 3e-4 for the rest, betas (0.9, 0.95),
+  // eps 1e-10, momentum 0.95, Gram Newton-Schulz.
+  const OptimizerConfig defaults = parse(R"({"optimizer": {"type": "muon"}})").optimizer;
+  EXPECT_DOUBLE_EQ(defaults.muon_lr, 0.02);
+  EXPECT_DOUBLE_EQ(defaults.adam_lr, 3e-4);
+  EXPECT_DOUBLE_EQ(defaults.lr, 0.02);
+  EXPECT_DOUBLE_EQ(defaults.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(defaults.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(defaults.eps, 1e-10);
+  EXPECT_DOUBLE_EQ(defaults.momentum, 0.95);
+  EXPECT_EQ(defaults.ns_method, OptimizerConfig::NsMethod::kGram);
+  EXPECT_DOUBLE_EQ(parse(R"({"optimizer": {"type": "Muon", "params": {"lr": 0.01, "muon_lr": 0.03}}})")
+                       .optimizer.muon_lr, 0.03);
+  // "auto" follows the HF flags, as for the other optimizers.
+  AutoValues a;
+  a.learning_rate = {0.04, true};
+  const OptimizerConfig from_flags = parse(R"({"optimizer": {"type": "Muon", "params": {"lr": "auto"}}})", a).optimizer;
+  EXPECT_DOUBLE_EQ(from_flags.muon_lr, 0.04);
+  EXPECT_DOUBLE_EQ(from_flags.adam_lr, 0.04);
+  // Bad values name the key.
+  std::string e = error_of(R"({"optimizer": {"type": "Muon", "params": {"momentum": 1.0}}})");
+  EXPECT_NE(e.find("optimizer.params.momentum: must be in [0, 1), got 1"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Muon", "params": {"ns_method": "svd"}}})");
+  EXPECT_NE(e.find("optimizer.params.ns_method: 'svd' is not a Newton-Schulz method (gram or standard)"),
+            std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Muon", "params": {"nesterov": false}}})");
+  EXPECT_NE(e.find("optimizer.params.nesterov: unknown key"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Muon", "params": {"muon_lr": -1}}})");
+  EXPECT_NE(e.find("optimizer.params.muon_lr"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "Muon", "params": {"lr": 0, "adam_lr": 1e-3}}})");
+  EXPECT_NE(e.find("optimizer.params.lr: 0 while muon_lr or adam_lr is not"), std::string::npos) << e;
+}
+
 TEST(DsConfig, HfOptimNames) {
   using T = OptimizerConfig::Type;
   AutoValues a;
@@ -576,8 +622,6 @@ const Refusal kRefusals[] = {
      "zero_optimization.log_trace_cache_warnings: true is not implemented: "},
     {R"({"zero_optimization": {"enable_sanity_checks": true}})",
      "zero_optimization.enable_sanity_checks: true is not implemented: "},
-    {R"({"zero_optimization": {"save_muon_momentum_buffer_in_memory": true}})",
-     "zero_optimization.save_muon_momentum_buffer_in_memory: true is not implemented: "},
     {R"({"zero_optimization": {"zero_hpz_partition_size": 8}})",
      "zero_optimization.zero_hpz_partition_size: 8 is not implemented: "},
     {R"({"zero_optimization": {"zero_quantized_weights": true}})",

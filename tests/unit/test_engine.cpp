@@ -159,6 +159,32 @@ TEST(Engine, AllocatesWhatZeroEstimateSays) {
       }
     }
   }
+  // Muon: exp_avg_sq for the AdamW-stepped tensors alone, and its buffers (the updates, the
+  // exchange, Newton-Schulz's workspace), at every stage; offload is refused.
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      DsConfig cfg = config_for(dtype);
+      cfg.zero.stage = stage;
+      cfg.optimizer.type = OptimizerConfig::Type::kMuon;
+      const std::string where = cat("Muon, stage ", stage, " ", dtype_name(dtype));
+      const MemoryEstimate e = estimate_memory(model, cfg, RunShape{});
+      ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg);
+      const ModelStateBytes dev = engine.model_state_bytes();
+      EXPECT_EQ(dev.master, e.device_states.master) << where;
+      EXPECT_EQ(dev.exp_avg, e.device_states.exp_avg) << where;
+      EXPECT_EQ(dev.exp_avg_sq, e.device_states.exp_avg_sq) << where;
+      EXPECT_EQ(engine.buffer_bytes().optimizer, e.optimizer) << where;
+      EXPECT_GT(e.optimizer, 0u) << where;
+      size_t aux = 0;  // the elements of tensors that are not hidden matrices
+      for (size_t t = 0; t < layout.tensor_shapes().size(); ++t) {
+        if (!layout.tensor_shapes()[t].hidden_matrix) aux += layout.tensor_ranges()[t].second - layout.tensor_ranges()[t].first;
+      }
+      EXPECT_EQ(dev.exp_avg_sq, aux * sizeof(float)) << where;
+      EXPECT_LT(dev.exp_avg_sq, dev.exp_avg) << where;
+      cfg.zero.offload_optimizer.device = OffloadConfig::Device::kCpu;
+      if (stage > 0) EXPECT_THROW(ZeroEngine(layout, *backend, *engine_comm, comm, cfg), UsageError) << where;
+    }
+  }
   // The activations the estimate lists are the arrays the model allocates, in either dtype.
   for (bool checkpointing : {false, true}) {
     const auto f = make_causal_lm<float>(layout, *backend, backend->ops(), 3, 16, checkpointing);

@@ -201,9 +201,13 @@ TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
   EXPECT_EQ(back.zero.stage3_max_live_parameters, chosen.zero.stage3_max_live_parameters);
   EXPECT_TRUE(back.bf16);
   // The estimate's optimizer and what makes its state and its rule, for each type.
-  for (auto type : {OptimizerConfig::Type::kLion, OptimizerConfig::Type::kAdagrad, OptimizerConfig::Type::kLamb}) {
+  for (auto type : {OptimizerConfig::Type::kLion, OptimizerConfig::Type::kAdagrad, OptimizerConfig::Type::kLamb,
+                    OptimizerConfig::Type::kMuon}) {
     DsConfig other = chosen;
     other.optimizer.type = type;
+    other.optimizer.muon_lr = 0.03;
+    other.optimizer.adam_lr = 2e-4;
+    other.optimizer.ns_method = OptimizerConfig::NsMethod::kStandard;
     other.optimizer.eps = 1e-10;
     other.optimizer.max_coeff = 3;
     other.optimizer.lr_decay = 0.25;
@@ -216,6 +220,11 @@ TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
     } else if (type == OptimizerConfig::Type::kLamb) {
       EXPECT_DOUBLE_EQ(again.optimizer.max_coeff, 3);
       EXPECT_FALSE(again.optimizer.bias_correction);
+    } else if (type == OptimizerConfig::Type::kMuon) {
+      EXPECT_DOUBLE_EQ(again.optimizer.muon_lr, 0.03);
+      EXPECT_DOUBLE_EQ(again.optimizer.adam_lr, 2e-4);
+      EXPECT_DOUBLE_EQ(again.optimizer.eps, 1e-10);
+      EXPECT_EQ(again.optimizer.ns_method, OptimizerConfig::NsMethod::kStandard);
     }
   }
   // Adam with L2 decay stays so.

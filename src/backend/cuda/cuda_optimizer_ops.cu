@@ -235,6 +235,93 @@ struct LambApplyOp {
   }
 };
 
+// Muon's first pass: m = beta m + (1 - beta) g ; update = (1 - beta) g + beta m.
+template <typename G>
+struct MuonMomentumOp {
+  float beta, one_minus, scale;
+  float* m;
+  const G* grad;
+  float* update;
+
+  __device__ void apply(size_t i) const {
+    const float g = load_float(grad, i) * scale;
+    const float mi = beta * m[i] + one_minus * g;
+    m[i] = mi;
+    update[i] = one_minus * g + beta * mi;
+  }
+  template <int N>
+  __device__ void apply_vec(size_t i) const {
+    float g[N], mm[N], u[N];
+    load_vec<N>(grad + i, g);
+    load_vec<N>(m + i, mm);
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const float gj = g[j] * scale;
+      mm[j] = beta * mm[j] + one_minus * gj;
+      u[j] = one_minus * gj + beta * mm[j];
+    }
+    store_vec<N>(m + i, mm);
+    store_vec<N>(update + i, u);
+  }
+};
+
+// Muon's second pass: w = w (1 - lr wd) - muon_lr update.
+template <typename P>
+struct MuonApplyOp {
+  float after_decay, step;  // step negative
+  float* master;
+  const float* update;
+  P* param;
+  bool write_param;
+
+  __device__ void apply(size_t i) const {
+    const float w = master[i] * after_decay + step * update[i];
+    master[i] = w;
+    if (write_param) store_float(param, i, w);
+  }
+  template <int N>
+  __device__ void apply_vec(size_t i) const {
+    float w[N], u[N];
+    load_vec<N>(master + i, w);
+    load_vec<N>(update + i, u);
+#pragma unroll
+    for (int j = 0; j < N; ++j) w[j] = w[j] * after_decay + step * u[j];
+    store_vec<N>(master + i, w);
+    if (write_param) store_vec<N>(param + i, w);
+  }
+};
+
+// y = a y + b x.
+struct AxpbyOp {
+  float a, b;
+  float* y;
+  const float* x;
+  __device__ void apply(size_t i) const { y[i] = a * y[i] + b * x[i]; }
+  template <int N>
+  __device__ void apply_vec(size_t i) const {
+    float yy[N], xx[N];
+    load_vec<N>(y + i, yy);
+    load_vec<N>(x + i, xx);
+#pragma unroll
+    for (int j = 0; j < N; ++j) yy[j] = a * yy[j] + b * xx[j];
+    store_vec<N>(y + i, yy);
+  }
+};
+
+// x *= 1 / (sqrt(*sum_sq) + eps): the norm is read on the device, so the host never waits.
+__global__ void scale_by_inverse_norm_kernel(float* x, size_t n, const double* sum_sq, float eps) {
+  const float s = float(1.0 / (sqrt(*sum_sq) + double(eps)));
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    x[i] *= s;
+  }
+}
+
+__global__ void add_diagonal_kernel(float* x, size_t n, float a) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    x[i * n + i] += a;
+  }
+}
+
 class CudaOptimizerOps final : public OptimizerOps {
  public:
   explicit CudaOptimizerOps(CudaContext& ctx) : ctx_(ctx) {}
@@ -292,6 +379,50 @@ class CudaOptimizerOps final : public OptimizerOps {
                               is_aligned(param, vec_align<P, N>());
       launch_elementwise<N>(op, n, vectorised, ctx_.compute, ctx_.sm_count, "lamb_apply_kernel");
     });
+  }
+
+  void muon_momentum(const OptimizerStepArgs& a, float* m, const void* grad, DType grad_dtype, float* update,
+                     size_t n) override {
+    with_storage_type(grad_dtype, [&](auto* g) {
+      using G = std::remove_pointer_t<decltype(g)>;
+      constexpr int N = 4;
+      MuonMomentumOp<G> op{a.momentum, 1 - a.momentum, a.grad_scale, m, static_cast<const G*>(grad), update};
+      const bool vectorised = is_aligned(m, 16) && is_aligned(update, 16) && is_aligned(grad, vec_align<G, N>());
+      launch_elementwise<N>(op, n, vectorised, ctx_.compute, ctx_.sm_count, "muon_momentum_kernel");
+    });
+  }
+
+  void muon_apply(const OptimizerStepArgs& a, float* master, const float* update, void* param, DType param_dtype,
+                  size_t n) override {
+    with_storage_type(param_dtype, [&](auto* p) {
+      using P = std::remove_pointer_t<decltype(p)>;
+      constexpr int N = 4;
+      MuonApplyOp<P> op{1.0f - a.muon_lr * a.weight_decay, -a.muon_lr, master, update, static_cast<P*>(param),
+                        static_cast<void*>(param) != static_cast<void*>(master)};
+      const bool vectorised = is_aligned(master, 16) && is_aligned(update, 16) && is_aligned(param, vec_align<P, N>());
+      launch_elementwise<N>(op, n, vectorised, ctx_.compute, ctx_.sm_count, "muon_apply_kernel");
+    });
+  }
+
+  void axpby(float* y, float a, const float* x, float b, size_t n) override {
+    constexpr int N = 4;
+    const bool vectorised = is_aligned(y, 16) && is_aligned(x, 16);
+    launch_elementwise<N>(AxpbyOp{a, b, y, x}, n, vectorised, ctx_.compute, ctx_.sm_count, "axpby_kernel");
+  }
+
+  void scale_by_inverse_norm(float* x, size_t n, const double* sum_sq, float eps) override {
+    if (n == 0) return;
+    constexpr int kThreads = 256;
+    scale_by_inverse_norm_kernel<<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(x, n, sum_sq,
+                                                                                                         eps);
+    ZT_CUDA_CHECK_LAUNCH("scale_by_inverse_norm_kernel");
+  }
+
+  void add_diagonal(float* x, size_t n, float a) override {
+    if (n == 0) return;
+    constexpr int kThreads = 256;
+    add_diagonal_kernel<<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(x, n, a);
+    ZT_CUDA_CHECK_LAUNCH("add_diagonal_kernel");
   }
 
   void sum_squares(const void* data, DType dtype, size_t n, double* out) override {

@@ -256,6 +256,30 @@ class QueuedOptimizerOps final : public OptimizerOps {
     q_.enqueue_compute("lamb_apply", std::move(a),
                        [=, this] { k_.lamb_apply(args, trust_ratio, master, m, v, param, pt, n); });
   }
+  void muon_momentum(const OptimizerStepArgs& args, float* m, const void* grad, DType gt, float* update,
+                     size_t n) override {
+    q_.enqueue_compute("muon_momentum", {out(m, n), in_raw(grad, gt, n), out(update, n)},
+                       [=, this] { k_.muon_momentum(args, m, grad, gt, update, n); });
+  }
+  void muon_apply(const OptimizerStepArgs& args, float* master, const float* update, void* param, DType pt,
+                  size_t n) override {
+    std::vector<Access> a{in(update, n), out_raw(param, pt, n)};
+    if (static_cast<void*>(master) != param) a.push_back(out(master, n));
+    q_.enqueue_compute("muon_apply", std::move(a),
+                       [=, this] { k_.muon_apply(args, master, update, param, pt, n); });
+  }
+  void axpby(float* y, float a, const float* x, float b, size_t n) override {
+    std::vector<Access> acc{out(y, n)};
+    if (x != y) acc.push_back(in(x, n));
+    q_.enqueue_compute("axpby", std::move(acc), [=, this] { k_.axpby(y, a, x, b, n); });
+  }
+  void scale_by_inverse_norm(float* x, size_t n, const double* sum_sq, float eps) override {
+    q_.enqueue_compute("scale_by_inverse_norm", {out(x, n), in(sum_sq, 1)},
+                       [=, this] { k_.scale_by_inverse_norm(x, n, sum_sq, eps); });
+  }
+  void add_diagonal(float* x, size_t n, float a) override {
+    q_.enqueue_compute("add_diagonal", {out(x, n * n)}, [=, this] { k_.add_diagonal(x, n, a); });
+  }
   void sum_squares(const void* data, DType t, size_t n, double* result) override {
     q_.enqueue_compute("sum_squares", {in_raw(data, t, n), out(result, 1)},
                        [=, this] { k_.sum_squares(data, t, n, result); });
