@@ -301,7 +301,8 @@ void write_start_event(MetricsWriter& metrics, const ZeroEngine& engine, const B
                         double(st.exp_avg),    double(st.exp_avg_sq),  double(buf.buckets),
                         double(buf.working),   double(model.activation_bytes()),
                         double(off.params),    double(off.grads),      double(off.master),
-                        double(off.exp_avg),   double(off.exp_avg_sq), double(buf.offload)};
+                        double(off.exp_avg),   double(off.exp_avg_sq), double(buf.offload),
+                        double(buf.optimizer)};
   comm.all_reduce_doubles(v, true);
   auto u = [&](size_t i) { return uint64_t(v[i]); };
   auto state_bytes = [&](size_t first) {  // the five kinds, from v[first] on
@@ -328,7 +329,8 @@ void write_start_event(MetricsWriter& metrics, const ZeroEngine& engine, const B
                             {"delayed_param_update_after", ds.zero.delayed_param_update_after >= 0
                                                                ? boost::json::value(ds.zero.delayed_param_update_after)
                                                                : boost::json::value(nullptr)}}},
-                          {"buffer_bytes", {{"buckets", u(5)}, {"working", u(6)}, {"gather", 0}, {"offload", u(13)}}},
+                          {"buffer_bytes",
+                           {{"buckets", u(5)}, {"working", u(6)}, {"gather", 0}, {"offload", u(13)}, {"optimizer", u(14)}}},
                           {"activation_bytes", u(7)},
                           {"train_batch_size", ds.train_batch_size},
                           {"block_size", setup.seq_len},
@@ -647,7 +649,7 @@ std::vector<double> write_end_event(const Trainer& t, TrainerState& state, const
   t.comm.all_reduce_doubles(whole_run, true);
   const BufferBytes buffers = t.engine.buffer_bytes();
   std::vector<double> buf{double(buffers.buckets), double(buffers.gather), double(buffers.working),
-                          double(buffers.offload)};
+                          double(buffers.offload), double(buffers.optimizer)};
   t.comm.all_reduce_doubles(buf, true);
   boost::json::object end{{"steps", t.args.max_steps},
                           {"seconds", run_clock.seconds()},
@@ -655,7 +657,7 @@ std::vector<double> write_end_event(const Trainer& t, TrainerState& state, const
                           {"pool_peak_bytes", pool_json(whole_run)},
                           {"buffer_bytes",
                            {{"buckets", uint64_t(buf[0])}, {"gather", uint64_t(buf[1])}, {"working", uint64_t(buf[2])},
-                            {"offload", uint64_t(buf[3])}}},
+                            {"offload", uint64_t(buf[3])}, {"optimizer", uint64_t(buf[4])}}},
                           {"live_parameters_peak", t.engine.peak_live_parameters()}};
   if (trains) end["loss"] = state.last_loss;
   t.metrics.write("end", std::move(end));

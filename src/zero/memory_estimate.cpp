@@ -178,7 +178,10 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   est.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero);
   // Muon's updates, exchange staging and Newton-Schulz workspace (rank 0's: ranks own different matrices).
   if (config.optimizer.type == OptimizerConfig::Type::kMuon) {
-    est.optimizer = MuonMatrices::buffer_bytes(plan, config.optimizer, layout->tensor_ranges(), layout->tensor_shapes());
+    const std::vector<size_t> arrays =
+        MuonMatrices::buffer_allocations(plan, config.optimizer, layout->tensor_ranges(), layout->tensor_shapes());
+    for (size_t b : arrays) est.optimizer += b;
+    list_devices(arrays);
   }
   add(Pool::kDevice, est.buckets + est.working + est.gather + est.optimizer);
   list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective));

@@ -143,15 +143,30 @@ MuonSizes sizes_of(const ZeroPlan& plan, const std::vector<MuonMatrices::Matrix>
 
 }  // namespace
 
-size_t MuonMatrices::buffer_bytes(const ZeroPlan& plan, const OptimizerConfig& opt,
-                                  const std::vector<std::pair<size_t, size_t>>& tensors,
-                                  const std::vector<TensorShape>& shapes) {
+std::vector<size_t> MuonMatrices::buffer_allocations(const ZeroPlan& plan, const OptimizerConfig& opt,
+                                                     const std::vector<std::pair<size_t, size_t>>& tensors,
+                                                     const std::vector<TensorShape>& shapes) {
   const auto held = held_ranges(plan);
   const auto matrices = assign(tensors, shapes, held, opt);
   auto [g, b] = pieces_of(matrices, held);
   const MuonSizes s = sizes_of(plan, matrices, held, make_exchange(g, plan.world), make_exchange(b, plan.world));
-  const size_t ns = s.max_elements ? NewtonSchulz::workspace_elements(s.max_elements, s.max_side) : 0;
-  return (s.updates + s.assembly + s.send + s.recv + ns) * sizeof(float) + (s.max_elements ? sizeof(double) : 0);
+  std::vector<size_t> arrays;  // the constructor's, in its order; empty ones allocate nothing
+  for (size_t n : {s.updates, s.assembly, s.send, s.recv}) {
+    if (n) arrays.push_back(n * sizeof(float));
+  }
+  if (s.max_elements) {
+    arrays.push_back(NewtonSchulz::workspace_elements(s.max_elements, s.max_side) * sizeof(float));
+    arrays.push_back(sizeof(double));
+  }
+  return arrays;
+}
+
+size_t MuonMatrices::buffer_bytes(const ZeroPlan& plan, const OptimizerConfig& opt,
+                                  const std::vector<std::pair<size_t, size_t>>& tensors,
+                                  const std::vector<TensorShape>& shapes) {
+  size_t total = 0;
+  for (size_t b : buffer_allocations(plan, opt, tensors, shapes)) total += b;
+  return total;
 }
 
 MuonMatrices::MuonMatrices(const ZeroPlan& plan, const OptimizerConfig& opt, Backend& backend, DataComm& comm,

@@ -57,7 +57,11 @@ class MuonMatrices {
   /// Each rank's optimizer range under `plan`'s stage (stage 0: everything, on every rank).
   static std::vector<std::pair<size_t, size_t>> held_ranges(const ZeroPlan& plan);
 
-  /// Device bytes a MuonMatrices for this plan and layout allocates on `rank` (zero_estimate).
+  /// The device arrays a MuonMatrices for this plan and layout allocates on plan.rank, in bytes
+  /// (zero_estimate: the GPU view rounds each), and their sum.
+  static std::vector<size_t> buffer_allocations(const ZeroPlan& plan, const OptimizerConfig& opt,
+                                                const std::vector<std::pair<size_t, size_t>>& tensors,
+                                                const std::vector<TensorShape>& shapes);
   static size_t buffer_bytes(const ZeroPlan& plan, const OptimizerConfig& opt,
                              const std::vector<std::pair<size_t, size_t>>& tensors,
                              const std::vector<TensorShape>& shapes);

@@ -57,7 +57,8 @@ OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const 
   if (copies_gradients(plan)) b.offloaded.grads = plan.offloaded * plan.grad_elem();
   b.host = f.host_state + b.offloaded.grads;
   b.nvme = f.nvme;
-  b.buffers = f.buffers + (plan.delayed_update_after >= 0 ? plan.offloaded * plan.elem() : 0);
+  b.buffers = f.buffers + (plan.delayed_update_after >= 0 ? plan.offloaded * plan.elem() : 0) +
+              (opt.aux_exp_avg_sq() ? plan.offloaded * sizeof(float) : 0);  // Muon's updates on the host
   return b;
 }
 
@@ -74,8 +75,7 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
   size_t sq_count = plan.device_count;
   if (config.optimizer.aux_exp_avg_sq()) {
     ZT_CHECK(!tensors_.empty() && shapes_.size() == tensors_.size(), "Muon needs the model's tensors and shapes");
-    ZT_CHECK(plan.offloaded == 0, "Muon steps on the device only");
-    sq_count = aux_elements(plan.opt_begin, plan.opt_end(), tensors_, shapes_, &aux_start_);
+    sq_count = aux_elements(plan.opt_begin, plan.offload_begin(), tensors_, shapes_, &aux_start_);
   }
   if (plan.has_master()) master_ = DeviceArray<float>(backend, plan.device_count);
   if (has_exp_avg_) exp_avg_ = DeviceArray<float>(backend, plan.device_count);
@@ -89,6 +89,9 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
     host_grads_ = DeviceArray<unsigned char>(backend, plan.offloaded * plan.grad_elem(), offload_->host_pool());
     d2h_stream_ = backend.create_stream("offload gradients");
     event_ = backend.create_event();
+  }
+  if (config.optimizer.aux_exp_avg_sq()) {
+    host_updates_ = DeviceArray<float>(backend, plan.offloaded, offload_->host_pool());
   }
   if (plan.delayed_update_after >= 0) {
     pending_params_ = DeviceArray<unsigned char>(backend, plan.offloaded * plan.elem(), offload_->host_pool());
@@ -300,9 +303,9 @@ float* OptimizerPartition::aux_exp_avg_sq(size_t t, size_t flat) {
 }
 
 void OptimizerPartition::muon_momentum(const OptimizerStepArgs& args, float* updates) {
-  const size_t base = plan_.opt_begin;
-  for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) {
-    if (is_aux(t)) {
+  const size_t base = plan_.opt_begin, off = plan_.offload_begin();
+  for_tensors(base, off, [&](size_t t, size_t a, size_t b) {
+    if (!shapes_[t].hidden_matrix) {
       ops_.adam_step(args, master_at(a), exp_avg_.data() + (a - base), aux_exp_avg_sq(t, a), buffers_.grad_at(a),
                      plan_.grad_dtype, buffers_.param_at(a), plan_.dtype, b - a);
     } else {
@@ -310,14 +313,53 @@ void OptimizerPartition::muon_momentum(const OptimizerStepArgs& args, float* upd
                          updates + (a - base), b - a);
     }
   });
+  if (!offload_) return;
+  // The offloaded part: the matrices' momentum on the CPU, their updates to the device for the
+  // orthogonalisation (the AdamW tensors step in muon_apply, where the parameters are sent).
+  const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
+  OptimizerOps& host = host_optimizer_ops();
+  offload_->visit(0, offload_->size(), SwapMode::kReadWrite, [&](const OffloadPiece& p) {
+    for_tensors(off + p.lo, off + p.lo + p.n, [&](size_t t, size_t a, size_t b) {
+      if (!shapes_[t].hidden_matrix) return;
+      host.muon_momentum(args, p.exp_avg + (a - off - p.lo), grads + (a - off) * plan_.grad_elem(), plan_.grad_dtype,
+                         host_updates_.data() + (a - off), b - a);
+    });
+  });
+  backend_.copy_from_host(updates + plan_.device_count, host_updates_.data(), plan_.offloaded * sizeof(float));
 }
 
 void OptimizerPartition::muon_apply(const OptimizerStepArgs& args, const float* updates) {
-  const size_t base = plan_.opt_begin;
-  for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) {
-    if (is_aux(t)) return;
+  const size_t base = plan_.opt_begin, off = plan_.offload_begin();
+  for_tensors(base, off, [&](size_t t, size_t a, size_t b) {
+    if (!shapes_[t].hidden_matrix) return;
     ops_.muon_apply(args, master_at(a), updates + (a - base), buffers_.param_at(a), plan_.dtype, b - a);
   });
+  if (!offload_) return;
+  backend_.copy_to_host(host_updates_.data(), updates + plan_.device_count, plan_.offloaded * sizeof(float));
+  const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
+  OptimizerOps& host = host_optimizer_ops();
+  const size_t elem = plan_.elem();
+  offload_->send_params(SwapMode::kReadWrite, [&](const OffloadPiece& p, void* staging) {
+    auto* out = static_cast<unsigned char*>(staging);
+    size_t done = off + p.lo;  // what of the piece is in the staging buffer
+    const auto fill_gap = [&](size_t upto) {  // alignment gaps: the parameters rounded from the master
+      const size_t at = done - off - p.lo;
+      if (upto > done) convert(p.master + at, DType::kF32, out + at * elem, plan_.dtype, upto - done);
+    };
+    for_tensors(off + p.lo, off + p.lo + p.n, [&](size_t t, size_t a, size_t b) {
+      fill_gap(a);
+      const size_t at = a - off - p.lo;
+      if (shapes_[t].hidden_matrix) {
+        host.muon_apply(args, p.master + at, host_updates_.data() + (a - off), out + at * elem, plan_.dtype, b - a);
+      } else {
+        host.adam_step(args, p.master + at, p.exp_avg + at, p.exp_avg_sq + at, grads + (a - off) * plan_.grad_elem(),
+                       plan_.grad_dtype, out + at * elem, plan_.dtype, b - a);
+      }
+      done = b;
+    });
+    fill_gap(off + p.lo + p.n);
+  }, param_sink());
+  backend_.wait(compute_, offload_->params_written());
 }
 
 std::vector<size_t> OptimizerPartition::aux_partition_counts() const {
@@ -333,15 +375,13 @@ void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float
   const size_t hi = lo + n, base = plan_.offload_begin();
   ZT_CHECK(lo >= plan_.opt_begin && hi <= plan_.opt_end(), "[", lo, ", ", hi, ") is outside this rank's range");
   ZT_CHECK(has(field), "the optimizer keeps no such state field");
-  if (field == StateField::kExpAvgSq && !aux_start_.empty()) {  // Muon: zeros where the matrices are
-    std::fill(out, out + n, 0.0f);
-    for_tensors(lo, hi, [&](size_t t, size_t a, size_t b) {
+  const size_t dev_hi = std::min(hi, base);
+  if (field == StateField::kExpAvgSq && !aux_start_.empty() && dev_hi > lo) {  // Muon: zeros where the matrices are
+    std::fill(out, out + (dev_hi - lo), 0.0f);
+    for_tensors(lo, dev_hi, [&](size_t t, size_t a, size_t b) {
       if (is_aux(t)) backend_.copy_to_host(out + (a - lo), aux_exp_avg_sq(t, a), (b - a) * sizeof(float));
     });
-    return;
-  }
-  const size_t dev_hi = std::min(hi, base);
-  if (dev_hi > lo) {
+  } else if (dev_hi > lo) {
     const float* src = field == StateField::kMaster   ? master_at(lo)
                        : field == StateField::kExpAvg ? exp_avg_.data() + (lo - plan_.opt_begin)
                                                       : exp_avg_sq_.data() + (lo - plan_.opt_begin);
@@ -419,7 +459,7 @@ OptimizerPartition::Bytes OptimizerPartition::bytes() const {
   b.offloaded.grads = host_grads_.bytes();
   b.host = offload_->host_state_bytes() + host_grads_.bytes();
   b.nvme = offload_->nvme_bytes();
-  b.buffers = offload_->buffer_bytes() + pending_params_.bytes();
+  b.buffers = offload_->buffer_bytes() + pending_params_.bytes() + host_updates_.bytes();
   return b;
 }
 

@@ -90,10 +90,12 @@ class OptimizerPartition {
   /// Lamb's second pass, with each tensor's trust ratio; then as step(): the parameters written,
   /// the compute stream ordered after them.
   void lamb_apply(const OptimizerStepArgs& args, const std::vector<float>& trust_ratios);
-  /// Muon's first pass (device part): the matrices' momentum, their updates written to
-  /// `updates` (element i for flat opt_begin + i); AdamW steps every other tensor whole.
+  /// Muon's first pass: the matrices' momentum, their updates written to `updates` (device
+  /// memory, element i for flat opt_begin + i; the offloaded part's computed on the CPU and
+  /// copied there); on the device part AdamW steps every other tensor whole.
   void muon_momentum(const OptimizerStepArgs& args, float* updates);
-  /// Muon's second pass: the matrices' weights from their orthogonalised `updates`.
+  /// Muon's second pass: the matrices' weights from their orthogonalised `updates`, and on the
+  /// offloaded part AdamW's tensors, as the parameters go out (as Lamb's second pass).
   void muon_apply(const OptimizerStepArgs& args, const float* updates);
   /// Muon at stage 0: each rank's partition of the packed exp_avg_sq, in elements, in rank order
   /// (the counts that all-gather it).
@@ -156,6 +158,7 @@ class OptimizerPartition {
   // Muon: exp_avg_sq holds only the AdamW-stepped tensors' elements of the range, packed in flat
   // order; per tensor, where its first element in the range is (SIZE_MAX: a matrix, or outside).
   std::vector<size_t> aux_start_;
+  DeviceArray<float> host_updates_;  // Muon with offload: the offloaded range's updates (host pool)
   DeviceArray<double> lamb_sums_;                         // Lamb: the device part's per-tensor sums
   DeviceArray<unsigned char> host_grads_;  // the offloaded range's gradient, copied to the host
   std::unique_ptr<Stream> d2h_stream_;     // ... by copies on this stream, beside backward

@@ -46,8 +46,6 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
     // --delayed_param_update runs with the optimizer offloaded and the parameters not: the other
     // rungs' configs would refuse the flag, so they are not offered.
     if (base.zero.delayed_param_update_after >= 0 && (spec.optimizer == kNone || spec.params != kNone)) continue;
-    // Muon does not run with the optimizer offloaded (ZeroPlan refuses it).
-    if (base.optimizer.type == OptimizerConfig::Type::kMuon && spec.optimizer != kNone) continue;
     RungVerdict v;
     v.name = spec.name;
     v.config = base;

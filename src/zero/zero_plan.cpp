@@ -23,9 +23,6 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   // Partial offload (ratio < 1) keeps the first part of the range on the device.
   offloaded = off.enabled() ? size_t(std::llround(double(opt_count) * off.ratio)) : 0;
   device_count = opt_count - offloaded;
-  ZT_USAGE_CHECK(!(off.enabled() && config.optimizer.type == OptimizerConfig::Type::kMuon), config.source,
-                 ": zero_optimization.offload_optimizer with Muon is not implemented yet: its matrices are "
-                 "orthogonalised on the device (remove offload_optimizer, or pick AdamW, Lion, Adagrad or Lamb)");
 
   params_base = stage == 3 ? partition.begin(rank) : 0;
   params_count = stage == 3 ? part : padded;
@@ -61,6 +58,10 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
                  "--delayed_param_update with Lamb is not implemented: Lamb's trust ratios need an all-reduce of the "
                  "tensors' norms between its two passes, which the update's own thread cannot join (", config.source,
                  ")");
+  ZT_USAGE_CHECK(config.optimizer.type != OptimizerConfig::Type::kMuon,
+                 "--delayed_param_update with Muon is not implemented: its matrices are exchanged between the ranks "
+                 "and orthogonalised between its two passes, which the update's own thread cannot join (",
+                 config.source, ")");
   ZT_USAGE_CHECK(!params_on_host, "--delayed_param_update with zero_optimization.offload_param is not implemented: "
                  "the CPU optimizer step would write the parameter partition that the next step gathers from (", config.source,
                  ")");

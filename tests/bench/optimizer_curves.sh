@@ -21,7 +21,9 @@ threads=${ZT_CURVE_THREADS:-$(nproc)}
 out=${ZT_CURVE_OUT:-docs/optimizer_curves.png}
 # DeepSpeed optimizer.type and the learning rates tried (Lion's ~3-10x below AdamW's, as its paper
 # advises; Lamb's, whose steps scale with each weight's norm, above).
-CURVES=("AdamW 1e-3 3e-3 1e-2" "Lion 3e-4 1e-3 3e-3" "Adagrad 1e-3 3e-3 1e-2" "Lamb 1e-2 3e-2 1e-1")
+# Muon's list is its matrices' (muon_lr); its AdamW part runs at AdamW's best here, 3e-3.
+CURVES=("AdamW 1e-3 3e-3 1e-2" "Lion 3e-4 1e-3 3e-3" "Adagrad 1e-3 3e-3 1e-2" "Lamb 1e-2 3e-2 1e-1"
+        "Muon 5e-3 1e-2 2e-2")
 
 "$PREPARE" share/data/tinyshakespeare.txt --output_dir "$WORK/data" --val_fraction 0.1 >/dev/null 2>&1
 runs=()
@@ -31,7 +33,7 @@ for entry in "${CURVES[@]}"; do
     name=${type}_$lr
     cat >"$WORK/$name.json" <<JSON
 {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
- "optimizer": {"type": "$type", "params": {"lr": "auto", "weight_decay": "auto"}},
+ "optimizer": {"type": "$type", "params": {"lr": "auto", "weight_decay": "auto"$([[ $type == Muon ]] && echo ', "adam_lr": 3e-3')}},
  "zero_optimization": {"stage": 0}}
 JSON
     echo "training $name ..." >&2

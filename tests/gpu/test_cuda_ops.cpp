@@ -24,6 +24,7 @@
 #include "backend/device_array.h"
 #include "core/error.h"
 #include "core/dtype.h"
+#include "optim/newton_schulz.h"
 #include "../unit/random_test_util.h"
 #include "cpu_gpu_twins.h"
 
@@ -520,6 +521,60 @@ TEST_F(CudaOps, LambPasses) {
     expect_close(v, kElementwiseTol, "exp_avg_sq");
     expect_close(master, kElementwiseTol, "master");
     expect_param_is_master(*gpu, master, master, p16, dtype, dtype == DType::kF32, 0, n);  // fp32: in place
+  }
+}
+
+// Muon's passes and Newton-Schulz's element-wise steps; then Newton-Schulz itself (its GEMMs on
+// cuBLASLt, TF32 off) on a wide, a tall and a square matrix, both methods.
+TEST_F(CudaOps, MuonPassesAndNewtonSchulz) {
+  const size_t n = 1003;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto master = twin(randn(n, 101)), m = twin(randn(n, 102, 0.1f)), u = twin(std::vector<float>(n, 0.0f));
+    const std::vector<float> g_host = randn(n, 103, 10.0f);
+    auto g32 = twin(g_host);
+    auto g16 = twin(dtype == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(g_host, dtype));
+    auto p16 = twin(std::vector<uint16_t>(n, 0xffff));
+    OptimizerStepArgs args;
+    args.rule = UpdateRule::kMuon;
+    args.momentum = 0.9f, args.muon_lr = 0.02f, args.lr = 1e-3f, args.weight_decay = 0.1f, args.grad_scale = 0.125f;
+    on_both([&](Backend& b) {
+      const void* grad = dtype == DType::kF32 ? static_cast<const void*>(g32.on(b)) : g16.on(b);
+      b.optimizer_ops().muon_momentum(args, m.on(b), grad, dtype, u.on(b), n);
+      void* param = dtype == DType::kF32 ? static_cast<void*>(master.on(b)) : p16.on(b);
+      b.optimizer_ops().muon_apply(args, master.on(b), u.on(b), param, dtype, n);
+    });
+    expect_close(m, kElementwiseTol, "momentum");
+    expect_close(u, kElementwiseTol, "update");
+    expect_close(master, kElementwiseTol, "master");
+    expect_param_is_master(*gpu, master, master, p16, dtype, dtype == DType::kF32, 0, n);
+  }
+  {  // axpby (aliased and not), add_diagonal, scale_by_inverse_norm reading the norm on the device
+    auto y = twin(randn(37 * 37, 104)), x = twin(randn(37 * 37, 105));
+    auto norm = twin(std::vector<double>{0.0});
+    on_both([&](Backend& b) {
+      b.optimizer_ops().axpby(y.on(b), 0.5f, x.on(b), -2.0f, 37 * 37);
+      b.optimizer_ops().axpby(y.on(b), 3.0f, y.on(b), 0.0f, 37 * 37);
+      b.optimizer_ops().add_diagonal(y.on(b), 37, 1.5f);
+      b.optimizer_ops().sum_squares(y.on(b), DType::kF32, 37 * 37, norm.on(b));
+      b.optimizer_ops().scale_by_inverse_norm(y.on(b), 37 * 37, norm.on(b), 1e-7f);
+    });
+    expect_close(y, kReductionTol, "axpby, add_diagonal, scale_by_inverse_norm");
+  }
+  const std::pair<size_t, size_t> shapes[] = {{24, 70}, {70, 24}, {33, 33}};
+  for (auto method : {OptimizerConfig::NsMethod::kGram, OptimizerConfig::NsMethod::kStandard}) {
+    for (const auto& [rows, cols] : shapes) {
+      SCOPED_TRACE(::testing::Message() << (method == OptimizerConfig::NsMethod::kGram ? "gram " : "standard ")
+                                        << rows << " x " << cols);
+      auto x = twin(randn(rows * cols, 106));
+      on_both([&](Backend& b) {
+        NewtonSchulz ns(b, method, 5, rows * cols, std::min(rows, cols));
+        ns.orthogonalize(x.on(b), rows, cols);
+        b.synchronize();
+      });
+      // Five iterations of degree-5 polynomials amplify the GEMMs' reordering: 1e-4 of the largest.
+      expect_close(x, 1e-4, "orthogonalised");
+    }
   }
 }
 

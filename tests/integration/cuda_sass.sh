@@ -54,6 +54,9 @@ DEFAULT_KERNELS=(
   cuda_optimizer_ops.cu.o:'elementwise_kernelILi4E.*OneMomentOpINS_4bf16ES4_NS2_8LionRuleE'
   cuda_optimizer_ops.cu.o:'elementwise_kernelILi4E.*OneMomentOpINS_4bf16ES4_NS2_11AdagradRuleE'
   cuda_optimizer_ops.cu.o:'elementwise_kernelILi4E.*LambApplyOpINS_4bf16EE'
+  cuda_optimizer_ops.cu.o:'elementwise_kernelILi4E.*MuonMomentumOpINS_4bf16EE'
+  cuda_optimizer_ops.cu.o:'elementwise_kernelILi4E.*MuonApplyOpINS_4bf16EE'
+  cuda_optimizer_ops.cu.o:'elementwise_kernelILi4E.*AxpbyOp'
 )
 # Flash attention: forward, and the backward's dQ and dK/dV passes (its D pass is the row dot
 # above, no products).

@@ -16,9 +16,8 @@
 # of Lamb's resharded run are summed over ranks, as each rank holds a part of most tensors). For Lion
 # and Muon the attention's key bias is left out of the weight check: its exact gradient is 0 and
 # Lion (and Muon's AdamW, eps 1e-10) steps by each side's rounding noise (see the comment below).
-# Muon (DeepSpeed's block) runs without offload, which it does not implement yet; its peer is
-# DeepSpeed's MuonWithAuxAdam in float64, and its losses must also differ from the same run
-# without Newton-Schulz (DeepSpeed's stage-0 bug).
+# Muon's peer is DeepSpeed's MuonWithAuxAdam in float64, and its losses must also differ from the
+# same run without Newton-Schulz (DeepSpeed 0.19.6's stage-0 bug).
 # Also: fp16 with loss scaling trains with each (finite, falling), a Lion checkpoint resumed
 # with --optim adagrad is refused naming the manifest, and the model states the trainer reports
 # hold 8 bytes a parameter for Lion and Adagrad against AdamW's 12.
@@ -84,14 +83,17 @@ for entry in "${OPTIMIZERS[@]}"; do
 done
 
 # Muon (DeepSpeed's block; HF has no name for it): one rank at stage 0, where DeepSpeed's ran SGD
-# (its issue #8441); two ranks at ZeRO-1 saving at step 4, resumed on one rank at ZeRO-3; one rank
-# at ZeRO-2 resumed on two at stage 0.
+# (its issue #8441); two ranks at ZeRO-1 with CPU offload saving at step 4, resumed on one rank at
+# ZeRO-3 on NVMe; one rank at ZeRO-2 resumed on two at stage 0.
 # Its matrices at lr 0.02, everything else with AdamW at adam_lr 1e-3.
-muon_config() {  # muon_config NAME STAGE -> path
+muon_config() {  # muon_config NAME STAGE [OFFLOAD] -> path
+  local off=""
+  [[ ${3:-} == cpu ]] && off=', "offload_optimizer": {"device": "cpu"}'
+  [[ ${3:-} == nvme ]] && off=", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\"}, \"sub_group_size\": 4096"
   cat >"$WORK/$1.json" <<JSON
 {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
  "optimizer": {"type": "Muon", "params": {"lr": "auto", "adam_lr": 1e-3, "weight_decay": "auto"}},
- "zero_optimization": {"stage": $2}}
+ "zero_optimization": {"stage": $2$off}}
 JSON
   echo "$WORK/$1.json"
 }
@@ -100,8 +102,8 @@ train "$name" 1 "$(muon_config $name 0)" $STEPS --learning_rate 0.02 &&
   "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
 runs+=("$name Muon 0.02")
 name=Muon_reshard
-train "$name" 2 "$(muon_config ${name}_a 1)" 4 --learning_rate 0.02 --save_steps 4 &&
-  train "$name" 1 "$(muon_config ${name}_b 3)" $STEPS --learning_rate 0.02 --resume_from_checkpoint auto &&
+train "$name" 2 "$(muon_config ${name}_a 1 cpu)" 4 --learning_rate 0.02 --save_steps 4 &&
+  train "$name" 1 "$(muon_config ${name}_b 3 nvme)" $STEPS --learning_rate 0.02 --resume_from_checkpoint auto &&
   "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
 grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
 runs+=("$name Muon 0.02")

@@ -69,6 +69,7 @@ constexpr auto kNvme = OffloadConfig::Device::kNvme;
 constexpr auto kNone = OffloadConfig::Device::kNone;
 constexpr auto kLion = OptimizerConfig::Type::kLion;
 constexpr auto kAdagrad = OptimizerConfig::Type::kAdagrad;
+constexpr auto kMuon = OptimizerConfig::Type::kMuon;
 constexpr auto kLamb = OptimizerConfig::Type::kLamb;
 
 class Offload : public ::testing::TestWithParam<OffloadCase> {};
@@ -144,7 +145,13 @@ INSTANTIATE_TEST_SUITE_P(
                       OffloadCase{2, DType::kBF16, 4, kCpu, 1.0, kNone, false, 0, kLamb},
                       OffloadCase{2, DType::kF32, 1, kCpu, 0.4, kNone, false, 0, kLamb},
                       OffloadCase{1, DType::kBF16, 1, kNvme, 1.0, kNone, true, 0, kLamb},
-                      OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kNvme, false, 0, kLamb}),
+                      OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kNvme, false, 0, kLamb},
+                      // Muon: the offloaded matrices' momentum on the CPU, their updates through the
+                      // device's orthogonalisation and back; in host memory, partly, on NVMe.
+                      OffloadCase{2, DType::kBF16, 4, kCpu, 1.0, kNone, false, 0, kMuon},
+                      OffloadCase{1, DType::kF32, 1, kCpu, 0.4, kNone, false, 0, kMuon},
+                      OffloadCase{2, DType::kF32, 1, kNvme, 1.0, kNone, true, 0, kMuon},
+                      OffloadCase{3, DType::kBF16, 1, kNvme, 1.0, kNvme, false, 0, kMuon}),
     offload_name);
 
 // ---- the delayed parameter update (--delayed_param_update) ----
@@ -282,6 +289,8 @@ TEST(DelayedUpdateRefusals, NameTheFlag) {
           "--delayed_param_update with zero_optimization.offload_param is not implemented");
   refused(offload_config(OffloadCase{2, DType::kBF16, 1, kCpu, 1.0, kNone, false, 0, kLamb}, world.size()),
           "--delayed_param_update with Lamb is not implemented");
+  refused(offload_config(OffloadCase{2, DType::kBF16, 1, kCpu, 1.0, kNone, false, 0, kMuon}, world.size()),
+          "--delayed_param_update with Muon is not implemented");
   // Stage 3 with the whole optimizer offloaded: where the backward reduces into host memory
   // (the CPU backend), refused; on a device the gradient is copied out and the update runs.
   const DsConfig whole = offload_config(OffloadCase{3, DType::kBF16, 1, kCpu}, world.size());

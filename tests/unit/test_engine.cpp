@@ -181,8 +181,24 @@ TEST(Engine, AllocatesWhatZeroEstimateSays) {
       }
       EXPECT_EQ(dev.exp_avg_sq, aux * sizeof(float)) << where;
       EXPECT_LT(dev.exp_avg_sq, dev.exp_avg) << where;
-      cfg.zero.offload_optimizer.device = OffloadConfig::Device::kCpu;
-      if (stage > 0) EXPECT_THROW(ZeroEngine(layout, *backend, *engine_comm, comm, cfg), UsageError) << where;
+      size_t listed = 0;  // the GPU view's list of device arrays adds up to the device pool
+      for (size_t bytes : e.device_allocations) listed += bytes;
+      if (stage < 3) EXPECT_EQ(listed, e.device_total()) << where;
+      if (stage == 0) continue;
+      // Offloaded, wholly and in part: the offloaded part keeps both moments (the swap records'
+      // layout), and its updates cross to the device in a host buffer of their own.
+      for (double ratio : {1.0, 0.5}) {
+        cfg.zero.offload_optimizer.device = OffloadConfig::Device::kCpu;
+        cfg.zero.offload_optimizer.ratio = ratio;
+        const MemoryEstimate eo = estimate_memory(model, cfg, RunShape{});
+        ZeroEngine offloaded(layout, *backend, *engine_comm, comm, cfg);
+        const ModelStateBytes d = offloaded.model_state_bytes(), o = offloaded.offloaded_state_bytes();
+        EXPECT_EQ(d.exp_avg_sq, eo.device_states.exp_avg_sq) << where << " ratio " << ratio;
+        EXPECT_EQ(o.exp_avg_sq, eo.offloaded_states.exp_avg_sq) << where << " ratio " << ratio;
+        EXPECT_EQ(o.master, eo.offloaded_states.master) << where << " ratio " << ratio;
+        EXPECT_EQ(offloaded.buffer_bytes().offload, eo.offload_buffers) << where << " ratio " << ratio;
+        EXPECT_EQ(offloaded.buffer_bytes().optimizer, eo.optimizer) << where << " ratio " << ratio;
+      }
     }
   }
   // The activations the estimate lists are the arrays the model allocates, in either dtype.

@@ -140,6 +140,42 @@ TEST(MuonKernels, MomentumAndApplyMatchTheFormula) {
   }
 }
 
+// The offload steps a tensor in pieces wherever its swap pieces and the device/offload boundary
+// cut it: each element's result must not depend on where its piece starts (the vector loop and its
+// remainder must round alike), or an offloaded run would not equal the same run on the device.
+TEST(MuonKernels, PiecesEqualTheWhole) {
+  auto backend = make_cpu_backend();
+  OptimizerStepArgs a;
+  a.momentum = 0.95f, a.muon_lr = 0.02f, a.weight_decay = 0.1f, a.grad_scale = 0.37f;
+  const size_t n = 1003;
+  std::vector<float> grad(n), m0(n), w0(n), u0(n);
+  for (size_t i = 0; i < n; ++i) {
+    grad[i] = float(std::sin(0.31 * double(i)));
+    m0[i] = float(0.1 * std::cos(0.17 * double(i)));
+    w0[i] = float(0.05 * std::sin(0.7 * double(i) + 1));
+    u0[i] = float(std::cos(0.23 * double(i)));
+  }
+  std::vector<float> m_whole = m0, u_whole(n), w_whole = w0;
+  backend->optimizer_ops().muon_momentum(a, m_whole.data(), grad.data(), DType::kF32, u_whole.data(), n);
+  backend->optimizer_ops().muon_apply(a, w_whole.data(), u0.data(), w_whole.data(), DType::kF32, n);
+  for (size_t cut : {size_t(1), size_t(7), size_t(37), size_t(101), size_t(458), size_t(990)}) {
+    // The update lands 3 elements further into its buffer than the momentum is into its own, as
+    // an offloaded piece's do (the swap record and the range's update buffer align differently).
+    std::vector<float> m = m0, u_shifted(n + 3), w = w0;
+    float* u = u_shifted.data() + 3;
+    for (size_t lo : {size_t(0), cut}) {
+      const size_t hi = lo == 0 ? cut : n;
+      backend->optimizer_ops().muon_momentum(a, m.data() + lo, grad.data() + lo, DType::kF32, u + lo, hi - lo);
+      backend->optimizer_ops().muon_apply(a, w.data() + lo, u0.data() + lo, w.data() + lo, DType::kF32, hi - lo);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(m[i], m_whole[i]) << "momentum " << i << ", cut at " << cut;
+      ASSERT_EQ(u[i], u_whole[i]) << "update " << i << ", cut at " << cut;
+      ASSERT_EQ(w[i], w_whole[i]) << "weight " << i << ", cut at " << cut;
+    }
+  }
+}
+
 // Optimizer::begin_step: both groups follow the schedule in proportion to lr; the AdamW group is
 // bias-corrected with Muon's betas.
 TEST(MuonArgs, BothLearningRatesFollowTheSchedule) {

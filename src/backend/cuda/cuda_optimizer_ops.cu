@@ -243,11 +243,11 @@ struct MuonMomentumOp {
   const G* grad;
   float* update;
 
-  __device__ void apply(size_t i) const {
-    const float g = load_float(grad, i) * scale;
-    const float mi = beta * m[i] + one_minus * g;
+  __device__ void apply(size_t i) const {  // the CPU's fmas, so both round alike
+    const float g = one_minus * (load_float(grad, i) * scale);
+    const float mi = fmaf(beta, m[i], g);
     m[i] = mi;
-    update[i] = one_minus * g + beta * mi;
+    update[i] = fmaf(beta, mi, g);
   }
   template <int N>
   __device__ void apply_vec(size_t i) const {
@@ -256,9 +256,9 @@ struct MuonMomentumOp {
     load_vec<N>(m + i, mm);
 #pragma unroll
     for (int j = 0; j < N; ++j) {
-      const float gj = g[j] * scale;
-      mm[j] = beta * mm[j] + one_minus * gj;
-      u[j] = one_minus * gj + beta * mm[j];
+      const float gj = one_minus * (g[j] * scale);
+      mm[j] = fmaf(beta, mm[j], gj);
+      u[j] = fmaf(beta, mm[j], gj);
     }
     store_vec<N>(m + i, mm);
     store_vec<N>(update + i, u);
@@ -275,7 +275,7 @@ struct MuonApplyOp {
   bool write_param;
 
   __device__ void apply(size_t i) const {
-    const float w = master[i] * after_decay + step * update[i];
+    const float w = fmaf(step, update[i], master[i] * after_decay);
     master[i] = w;
     if (write_param) store_float(param, i, w);
   }
@@ -285,7 +285,7 @@ struct MuonApplyOp {
     load_vec<N>(master + i, w);
     load_vec<N>(update + i, u);
 #pragma unroll
-    for (int j = 0; j < N; ++j) w[j] = w[j] * after_decay + step * u[j];
+    for (int j = 0; j < N; ++j) w[j] = fmaf(step, u[j], w[j] * after_decay);
     store_vec<N>(master + i, w);
     if (write_param) store_vec<N>(param + i, w);
   }
