@@ -174,8 +174,9 @@ void parse_muon_params(JsonSection& p, OptimizerConfig& o, const AutoValues& aut
   p.read("adam_lr", o.adam_lr, 0.0);
   // The schedule drives lr; both groups follow it in proportion (lr is the matrices' when absent).
   if (!has_lr) o.lr = o.muon_lr;
-  if (o.lr == 0 && (o.muon_lr != 0 || o.adam_lr != 0)) {
-    p.fail("lr", "0 while muon_lr or adam_lr is not: the schedule scales both in proportion to lr");
+  if (o.lr == 0 && (o.muon_lr != 0 || o.adam_lr != 0)) {  // without lr, lr is muon_lr
+    p.fail(has_lr ? "lr" : "muon_lr", cat("0 while ", has_lr ? "muon_lr or " : "",
+                                          "adam_lr is not: the schedule scales both rates in proportion to lr"));
   }
   p.read("momentum", o.momentum, 0.0);
   if (o.momentum >= 1) p.fail("momentum", cat("must be in [0, 1), got ", o.momentum));
@@ -571,8 +572,8 @@ void neutral_zero_keys(JsonSection& s) {
   s.neutral("log_trace_cache_warnings", {false}, "there is no trace cache, DeepSpeed's default");
   s.neutral("enable_sanity_checks", {false}, "DeepSpeed's default; its debug checks are not implemented");
   s.neutral("save_muon_momentum_buffer_in_memory", {false, true},
-            "it chooses where Muon's momentum lives under NVMe offload, which Muon does not run with here: its "
-            "state stays on the device");
+            "it only chooses where Muon's momentum lives under NVMe offload; here it stays with the rest of the "
+            "optimizer state, and the results are the same");
   neutral_zero_plus_plus(s);
 }
 

@@ -21,8 +21,9 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
       optimizer_(plan_, config, backend, buffers_, plan_.params_on_nvme ? &coordinator_->store() : nullptr,
                  layout.tensor_ranges(), layout.tensor_shapes()),
       muon_(config.optimizer.type == OptimizerConfig::Type::kMuon
-                ? std::make_unique<MuonMatrices>(plan_, config.optimizer, backend, comm, layout.tensor_ranges(),
-                                                 layout.tensor_shapes())
+                ? std::make_unique<MuonMatrices>(
+                      plan_, config.optimizer, backend, comm, layout.tensor_ranges(), layout.tensor_shapes(),
+                      std::min(size_t(config.zero.allgather_bucket_size), comm.max_collective_elements()))
                 : nullptr),
       reducer_(plan_, config.zero, backend, comm, buffers_), norm_sq_(backend, 1), norm_sq_host_(backend, 1, Pool::kPinned),
       optimizer_rule_(config.optimizer), scheduler_(config.scheduler, config.optimizer.lr), scaler_(config.fp16) {

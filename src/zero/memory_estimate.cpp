@@ -176,12 +176,20 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   est.buckets = GradientReducer::buffer_bytes(plan, config.zero, max_collective);
   est.working = mp.working;
   est.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero);
-  // Muon's updates, exchange staging and Newton-Schulz workspace (rank 0's: ranks own different matrices).
+  // Muon's updates, exchange staging and Newton-Schulz workspace: the ranks own different
+  // matrices, so the rank that allocates most.
   if (config.optimizer.type == OptimizerConfig::Type::kMuon) {
-    const std::vector<size_t> arrays =
-        MuonMatrices::buffer_allocations(plan, config.optimizer, layout->tensor_ranges(), layout->tensor_shapes());
-    for (size_t b : arrays) est.optimizer += b;
-    list_devices(arrays);
+    std::vector<size_t> most;
+    for (int r = 0; r < run.world_size; ++r) {
+      const ZeroPlan rank_plan(config, layout->flat_size(), run.world_size, r, !run.cuda, activation_dtype);
+      std::vector<size_t> arrays = MuonMatrices::buffer_allocations(
+          rank_plan, config.optimizer, layout->tensor_ranges(), layout->tensor_shapes(),
+          std::min(size_t(config.zero.allgather_bucket_size), max_collective));
+      size_t total = 0;
+      for (size_t b : arrays) total += b;
+      if (total > est.optimizer) est.optimizer = total, most = std::move(arrays);
+    }
+    list_devices(most);
   }
   add(Pool::kDevice, est.buckets + est.working + est.gather + est.optimizer);
   list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective));

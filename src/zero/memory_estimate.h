@@ -71,7 +71,7 @@ struct MemoryEstimate {
   ModelStateBytes device_states, offloaded_states;
   Pool offloaded_param_pool = Pool::kHost, offloaded_optimizer_pool = Pool::kHost;
   size_t buckets = 0, working = 0, gather = 0;  ///< device buffers
-  size_t optimizer = 0;  ///< device: Muon's updates, exchange staging and Newton-Schulz workspace
+  size_t optimizer = 0;  ///< device: Muon's updates, exchange staging and Newton-Schulz workspace (the largest rank's)
   size_t offload_buffers = 0;                   ///< swap and staging buffers, in the optimizer's host pool
   size_t activations = 0;
   /// The device pool's allocations one by one, in bytes (the size functions' lists), for the

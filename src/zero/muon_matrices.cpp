@@ -20,13 +20,19 @@ bool holds_whole(const MuonMatrices::Matrix& m, const std::pair<size_t, size_t>&
 }
 
 // The pieces of a gather (each rank's part of the matrices owned elsewhere, to their owners) and
-// of a return (each owner's results, to every other rank holding part of them).
+// of a return (each owner's results, to every other rank holding part of them; at stage 0, where
+// every rank holds everything, one piece per matrix that every other rank takes).
 std::pair<std::vector<MuonMatrices::Piece>, std::vector<MuonMatrices::Piece>> pieces_of(
     const std::vector<MuonMatrices::Matrix>& matrices, const std::vector<std::pair<size_t, size_t>>& held) {
   std::vector<MuonMatrices::Piece> gather, back;
   for (size_t k = 0; k < matrices.size(); ++k) {
     const MuonMatrices::Matrix& m = matrices[k];
     const bool owner_holds = holds_whole(m, held[size_t(m.owner)]);
+    const bool everywhere = held.size() > 1 && held.front() == held.back();
+    if (everywhere) {
+      back.push_back({k, m.lo, m.hi, m.owner, MuonMatrices::kEveryone});
+      continue;
+    }
     for (int r = 0; r < int(held.size()); ++r) {
       if (r == m.owner) continue;
       const size_t a = std::max(m.lo, held[size_t(r)].first), b = std::min(m.hi, held[size_t(r)].second);
@@ -125,9 +131,23 @@ struct MuonSizes {
   size_t updates = 0, assembly = 0, send = 0, recv = 0, max_elements = 0, max_side = 0;
 };
 
+// The elements each rank contributes to one all-gather round: one collective's worth, split
+// evenly over the ranks.
+size_t round_elements(size_t collective_elements, int world) {
+  return std::max<size_t>(1, collective_elements / size_t(world));
+}
+
+template <typename Exchange>
+size_t round_total(const Exchange& x, size_t round) {  // the first round's, the largest
+  size_t total = 0;
+  for (size_t c : x.counts) total += std::min(c, round);
+  return total;
+}
+
 template <typename Exchange>
 MuonSizes sizes_of(const ZeroPlan& plan, const std::vector<MuonMatrices::Matrix>& matrices,
-                   const std::vector<std::pair<size_t, size_t>>& held, const Exchange& gather, const Exchange& back) {
+                   const std::vector<std::pair<size_t, size_t>>& held, const Exchange& gather, const Exchange& back,
+                   size_t round) {
   MuonSizes s;
   s.updates = plan.opt_count;
   for (const MuonMatrices::Matrix& m : matrices) {
@@ -137,7 +157,7 @@ MuonSizes sizes_of(const ZeroPlan& plan, const std::vector<MuonMatrices::Matrix>
     s.max_side = std::max(s.max_side, std::min(m.rows, m.cols));
   }
   s.send = std::max(gather.counts[size_t(plan.rank)], back.counts[size_t(plan.rank)]);
-  s.recv = std::max(gather.total(), back.total());
+  s.recv = std::max(round_total(gather, round), round_total(back, round));
   return s;
 }
 
@@ -145,11 +165,12 @@ MuonSizes sizes_of(const ZeroPlan& plan, const std::vector<MuonMatrices::Matrix>
 
 std::vector<size_t> MuonMatrices::buffer_allocations(const ZeroPlan& plan, const OptimizerConfig& opt,
                                                      const std::vector<std::pair<size_t, size_t>>& tensors,
-                                                     const std::vector<TensorShape>& shapes) {
+                                                     const std::vector<TensorShape>& shapes, size_t collective_elements) {
   const auto held = held_ranges(plan);
   const auto matrices = assign(tensors, shapes, held, opt);
   auto [g, b] = pieces_of(matrices, held);
-  const MuonSizes s = sizes_of(plan, matrices, held, make_exchange(g, plan.world), make_exchange(b, plan.world));
+  const MuonSizes s = sizes_of(plan, matrices, held, make_exchange(g, plan.world), make_exchange(b, plan.world),
+                               round_elements(collective_elements, plan.world));
   std::vector<size_t> arrays;  // the constructor's, in its order; empty ones allocate nothing
   for (size_t n : {s.updates, s.assembly, s.send, s.recv}) {
     if (n) arrays.push_back(n * sizeof(float));
@@ -163,15 +184,15 @@ std::vector<size_t> MuonMatrices::buffer_allocations(const ZeroPlan& plan, const
 
 size_t MuonMatrices::buffer_bytes(const ZeroPlan& plan, const OptimizerConfig& opt,
                                   const std::vector<std::pair<size_t, size_t>>& tensors,
-                                  const std::vector<TensorShape>& shapes) {
+                                  const std::vector<TensorShape>& shapes, size_t collective_elements) {
   size_t total = 0;
-  for (size_t b : buffer_allocations(plan, opt, tensors, shapes)) total += b;
+  for (size_t b : buffer_allocations(plan, opt, tensors, shapes, collective_elements)) total += b;
   return total;
 }
 
 MuonMatrices::MuonMatrices(const ZeroPlan& plan, const OptimizerConfig& opt, Backend& backend, DataComm& comm,
                            const std::vector<std::pair<size_t, size_t>>& tensors,
-                           const std::vector<TensorShape>& shapes)
+                           const std::vector<TensorShape>& shapes, size_t collective_elements)
     : plan_(plan), backend_(backend), stream_(backend.compute_stream()), comm_(comm), held_(held_ranges(plan)) {
   matrices_ = assign(tensors, shapes, held_, opt);
   matrix_of_.assign(tensors.size(), -1);
@@ -179,7 +200,8 @@ MuonMatrices::MuonMatrices(const ZeroPlan& plan, const OptimizerConfig& opt, Bac
   auto [g, b] = pieces_of(matrices_, held_);
   gather_ = make_exchange(std::move(g), plan.world);
   return_ = make_exchange(std::move(b), plan.world);
-  const MuonSizes s = sizes_of(plan, matrices_, held_, gather_, return_);
+  round_ = round_elements(collective_elements, plan.world);
+  const MuonSizes s = sizes_of(plan, matrices_, held_, gather_, return_, round_);
   assembly_offset_.assign(matrices_.size(), SIZE_MAX);
   size_t at = 0;
   for (size_t k = 0; k < matrices_.size(); ++k) {
@@ -188,8 +210,6 @@ MuonMatrices::MuonMatrices(const ZeroPlan& plan, const OptimizerConfig& opt, Bac
     assembly_offset_[k] = at;
     at += m.hi - m.lo;
   }
-  ZT_CHECK(s.recv <= comm.max_collective_elements(), "Muon's exchange of ", s.recv,
-           " elements exceeds the communicator's largest collective");
   updates_ = DeviceArray<float>(backend, s.updates);
   if (s.assembly) assembly_ = DeviceArray<float>(backend, s.assembly);
   if (s.send) send_ = DeviceArray<float>(backend, s.send);
@@ -212,19 +232,32 @@ template <typename Src, typename Dst>
 void MuonMatrices::exchange(const Exchange& x, Src src_of, Dst dst_of) {
   if (x.total() == 0) return;
   const int me = plan_.rank;
+  const auto mine = [me](const Piece& p) { return p.to == me || (p.to == kEveryone && p.from != me); };
   for (size_t i = 0; i < x.pieces.size(); ++i) {
     const Piece& p = x.pieces[i];
     if (p.from != me) continue;
     backend_.copy_async(send_.data() + x.offset[i], src_of(p), (p.hi - p.lo) * sizeof(float), stream_);
   }
-  comm_.all_gather(send_.data(), recv_.data(), x.counts, DType::kF32, stream_)->wait(stream_);
-  std::vector<size_t> block(x.counts.size(), 0);  // where each sender's block starts in recv_
-  for (size_t r = 1; r < block.size(); ++r) block[r] = block[r - 1] + x.counts[r - 1];
-  for (size_t i = 0; i < x.pieces.size(); ++i) {
-    const Piece& p = x.pieces[i];
-    if (p.to != me) continue;
-    backend_.copy_async(dst_of(p), recv_.data() + block[size_t(p.from)] + x.offset[i], (p.hi - p.lo) * sizeof(float),
-                        stream_);
+  const size_t largest = *std::max_element(x.counts.begin(), x.counts.end());
+  for (size_t start = 0; start < largest; start += round_) {  // [start, start + round_) of every block
+    std::vector<size_t> counts(x.counts.size()), at(x.counts.size(), 0);
+    for (size_t r = 0; r < counts.size(); ++r) {
+      counts[r] = x.counts[r] > start ? std::min(round_, x.counts[r] - start) : 0;
+      if (r > 0) at[r] = at[r - 1] + counts[r - 1];  // where rank r's slice lands in recv_
+    }
+    // A rank with nothing this round still passes a valid pointer.
+    float* send = send_.data() ? send_.data() + std::min(start, send_.size()) : recv_.data();
+    comm_.all_gather(send, recv_.data(), counts, DType::kF32, stream_)->wait(stream_);
+    for (size_t i = 0; i < x.pieces.size(); ++i) {
+      const Piece& p = x.pieces[i];
+      if (!mine(p)) continue;
+      // The part of the piece in its sender's slice of this round.
+      const size_t from = size_t(p.from), lo = std::max(x.offset[i], start);
+      const size_t hi = std::min(x.offset[i] + (p.hi - p.lo), start + counts[from]);
+      if (hi <= lo) continue;
+      backend_.copy_async(dst_of(p) + (lo - x.offset[i]), recv_.data() + at[from] + (lo - start),
+                          (hi - lo) * sizeof(float), stream_);
+    }
   }
 }
 

@@ -46,8 +46,9 @@ class MuonMatrices {
   struct Piece {
     size_t matrix = 0;  ///< index in matrices()
     size_t lo = 0, hi = 0;
-    int from = 0, to = 0;
+    int from = 0, to = 0;  ///< to: kEveryone for a result every other rank takes (stage 0)
   };
+  static constexpr int kEveryone = -1;
 
   /// The hidden matrices of a layout, in flat order, with their owners for a world of `world`
   /// ranks holding `held[r]` each (flat ranges). Throws UsageError when the layout has none.
@@ -58,16 +59,19 @@ class MuonMatrices {
   static std::vector<std::pair<size_t, size_t>> held_ranges(const ZeroPlan& plan);
 
   /// The device arrays a MuonMatrices for this plan and layout allocates on plan.rank, in bytes
-  /// (zero_estimate: the GPU view rounds each), and their sum.
+  /// (zero_estimate takes the rank that allocates most; the GPU view rounds each), and their sum.
   static std::vector<size_t> buffer_allocations(const ZeroPlan& plan, const OptimizerConfig& opt,
                                                 const std::vector<std::pair<size_t, size_t>>& tensors,
-                                                const std::vector<TensorShape>& shapes);
+                                                const std::vector<TensorShape>& shapes, size_t collective_elements);
   static size_t buffer_bytes(const ZeroPlan& plan, const OptimizerConfig& opt,
                              const std::vector<std::pair<size_t, size_t>>& tensors,
-                             const std::vector<TensorShape>& shapes);
+                             const std::vector<TensorShape>& shapes, size_t collective_elements);
 
+  /// `collective_elements`: the most elements one all-gather of an exchange moves (the engine's
+  /// allgather_bucket_size, within DataComm::max_collective_elements): larger exchanges run in rounds.
   MuonMatrices(const ZeroPlan& plan, const OptimizerConfig& opt, Backend& backend, DataComm& comm,
-               const std::vector<std::pair<size_t, size_t>>& tensors, const std::vector<TensorShape>& shapes);
+               const std::vector<std::pair<size_t, size_t>>& tensors, const std::vector<TensorShape>& shapes,
+               size_t collective_elements);
 
   /// The updates over this rank's optimizer range, fp32 on the device, element i for flat
   /// opt_begin + i: the momentum pass writes the matrices' here, orthogonalize() replaces them.
@@ -89,7 +93,8 @@ class MuonMatrices {
   };
   static Exchange make_exchange(std::vector<Piece> pieces, int world);
   /// Sends every rank's block of `x` (packed from `src_of(piece)`), delivers the pieces meant for
-  /// this rank to `dst_of(piece)`.
+  /// this rank to `dst_of(piece)`: all-gathers of at most round_ elements a rank, as many as the
+  /// largest block needs, each round's pieces copied out of recv_ before the next.
   template <typename Src, typename Dst>
   void exchange(const Exchange& x, Src src_of, Dst dst_of);
   /// Where matrix k is orthogonalised on its owner: in place in updates(), or its assembly.
@@ -104,6 +109,7 @@ class MuonMatrices {
   std::vector<std::pair<size_t, size_t>> held_;
   Exchange gather_, return_;
   std::vector<size_t> assembly_offset_;  // per matrix this rank owns but does not hold whole; else SIZE_MAX
+  size_t round_ = 0;  // elements a rank contributes to one all-gather of an exchange
   DeviceArray<float> updates_, assembly_, send_, recv_;
   std::unique_ptr<NewtonSchulz> ns_;
 };

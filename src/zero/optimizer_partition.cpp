@@ -243,6 +243,27 @@ void OptimizerPartition::for_tensors(size_t lo, size_t hi, Fn fn) const {
   }
 }
 
+template <typename Fn>
+void OptimizerPartition::send_params_by_tensor(Fn step) {
+  const size_t base = plan_.offload_begin(), elem = plan_.elem();
+  offload_->send_params(SwapMode::kReadWrite, [&](const OffloadPiece& p, void* staging) {
+    auto* out = static_cast<unsigned char*>(staging);
+    size_t done = base + p.lo;  // what of the piece is in the staging buffer
+    const auto fill_gap = [&](size_t upto) {  // alignment gaps: the parameters rounded from the master
+      const size_t at = done - base - p.lo;
+      if (upto > done) convert(p.master + at, DType::kF32, out + at * elem, plan_.dtype, upto - done);
+    };
+    for_tensors(base + p.lo, base + p.lo + p.n, [&](size_t t, size_t a, size_t b) {
+      fill_gap(a);
+      const size_t at = a - base - p.lo;
+      step(t, p, at, a, b - a, out + at * elem);
+      done = b;
+    });
+    fill_gap(base + p.lo + p.n);
+  }, param_sink());
+  backend_.wait(compute_, offload_->params_written());
+}
+
 std::vector<double> OptimizerPartition::lamb_norms(const OptimizerStepArgs& args) {
   std::vector<double> sums(2 * tensors_.size(), 0.0);
   const size_t base = plan_.offload_begin();
@@ -278,24 +299,9 @@ void OptimizerPartition::lamb_apply(const OptimizerStepArgs& args, const std::ve
   });
   if (!offload_) return;
   OptimizerOps& host = host_optimizer_ops();
-  const size_t elem = plan_.elem();
-  offload_->send_params(SwapMode::kReadWrite, [&](const OffloadPiece& p, void* staging) {
-    auto* out = static_cast<unsigned char*>(staging);
-    size_t done = base + p.lo;  // what of the piece is in the staging buffer
-    const auto fill_gap = [&](size_t upto) {  // alignment gaps: the parameters rounded from the master
-      const size_t at = done - base - p.lo;
-      if (upto > done) convert(p.master + at, DType::kF32, out + at * elem, plan_.dtype, upto - done);
-    };
-    for_tensors(base + p.lo, base + p.lo + p.n, [&](size_t t, size_t a, size_t b) {
-      fill_gap(a);
-      const size_t at = a - base - p.lo;
-      host.lamb_apply(args, trust_ratios[t], p.master + at, p.exp_avg + at, p.exp_avg_sq + at, out + at * elem,
-                      plan_.dtype, b - a);
-      done = b;
-    });
-    fill_gap(base + p.lo + p.n);
-  }, param_sink());
-  backend_.wait(compute_, offload_->params_written());
+  send_params_by_tensor([&](size_t t, const OffloadPiece& p, size_t at, size_t, size_t n, void* out) {
+    host.lamb_apply(args, trust_ratios[t], p.master + at, p.exp_avg + at, p.exp_avg_sq + at, out, plan_.dtype, n);
+  });
 }
 
 float* OptimizerPartition::aux_exp_avg_sq(size_t t, size_t flat) {
@@ -338,28 +344,14 @@ void OptimizerPartition::muon_apply(const OptimizerStepArgs& args, const float* 
   backend_.copy_to_host(host_updates_.data(), updates + plan_.device_count, plan_.offloaded * sizeof(float));
   const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
   OptimizerOps& host = host_optimizer_ops();
-  const size_t elem = plan_.elem();
-  offload_->send_params(SwapMode::kReadWrite, [&](const OffloadPiece& p, void* staging) {
-    auto* out = static_cast<unsigned char*>(staging);
-    size_t done = off + p.lo;  // what of the piece is in the staging buffer
-    const auto fill_gap = [&](size_t upto) {  // alignment gaps: the parameters rounded from the master
-      const size_t at = done - off - p.lo;
-      if (upto > done) convert(p.master + at, DType::kF32, out + at * elem, plan_.dtype, upto - done);
-    };
-    for_tensors(off + p.lo, off + p.lo + p.n, [&](size_t t, size_t a, size_t b) {
-      fill_gap(a);
-      const size_t at = a - off - p.lo;
-      if (shapes_[t].hidden_matrix) {
-        host.muon_apply(args, p.master + at, host_updates_.data() + (a - off), out + at * elem, plan_.dtype, b - a);
-      } else {
-        host.adam_step(args, p.master + at, p.exp_avg + at, p.exp_avg_sq + at, grads + (a - off) * plan_.grad_elem(),
-                       plan_.grad_dtype, out + at * elem, plan_.dtype, b - a);
-      }
-      done = b;
-    });
-    fill_gap(off + p.lo + p.n);
-  }, param_sink());
-  backend_.wait(compute_, offload_->params_written());
+  send_params_by_tensor([&](size_t t, const OffloadPiece& p, size_t at, size_t a, size_t n, void* out) {
+    if (shapes_[t].hidden_matrix) {
+      host.muon_apply(args, p.master + at, host_updates_.data() + (a - off), out, plan_.dtype, n);
+    } else {
+      host.adam_step(args, p.master + at, p.exp_avg + at, p.exp_avg_sq + at, grads + (a - off) * plan_.grad_elem(),
+                     plan_.grad_dtype, out, plan_.dtype, n);
+    }
+  });
 }
 
 std::vector<size_t> OptimizerPartition::aux_partition_counts() const {

@@ -137,6 +137,13 @@ class OptimizerPartition {
   /// Calls fn(t, a, b) for each tensor t overlapping flat [lo, hi), with [a, b) the overlap.
   template <typename Fn>
   void for_tensors(size_t lo, size_t hi, Fn fn) const;
+  /// The offloaded part's second pass of a rule that steps by tensor (Lamb, Muon): for each swap
+  /// piece, step(t, piece, at, a, n, out) steps tensor t's n elements from flat a (element `at` of
+  /// the piece) and writes their parameters to `out` (the staging, in the parameter dtype);
+  /// alignment gaps get the parameters rounded from the master. The compute stream then waits for
+  /// the parameters.
+  template <typename Fn>
+  void send_params_by_tensor(Fn step);
   /// Muon: whether tensor t is stepped with AdamW (keeps exp_avg_sq), and where flat element
   /// `flat` of such a tensor sits in the packed exp_avg_sq.
   bool is_aux(size_t t) const { return aux_start_[t] != SIZE_MAX; }

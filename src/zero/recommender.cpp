@@ -127,8 +127,8 @@ boost::json::object optimizer_params_json(const OptimizerConfig& o) {
   namespace json = boost::json;
   json::object params{{"lr", "auto"}, {"weight_decay", "auto"}};
   if (o.type == OptimizerConfig::Type::kMuon) {
-    // Its two groups' own values: HF's flags know neither muon_lr nor adam_lr.
-    params["lr"] = o.lr;
+    // Its two groups' own rates (HF's flags know neither) and its AdamW's betas and eps, which
+    // are not HF's defaults; lr, which the schedule scales both by, from --learning_rate.
     params["muon_lr"] = o.muon_lr;
     params["adam_lr"] = o.adam_lr;
     params["momentum"] = o.momentum;

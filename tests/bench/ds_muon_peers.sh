@@ -61,8 +61,8 @@
 # CPU, deepspeed 0.19.8, transformers 4.40.2), `tests/bench/ds_muon_peers.sh`, 3 min 12 s warm:
 #  - DeepSpeed fp32 against its float64 peer: 1e-7 to 2e-7 (losses), 3.6e-7 to 4.8e-7 (weights) at
 #    every stage, clipped (DS order) or not;
-#  - DeepSpeed fp32 against zerotrain, where alike (stage 0; stages 1-3 unclipped): 1.5e-6 to 2.2e-6
-#    (losses), 2.3e-5 to 3.5e-5 (weights). zerotrain against the float64 Muon is 2.6e-5 (weights)
+#  - DeepSpeed fp32 against zerotrain, where alike (stage 0; stages 1-3 unclipped): 9.9e-7 to 1.2e-6
+#    (losses), 2.7e-5 to 3.9e-5 (weights). zerotrain against the float64 Muon is 3.5e-5 (weights)
 #    itself: it rounds its forward and backward differently from torch, whose gradients DeepSpeed
 #    and the peer share, and Newton-Schulz and AdamW with eps 1e-10 carry gradient rounding into
 #    the step;
@@ -77,9 +77,14 @@
 # layers, 768 wide, vocab 50257, random init), ZeRO-2, 2 ranks of 1 thread, 1 x 64 tokens a rank,
 # fp32 and bf16 (NS as installed: gram in fp32 here), gradient_clipping 1.0: the median of 3 steps
 # after a warm-up of engine.step() and of the time muon_update takes inside engine.backward()
-# (ZeRO-1/2 orthogonalize there, not in step()), the slower rank's. Measured (same run): fp32
-# step 3.31 s, muon_update in backward 9.33 s, backward 12.65 s; bf16 4.70 s, 8.38 s, 9.78 s.
-# The machine was shared with other test runs: an earlier run measured fp32's step at 6.3 s.
+# (ZeRO-1/2 orthogonalize there, not in step()), the slower rank's; then zerotrain's Muon at the
+# same shape (bench_muon: its engine.step() holds the whole of Muon), against DeepSpeed's step plus
+# its Newton-Schulz in backward, target <= 0.5x. Measured (same run, idle machine): DeepSpeed fp32
+# 1.73 s step + 5.61 s in backward = 7.34 s, bf16 1.60 + 5.51 = 7.11 s; zerotrain fp32 4.40 s
+# (0.60x: FAILED), bf16 1.30 s (0.18x). zerotrain's fp32 Newton-Schulz ran at 145 GFLOP/s a rank:
+# OpenBLAS 0.3.21 does not know this Zen 5 and runs its Haswell (AVX2) kernels; with
+# OPENBLAS_CORETYPE=SkylakeX (its AVX-512 kernels) bench_muon measured 251 GFLOP/s a rank. bf16
+# runs Newton-Schulz's GEMMs in bf16 (oneDNN, avx512_bf16), as the run's matmuls.
 #
 # First run on a machine: DeepSpeed builds its shm comm op and torch.compile (inductor) compiles
 # muon_update for each shape and precision, 2-4 min more; both are cached (~/.cache/torch_extensions,

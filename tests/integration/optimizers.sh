@@ -39,9 +39,9 @@ PY
 # HF --optim name, DeepSpeed optimizer.type, learning rate
 OPTIMIZERS=("adamw_torch AdamW 1e-3" "lion_32bit Lion 1e-4" "adagrad Adagrad 1e-2" "- Lamb 1e-2")
 
-config() {  # config NAME STAGE TYPE OFFLOAD -> path; TYPE "" leaves the optimizer to --optim
+config() {  # config NAME STAGE TYPE OFFLOAD [PARAMS] -> path; TYPE "" leaves the optimizer to --optim
   local path=$WORK/$1.json opt="" off=""
-  [[ -n $3 ]] && opt="\"optimizer\": {\"type\": \"$3\", \"params\": {\"lr\": \"auto\", \"weight_decay\": \"auto\"}},"
+  [[ -n $3 ]] && opt="\"optimizer\": {\"type\": \"$3\", \"params\": {\"lr\": \"auto\", \"weight_decay\": \"auto\"${5:-}}},"
   [[ $4 == cpu ]] && off=', "offload_optimizer": {"device": "cpu"}'
   [[ $4 == nvme ]] && off=", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\"}, \"sub_group_size\": 4096"
   mkdir -p "$WORK/nvme"
@@ -86,19 +86,11 @@ done
 # (its issue #8441); two ranks at ZeRO-1 with CPU offload saving at step 4, resumed on one rank at
 # ZeRO-3 on NVMe; one rank at ZeRO-2 resumed on two at stage 0.
 # Its matrices at lr 0.02, everything else with AdamW at adam_lr 1e-3.
-muon_config() {  # muon_config NAME STAGE [OFFLOAD] -> path
-  local off=""
-  [[ ${3:-} == cpu ]] && off=', "offload_optimizer": {"device": "cpu"}'
-  [[ ${3:-} == nvme ]] && off=", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"$WORK/nvme\"}, \"sub_group_size\": 4096"
-  cat >"$WORK/$1.json" <<JSON
-{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
- "optimizer": {"type": "Muon", "params": {"lr": "auto", "adam_lr": 1e-3, "weight_decay": "auto"}},
- "zero_optimization": {"stage": $2$off}}
-JSON
-  echo "$WORK/$1.json"
+muon_config() {  # muon_config NAME STAGE OFFLOAD -> path
+  config "$1" "$2" Muon "$3" ', "adam_lr": 1e-3'
 }
 name=Muon_np1_z0
-train "$name" 1 "$(muon_config $name 0)" $STEPS --learning_rate 0.02 &&
+train "$name" 1 "$(muon_config $name 0 none)" $STEPS --learning_rate 0.02 &&
   "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
 runs+=("$name Muon 0.02")
 name=Muon_reshard
@@ -109,8 +101,8 @@ grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK
 runs+=("$name Muon 0.02")
 # ... and one rank at ZeRO-2 resumed on two at stage 0, where every rank holds the whole state.
 name=Muon_reshard0
-train "$name" 1 "$(muon_config ${name}_a 2)" 4 --learning_rate 0.02 --save_steps 4 &&
-  train "$name" 2 "$(muon_config ${name}_b 0)" $STEPS --learning_rate 0.02 --resume_from_checkpoint auto &&
+train "$name" 1 "$(muon_config ${name}_a 2 none)" 4 --learning_rate 0.02 --save_steps 4 &&
+  train "$name" 2 "$(muon_config ${name}_b 0 none)" $STEPS --learning_rate 0.02 --resume_from_checkpoint auto &&
   "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
 grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
 runs+=("$name Muon 0.02")

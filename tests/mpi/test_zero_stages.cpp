@@ -234,8 +234,8 @@ TEST(ZeroMemory, ModelStateBytesFollowTheTable) {
 }
 
 // Muon keeps exp_avg_sq for the tensors its AdamW steps alone (embeddings, norms, biases): over
-// the ranks they add up to exactly those elements, and rank 0 holds what zero_estimate says,
-// its Newton-Schulz buffers included (the ranks own different matrices, so these differ).
+// the ranks they add up to exactly those elements, and rank 0 holds what zero_estimate says; its
+// buffers differ by rank (the ranks own different matrices): the largest is the estimate's.
 TEST(ZeroMemory, MuonKeepsSecondMomentsForItsAdamWTensorsOnly) {
   MpiComm world(MPI_COMM_WORLD);
   const ModelConfig m = tiny_model();
@@ -255,13 +255,14 @@ TEST(ZeroMemory, MuonKeepsSecondMomentsForItsAdamWTensorsOnly) {
     const ModelStateBytes b = engine.model_state_bytes();
     const double sq = double(b.exp_avg_sq) / sizeof(float);
     EXPECT_DOUBLE_EQ(stage == 0 ? sq : world.all_reduce_sum(sq), aux) << "stage " << stage;
+    const double buffers = world.all_reduce_max(double(engine.buffer_bytes().optimizer));
     if (world.rank() == 0) {
       RunShape run;
       run.world_size = world.size();
       const MemoryEstimate e = estimate_memory(m, cfg, run);
       EXPECT_EQ(b.exp_avg_sq, e.device_states.exp_avg_sq) << "stage " << stage;
       EXPECT_EQ(b.exp_avg, e.device_states.exp_avg) << "stage " << stage;
-      EXPECT_EQ(engine.buffer_bytes().optimizer, e.optimizer) << "stage " << stage;
+      EXPECT_EQ(buffers, double(e.optimizer)) << "stage " << stage;
     }
   }
 }
