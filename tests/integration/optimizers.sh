@@ -93,19 +93,18 @@ name=Muon_np1_z0
 train "$name" 1 "$(muon_config $name 0 none)" $STEPS --learning_rate 0.02 &&
   "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
 runs+=("$name Muon 0.02")
-name=Muon_reshard
-train "$name" 2 "$(muon_config ${name}_a 1 cpu)" 4 --learning_rate 0.02 --save_steps 4 &&
-  train "$name" 1 "$(muon_config ${name}_b 3 nvme)" $STEPS --learning_rate 0.02 --resume_from_checkpoint auto &&
-  "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
-grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
-runs+=("$name Muon 0.02")
+muon_reshard() {  # muon_reshard NAME NP_A STAGE_A OFFLOAD_A NP_B STAGE_B OFFLOAD_B: save at 4, resume to 8
+  local name=$1
+  train "$name" "$2" "$(muon_config "${name}_a" "$3" "$4")" 4 --learning_rate 0.02 --save_steps 4 &&
+    train "$name" "$5" "$(muon_config "${name}_b" "$6" "$7")" $STEPS --learning_rate 0.02 \
+      --resume_from_checkpoint auto &&
+    "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
+  grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
+  runs+=("$name Muon 0.02")
+}
+muon_reshard Muon_reshard 2 1 cpu 1 3 nvme
 # ... and one rank at ZeRO-2 resumed on two at stage 0, where every rank holds the whole state.
-name=Muon_reshard0
-train "$name" 1 "$(muon_config ${name}_a 2 none)" 4 --learning_rate 0.02 --save_steps 4 &&
-  train "$name" 2 "$(muon_config ${name}_b 0 none)" $STEPS --learning_rate 0.02 --resume_from_checkpoint auto &&
-  "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
-grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
-runs+=("$name Muon 0.02")
+muon_reshard Muon_reshard0 1 2 none 2 0 none
 
 # ---- the peers, and the comparison ----
 results=$(PYTHONPATH=$PYLIB:$ZT_SOURCE_DIR/tests/integration /usr/bin/python3 - "$WORK" $T $STEPS $WD "${runs[@]}" <<'PY'
