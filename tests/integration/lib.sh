@@ -4,6 +4,7 @@ set -uo pipefail
 ZEROTRAIN="$ZT_BIN_DIR/src/zerotrain"
 PREPARE="$ZT_BIN_DIR/tools/zero_prepare_data"
 WORK=$(mktemp -d /tmp/zt_it.XXXXXX)
+# ZT_KEEP_WORK=1 keeps the scratch folder (logs, configs, checkpoints) for a failure's post-mortem.
 trap '[[ -n ${ZT_KEEP_WORK:-} ]] || rm -rf "$WORK"' EXIT
 passed=0
 failed=0
