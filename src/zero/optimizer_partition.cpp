@@ -371,7 +371,9 @@ void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float
   if (field == StateField::kExpAvgSq && !aux_start_.empty() && dev_hi > lo) {  // Muon: zeros where the matrices are
     std::fill(out, out + (dev_hi - lo), 0.0f);
     for_tensors(lo, dev_hi, [&](size_t t, size_t a, size_t b) {
-      if (is_aux(t)) backend_.copy_to_host(out + (a - lo), aux_exp_avg_sq(t, a), (b - a) * sizeof(float));
+      if (!shapes_[t].hidden_matrix) {
+        backend_.copy_to_host(out + (a - lo), aux_exp_avg_sq(t, a), (b - a) * sizeof(float));
+      }
     });
   } else if (dev_hi > lo) {
     const float* src = field == StateField::kMaster   ? master_at(lo)
@@ -414,7 +416,7 @@ void OptimizerPartition::load(const FieldReader& read, bool moments) {
     if (moments && has(StateField::kExpAvg)) load_to_device(StateField::kExpAvg, read, lo, hi, exp_avg_.data() + at);
     if (moments && has(StateField::kExpAvgSq) && !aux_start_.empty()) {
       for_tensors(lo, hi, [&](size_t t, size_t a, size_t b) {
-        if (is_aux(t)) load_to_device(StateField::kExpAvgSq, read, a, b, aux_exp_avg_sq(t, a));
+        if (!shapes_[t].hidden_matrix) load_to_device(StateField::kExpAvgSq, read, a, b, aux_exp_avg_sq(t, a));
       });
     } else if (moments && has(StateField::kExpAvgSq)) {
       load_to_device(StateField::kExpAvgSq, read, lo, hi, exp_avg_sq_.data() + at);

@@ -144,9 +144,8 @@ class OptimizerPartition {
   /// the parameters.
   template <typename Fn>
   void send_params_by_tensor(Fn step);
-  /// Muon: whether tensor t is stepped with AdamW (keeps exp_avg_sq), and where flat element
-  /// `flat` of such a tensor sits in the packed exp_avg_sq.
-  bool is_aux(size_t t) const { return aux_start_[t] != SIZE_MAX; }
+  /// Muon: where flat element `flat` of an AdamW-stepped tensor (not a hidden matrix) of the
+  /// device range sits in the packed exp_avg_sq.
   float* aux_exp_avg_sq(size_t t, size_t flat);
   /// Fills device range [lo, hi) of a field from `read`, through host memory in pieces.
   void load_to_device(StateField field, const FieldReader& read, size_t lo, size_t hi, float* device);

@@ -18,6 +18,16 @@ def batch_windows(path, T):
     return torch.stack([tokens[i * T:i * T + T + 1] for i in range((count - 1) // T)])
 
 
+def float64_state(st, p):
+    """A float64 reference's state for parameter p, created on first use, its step counted: the
+    step count t, moments m and v, and w, the float64 weight that p is rounded from."""
+    if not st:
+        st.update(t=0, m=torch.zeros_like(p, dtype=torch.float64), v=torch.zeros_like(p, dtype=torch.float64),
+                  w=p.detach().double().clone())
+    st["t"] += 1
+    return st
+
+
 class Lion(torch.optim.Optimizer):
     """The paper's Algorithm 2 (Chen et al. 2023): decoupled decay, the sign of the interpolation
     (sign(0) = 0), then the momentum."""
@@ -49,11 +59,7 @@ class Lamb(torch.optim.Optimizer):
         for g in self.param_groups:
             b1, b2 = g["betas"]
             for p in g["params"]:
-                st = self.state[p]
-                if not st:
-                    st.update(t=0, m=torch.zeros_like(p, dtype=torch.float64),
-                              v=torch.zeros_like(p, dtype=torch.float64), w=p.detach().double().clone())
-                st["t"] += 1
+                st = float64_state(self.state[p], p)
                 grad, w = p.grad.double(), st["w"]
                 st["m"].mul_(b1).add_(grad, alpha=1 - b1)
                 st["v"].mul_(b2).addcmul_(grad, grad, value=1 - b2)
@@ -96,11 +102,7 @@ class Muon(torch.optim.Optimizer):
         for g in self.param_groups:
             lr, wd = g["lr"], g["weight_decay"]
             for p in g["params"]:
-                st = self.state[p]
-                if not st:
-                    st.update(t=0, m=torch.zeros_like(p, dtype=torch.float64),
-                              v=torch.zeros_like(p, dtype=torch.float64), w=p.detach().double().clone())
-                st["t"] += 1
+                st = float64_state(self.state[p], p)
                 grad, w, m = p.grad.double(), st["w"], st["m"]
                 if g["muon"] and self.orthogonalize:
                     beta = g["momentum"]
