@@ -90,7 +90,12 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
               describe(c).c_str(), run.micro_batch, run.seq_len,
               run.gradient_checkpointing ? ", gradient checkpointing" : "");
   const OptimizerConfig& opt = c.optimizer;
-  if (opt.aux_exp_avg_sq()) {
+  if (opt.factored()) {
+    std::printf("  optimizer Adafactor (%s): fp32 master%s, 4%s bytes a parameter, + a row and a column factor per "
+                "matrix and exp_avg_sq for 1-D tensors (DeepSpeed's table assumes Adam's 12 for any)\n",
+                opt.adafactor_torch ? "torch.optim's" : "transformers'", opt.has_exp_avg() ? " + exp_avg" : "",
+                opt.has_exp_avg() ? " + 4" : "");
+  } else if (opt.aux_exp_avg_sq()) {
     std::printf("  optimizer Muon: fp32 master + exp_avg, 8 bytes a parameter of its hidden matrices, 12 of the rest "
                 "(+ exp_avg_sq for AdamW; DeepSpeed's table assumes Adam's 12 for any)\n");
   } else {
@@ -110,7 +115,9 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
               gib(double(e.buckets + e.gather + e.working + e.offload_buffers + e.optimizer)).c_str(),
               gib(double(e.buckets)).c_str(), gib(double(e.gather)).c_str(), gib(double(e.working)).c_str(),
               gib(double(e.offload_buffers)).c_str());
-  if (e.optimizer > 0) std::printf(", Muon's matrices %s", gib(double(e.optimizer)).c_str());
+  if (e.optimizer > 0) {
+    std::printf(opt.factored() ? ", Adafactor's sums %s" : ", Muon's matrices %s", gib(double(e.optimizer)).c_str());
+  }
   std::printf(")\n");
   std::printf("  activations                %11s\n", gib(double(e.activations)).c_str());
   std::printf("  per pool: device %s, host %s, pinned %s, nvme %s\n", gib(double(e.by_pool[0])).c_str(),
@@ -127,6 +134,7 @@ struct Args {
       nvme_path = "/local_nvme";
   std::string accelerator = "cpu";
   std::string optim;  // HF's --optim; empty: not given
+  std::string optim_args;  // HF's --optim_args (Adafactor's keyword arguments)
   bool checkpointing = false, bf16 = false, fp16 = false, as_json = false;
   bool delayed_update = false;  // zerotrain's --delayed_param_update: the pending parameters' host copy
   std::string activation_dtype = "auto";
@@ -205,8 +213,9 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("delayed_param_update", po::bool_switch(&a.delayed_update),
      "zerotrain's flag: counts the host copy of the offloaded parameters that the delayed update keeps")
     ("optim", po::value(&a.optim),
-     "HF's --optim without an optimizer in --deepspeed: adamw_torch (default), lion_32bit or adagrad (Lion and "
-     "Adagrad keep one fp32 moment: 8 bytes of state per parameter, not Adam's 12)")
+     "HF's --optim without an optimizer in --deepspeed: adamw_torch (default), lion_32bit, adagrad or adafactor (Lion "
+     "and Adagrad keep one fp32 moment: 8 bytes of state per parameter, not Adam's 12; Adafactor 4 and its factors)")
+    ("optim_args", po::value(&a.optim_args), "HF's --optim_args, with --optim adafactor (beta1 adds exp_avg)")
     ("bf16", po::bool_switch(&a.bf16), "bf16 parameters and gradients")
     ("fp16", po::bool_switch(&a.fp16), "fp16 parameters and gradients")
     ("accelerator", po::value(&a.accelerator),
@@ -294,6 +303,7 @@ DsConfig make_ds_config(const Args& a, const ModelConfig& model, const RunShape&
   autos.bf16 = {a.bf16, a.bf16};
   autos.fp16 = {a.fp16, a.fp16};
   autos.optim = {a.optim.empty() ? std::string("adamw_torch") : a.optim, !a.optim.empty()};
+  autos.optim_args = {a.optim_args, !a.optim_args.empty()};
   if (!a.ds_path.empty()) {
     DsConfig config = load_ds_config(a.ds_path, autos);
     if (a.stage >= 0) config.zero.stage = a.stage;

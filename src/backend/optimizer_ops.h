@@ -16,6 +16,18 @@ enum class UpdateRule {
   kAdagrad,  ///< Adagrad (torch.optim.Adagrad): master, exp_avg_sq (the running sum of squares)
   kLamb,     ///< Lamb (DeepSpeed's FusedLamb): Adam's moments, then a trust ratio per tensor (two passes)
   kMuon,     ///< Muon: momentum, Newton-Schulz per matrix, then the update (two passes); AdamW for the rest
+  kAdafactor,  ///< Adafactor: factored second moments, an RMS clip per tensor (three passes)
+};
+
+/// Adafactor's second moment of elements [first, first + n) of one tensor: element by element
+/// (exp_avg_sq, 1-D tensors), or, for a matrix with `cols` columns (row-major, HF's stored
+/// shape), its row factor already divided by the rows' mean (`scaled_row`) and its column factor.
+struct AdafactorMoment {
+  float* exp_avg_sq = nullptr;
+  const float* scaled_row = nullptr;
+  const float* col = nullptr;
+  size_t first = 0, cols = 0;
+  bool factored() const { return scaled_row != nullptr; }
 };
 
 /// One optimizer step's scalars, as DeepSpeed's CPU optimizers compute them.
@@ -33,6 +45,10 @@ struct OptimizerStepArgs {
   float grad_scale = 1;
   /// Muon: the matrices' momentum and learning rate (lr, betas and eps are its AdamW's).
   float momentum = 0.95f, muon_lr = 0;
+  /// Adafactor: beta2 is 1 - t^decay_rate, eps is added to every g^2 (transformers' eps1; 0 for
+  /// torch's), and the second-moment estimate is clamped below at eps_floor^2 (torch's eps1; 0
+  /// for transformers'), the rows' mean at eps_floor; beta1 drives exp_avg where there is one.
+  float eps_floor = 0;
 };
 
 class OptimizerOps {
@@ -77,6 +93,30 @@ class OptimizerOps {
   virtual void muon_apply(const OptimizerStepArgs& args, float* master, const float* update, void* param,
                           DType param_dtype, size_t n) = 0;
 
+  // Adafactor, with g the scaled gradient, v the second-moment estimate of an element (v =
+  // scaled_row[r] col[c] for a matrix) and u = g / sqrt(max(v, eps_floor^2)).
+  /// First pass, matrices: adds g^2 + eps of elements [first, first + n) of a matrix with `cols`
+  /// columns to row_sums[r] and col_sums[c] of their row r and column c (fp32 sums, accumulated
+  /// in double inside a call; memory of the data's kind).
+  virtual void adafactor_sums(const OptimizerStepArgs& args, const void* grad, DType grad_dtype, size_t n,
+                              size_t first, size_t cols, float* row_sums, float* col_sums) = 0;
+  /// Between the passes, once per matrix (rows x cols) with its sums over every rank:
+  ///   row = b2 row + (1 - b2) row_sums / cols ; col = b2 col + (1 - b2) col_sums / rows ;
+  ///   scaled_row = row / max(mean(row), eps_floor).
+  virtual void adafactor_factors(const OptimizerStepArgs& args, float* row, float* col, const float* row_sums,
+                                 const float* col_sums, size_t rows, size_t cols, float* scaled_row) = 0;
+  /// Second pass over n elements of one tensor: a 1-D tensor's v = b2 v + (1 - b2)(g^2 + eps)
+  /// first; adds sum(w^2) to sums[0] (nothing when master is null: no weight RMS is needed) and
+  /// sum(u^2) to sums[1] in double (memory of the data's kind).
+  virtual void adafactor_norms(const OptimizerStepArgs& args, const float* master, const AdafactorMoment& v,
+                               const void* grad, DType grad_dtype, size_t n, double* sums) = 0;
+  /// Third pass, with the tensor's `scale` (its step over the clip) and `decay`: p = scale u; with
+  /// exp_avg, m = b1 m + (1 - b1) p and p = m; w = w - decay w - p; writes the parameter in
+  /// `param_dtype` as the other steps do.
+  virtual void adafactor_apply(const OptimizerStepArgs& args, float scale, float decay, float* master, float* exp_avg,
+                               const AdafactorMoment& v, const void* grad, DType grad_dtype, void* param,
+                               DType param_dtype, size_t n) = 0;
+
   // Newton-Schulz's element-wise steps between its GEMMs (optim/newton_schulz.h), fp32.
   /// y = a y + b x (x may alias y).
   virtual void axpby(float* y, float a, const float* x, float b, size_t n) = 0;
@@ -96,9 +136,10 @@ class OptimizerOps {
       case UpdateRule::kAdagrad:
         return adagrad_step(args, master, exp_avg_sq, grad, grad_dtype, param, param_dtype, n);
       case UpdateRule::kLamb:
-      case UpdateRule::kMuon: break;
+      case UpdateRule::kMuon:
+      case UpdateRule::kAdafactor: break;
     }
-    throw std::logic_error("OptimizerOps::step: Lamb and Muon step in two passes");
+    throw std::logic_error("OptimizerOps::step: Lamb, Muon and Adafactor step in passes");
   }
 
   /// Adds the sum of squares of n gradient values, in double, to *out (memory of the same kind

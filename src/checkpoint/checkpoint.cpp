@@ -35,6 +35,10 @@ constexpr int kFormatVersion = kCheckpointFormatVersion;
 // `latest` holds one tag, global_step<N>.
 constexpr uint64_t kMaxLatestBytes = 4096;
 
+// Adafactor's factors in every shard (rows, then columns, of every matrix in the model's order).
+constexpr const char* kFactorRows = "exp_avg_sq_row";
+constexpr const char* kFactorCols = "exp_avg_sq_col";
+
 const char* field_name(StateField f) {
   switch (f) {
     case StateField::kMaster: return "fp32_master";
@@ -186,6 +190,14 @@ void write_shard(const std::string& path, ZeroEngine& engine, const ModelLayout&
       f.write(field_name(field), hi - lo, [&](size_t offset, size_t n, float* out) {
         engine.read_field(field, lo + offset, n, out);
       });
+    }
+    // Adafactor's factors are replicated on every rank and the same at any world size: every
+    // shard holds them whole, so any rank reads them from a shard of its own node.
+    if (const auto [rows, cols] = engine.factor_extent(); rows + cols > 0) {
+      std::vector<float> r(rows), c(cols);
+      engine.read_factors(r.data(), c.data());
+      f.write(kFactorRows, r.data(), rows);
+      f.write(kFactorCols, c.data(), cols);
     }
     f.set_attribute("format_version", int64_t(kFormatVersion));
     f.set_attribute("rank", int64_t(rank));
@@ -537,6 +549,10 @@ void CheckpointReader::check_shards(const std::string& manifest_path, bool node_
                        f.int_attribute("partition_begin") == int64_t(begin) &&
                        f.int_attribute("partition_end") == int64_t(end),
                    f.path(), ": rank, world size or partition bounds disagree with the manifest");
+    if (optimizer_ == OptimizerConfig::Type::kAdafactor) {
+      ZT_USAGE_CHECK(f.has(kFactorRows) && f.has(kFactorCols), f.path(), ": Adafactor's ", kFactorRows, " or ",
+                     kFactorCols, " is missing");
+    }
     for (StateField field : state_fields_) {
       ZT_USAGE_CHECK(f.has(field_name(field)) && f.length(field_name(field)) == end - begin, f.path(), ": ",
                      field_name(field), " does not hold the ", end - begin, " elements of the manifest's partitions[",
@@ -579,6 +595,31 @@ void CheckpointReader::require_optimizer(OptimizerConfig::Type type) const {
                        optimizer_name(optimizer_), "'s state and the config asks for ", optimizer_name(type),
                        "; resume with ", optimizer_name(optimizer_), ", or export the model with zero_to_fp32 and start ",
                        optimizer_name(type), " from it with --model_name_or_path"));
+}
+
+void CheckpointReader::require_fields(const std::vector<StateField>& fields) {
+  for (int r = 0; r < world_size_; ++r) {
+    if (!local_[size_t(r)]) continue;
+    for (StateField field : fields) {
+      ZT_USAGE_CHECK(shard(r).has(field_name(field)), shard(r).path(), ": holds no ", field_name(field), ", which the ",
+                     optimizer_name(optimizer_), " asked for keeps (Adafactor keeps exp_avg only with beta1); "
+                     "resume with the checkpoint's settings, or start from its weights with --model_name_or_path");
+    }
+  }
+}
+
+void CheckpointReader::read_factors(float* rows, size_t row_count, float* cols, size_t col_count) {
+  for (int r = 0; r < world_size_; ++r) {
+    if (!local_[size_t(r)]) continue;
+    const H5File& f = shard(r);
+    ZT_USAGE_CHECK(f.length(kFactorRows) == row_count && f.length(kFactorCols) == col_count, f.path(), ": ",
+                   kFactorRows, " and ", kFactorCols, " hold ", f.length(kFactorRows), " and ", f.length(kFactorCols),
+                   " elements; the model's matrices have ", row_count, " rows and ", col_count, " columns");
+    f.read(kFactorRows, 0, row_count, rows);
+    f.read(kFactorCols, 0, col_count, cols);
+    return;
+  }
+  throw UsageError(cat(dir_, ": no shard on this node holds Adafactor's factors"));
 }
 
 void CheckpointReader::read(StateField field, size_t lo, size_t hi, float* out) {

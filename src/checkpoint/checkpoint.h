@@ -117,6 +117,11 @@ class CheckpointReader {
   /// theirs): another optimizer's moments would be read as this one's.
   void require_optimizer(OptimizerConfig::Type type) const;
 
+  /// Throws UsageError naming a shard on this node that lacks one of `fields` (Adafactor's
+  /// exp_avg exists only with beta1, which the manifest's optimizer name does not say).
+  void require_fields(const std::vector<StateField>& fields);
+  /// Adafactor's factors (FactorReader), from any shard on this node.
+  void read_factors(float* rows, size_t row_count, float* cols, size_t col_count);
   /// Elements [lo, hi) of a field over the flat layout, read from the shards that hold them.
   void read(StateField field, size_t lo, size_t hi, float* out);
   /// With node-local storage only this node's shards are here: throws UsageError naming the

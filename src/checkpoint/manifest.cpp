@@ -275,7 +275,7 @@ Manifest parse_manifest(std::string_view text, const std::string& path) {
   if (std::string optimizer; top.read("optimizer", optimizer)) {
     using T = OptimizerConfig::Type;
     bool known = false;
-    for (T t : {T::kAdam, T::kAdamW, T::kLion, T::kAdagrad, T::kLamb, T::kMuon}) {
+    for (T t : {T::kAdam, T::kAdamW, T::kLion, T::kAdagrad, T::kLamb, T::kMuon, T::kAdafactor}) {
       if (optimizer == optimizer_name(t)) {
         out.optimizer = t;
         known = true;
@@ -283,7 +283,7 @@ Manifest parse_manifest(std::string_view text, const std::string& path) {
     }
     if (!known) {
       top.fail("optimizer", cat(describe_json(boost::json::string(optimizer)),
-                                " (expected Adam, AdamW, Lion, Adagrad, Lamb or Muon)"));
+                                " (expected Adam, AdamW, Lion, Adagrad, Lamb, Muon or Adafactor)"));
     }
   }
 

@@ -71,7 +71,8 @@ std::optional<OptimizerConfig::Type> hf_optim_type(const std::string& name) {
   using T = OptimizerConfig::Type;
   static const std::vector<std::pair<std::string, T>> kNames = {
       {"adamw_torch", T::kAdamW}, {"adamw_torch_fused", T::kAdamW}, {"adamw_hf", T::kAdamW},
-      {"adamw_apex_fused", T::kAdamW}, {"lion_32bit", T::kLion}, {"adagrad", T::kAdagrad}};
+      {"adamw_apex_fused", T::kAdamW}, {"lion_32bit", T::kLion}, {"adagrad", T::kAdagrad},
+      {"adafactor", T::kAdafactor}};
   for (const auto& [n, t] : kNames) {
     if (n == name) return t;
   }
@@ -81,7 +82,7 @@ std::optional<OptimizerConfig::Type> hf_optim_type(const std::string& name) {
 OptimizerConfig::Type optim_flag_type(const AutoValues& autos) {
   const std::string& name = autos.optim.value;
   if (auto t = hf_optim_type(name)) return *t;
-  static const char* kHfOptims[] = {"adafactor", "sgd", "rmsprop", "lion_8bit", "paged_lion_32bit", "paged_lion_8bit",
+  static const char* kHfOptims[] = {"sgd", "rmsprop", "lion_8bit", "paged_lion_32bit", "paged_lion_8bit",
                                     "adamw_8bit", "adamw_bnb_8bit", "paged_adamw_32bit", "paged_adamw_8bit",
                                     "adamw_anyprecision", "adamw_torch_xla", "adamw_torch_npu_fused", "galore_adamw",
                                     "lomo", "adalomo", "grokadamw", "schedule_free_adamw", "schedule_free_sgd",
@@ -89,11 +90,11 @@ OptimizerConfig::Type optim_flag_type(const AutoValues& autos) {
   for (const char* known : kHfOptims) {
     if (name == known) {
       throw UsageError(cat("--optim ", name, " is not implemented by zerotrain (adamw_torch, adamw_torch_fused, "
-                           "adamw_hf, adamw_apex_fused, lion_32bit and adagrad are)"));
+                           "adamw_hf, adamw_apex_fused, lion_32bit, adagrad and adafactor are)"));
     }
   }
   throw UsageError(cat("--optim: unknown optimizer '", name, "'; did you mean '",
-                       closest_key(name, {"adamw_torch", "lion_32bit", "adagrad"}), "'?"));
+                       closest_key(name, {"adamw_torch", "lion_32bit", "adagrad", "adafactor"}), "'?"));
 }
 
 // "betas" of Adam, Lion and Lamb: "auto" and absent follow --adam_beta1/--adam_beta2 (DeepSpeed's
@@ -200,6 +201,92 @@ void parse_muon_params(JsonSection& p, OptimizerConfig& o, const AutoValues& aut
   }
 }
 
+// DeepSpeed's "Adafactor": DeepSpeed has no Adafactor of its own and builds torch.optim.Adafactor
+// from the block's params, so the keys are torch's: beta2_decay, eps [eps1 or null, eps2], d and
+// weight_decay (decoupled: w (1 - lr wd)). torch's rule always steps relatively, min(lr, 1/sqrt(t)),
+// scaled by max(eps2, RMS(w)), and clamps the estimate at eps1^2 (null: float32's epsilon).
+void parse_torch_adafactor_params(JsonSection& p, OptimizerConfig& o) {
+  o.adafactor_torch = true;
+  o.relative_step = o.scale_parameter = true;
+  o.adafactor_eps1 = 1.1920928955078125e-07;  // torch.finfo(torch.float32).eps
+  p.read("beta2_decay", o.decay_rate, std::nullopt, 0.0);
+  if (const boost::json::value* eps = p.raw("eps"); eps && !eps->is_null()) {
+    const bool pair = eps->is_array() && eps->get_array().size() == 2 &&
+                      (eps->get_array()[0].is_null() || eps->get_array()[0].is_number()) &&
+                      eps->get_array()[1].is_number();
+    if (!pair) p.fail("eps", "expected [eps1, eps2] (eps1 may be null), torch.optim.Adafactor's pair");
+    const auto& a = eps->get_array();
+    if (!a[0].is_null()) o.adafactor_eps1 = a[0].to_number<double>();
+    o.adafactor_eps2 = a[1].to_number<double>();
+    if (o.adafactor_eps1 < 0 || o.adafactor_eps2 < 0) {
+      p.fail("eps", cat("each epsilon must be >= 0, got [", o.adafactor_eps1, ", ", o.adafactor_eps2, "]"));
+    }
+  }
+  p.read("d", o.clip_threshold, 1.0);
+  p.neutral("foreach", {true, false}, "it only chooses how torch batches its kernels; the math is the same");
+  p.neutral("maximize", {false}, "zerotrain minimises the loss, torch's default");
+}
+
+// HF's --optim adafactor: transformers' Adafactor as HF Trainer builds it (lr from
+// --learning_rate, scale_parameter and relative_step false), with --optim_args "key=value,..."
+// giving its other keyword arguments (HF's Trainer passes none of them to Adafactor).
+void hf_adafactor(OptimizerConfig& o, const AutoValues& autos) {
+  o.adafactor_torch = false;
+  o.scale_parameter = o.relative_step = o.warmup_init = false;
+  const std::string& text = autos.optim_args.value;
+  std::vector<std::string> seen;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(at, end - at);
+    item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
+    at = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    static const std::vector<std::string> kKeys = {"scale_parameter", "relative_step", "warmup_init",
+                                                   "clip_threshold",  "decay_rate",    "beta1"};
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) {
+      throw UsageError(cat("--optim_args: '", one_line(key), "' is not an Adafactor argument here; did you mean '",
+                           closest_key(key, kKeys), "'?"));
+    }
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) throw UsageError(cat("--optim_args: ", key, " twice"));
+    seen.push_back(key);
+    const auto flag = [&](bool& out) {
+      if (value == "True" || value == "true") {
+        out = true;
+      } else if (value == "False" || value == "false") {
+        out = false;
+      } else {
+        throw UsageError(cat("--optim_args: ", key, "=", one_line(value), ": expected True or False"));
+      }
+    };
+    const auto number = [&](double lo, double hi) {
+      char* stop = nullptr;
+      const double v = std::strtod(value.c_str(), &stop);
+      if (value.empty() || *stop != 0 || !(v >= lo && v <= hi)) {
+        throw UsageError(cat("--optim_args: ", key, "=", one_line(value), ": expected a number in [", lo, ", ", hi, "]"));
+      }
+      return v;
+    };
+    if (key == "scale_parameter") flag(o.scale_parameter);
+    if (key == "relative_step") flag(o.relative_step);
+    if (key == "warmup_init") flag(o.warmup_init);
+    if (key == "clip_threshold") o.clip_threshold = number(0, HUGE_VAL);
+    if (key == "decay_rate") o.decay_rate = number(-HUGE_VAL, 0);
+    if (key == "beta1") {
+      o.adafactor_beta1 = value == "None" ? std::nullopt : std::optional<double>(number(0, 1));
+      if (o.adafactor_beta1 && *o.adafactor_beta1 >= 1) throw UsageError("--optim_args: beta1 must be below 1");
+    }
+  }
+  // transformers' own checks.
+  if (o.warmup_init && !o.relative_step) throw UsageError("--optim_args: warmup_init=True requires relative_step=True");
+  if (o.relative_step && autos.learning_rate.explicit_flag) {
+    throw UsageError("--learning_rate with --optim_args relative_step=True: Adafactor's relative step sets the rate "
+                     "itself (transformers: \"Cannot combine manual lr and relative_step=True\"); drop one");
+  }
+}
+
 OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   OptimizerConfig o;
   // Without an optimizer section the trainer still needs one: HF's --optim (AdamW by default)
@@ -210,16 +297,26 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   o.beta2 = autos.adam_beta2.value;
   o.eps = o.type == OptimizerConfig::Type::kAdagrad ? 1e-10 : autos.adam_epsilon.value;  // HF passes no eps to Adagrad
   o.weight_decay = autos.weight_decay.value;
-  if (!s.present()) return o;
+  if (!s.present()) {
+    if (o.type == OptimizerConfig::Type::kAdafactor) hf_adafactor(o, autos);
+    ZT_USAGE_CHECK(autos.optim_args.value.empty() || o.type == OptimizerConfig::Type::kAdafactor,
+                   "--optim_args is implemented for --optim adafactor only (got --optim ", autos.optim.value, ")");
+    return o;
+  }
+  ZT_USAGE_CHECK(autos.optim_args.value.empty(), s.source(),
+                 ": --optim_args with an optimizer block: the block sets the optimizer (HF's Trainer ignores "
+                 "--optim_args then too); put its parameters in optimizer.params");
 
   std::string type;
-  if (!s.read("type", type)) s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion, Adagrad, Lamb or Muon)");
+  if (!s.read("type", type)) {
+    s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion, Adagrad, Lamb, Muon or Adafactor)");
+  }
   std::string lower = type;
   std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
   using T = OptimizerConfig::Type;
   const std::vector<std::pair<std::string, T>> kTypes = {
       {"adam", T::kAdam},       {"adamw", T::kAdamW}, {"lion", T::kLion},
-      {"adagrad", T::kAdagrad}, {"lamb", T::kLamb},   {"muon", T::kMuon}};
+      {"adagrad", T::kAdagrad}, {"lamb", T::kLamb},   {"muon", T::kMuon}, {"adafactor", T::kAdafactor}};
   const auto it = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto& t) { return t.first == lower; });
   if (it == kTypes.end()) {
     static const char* kDeepSpeedOptimizers[] = {"onebitadam", "zerooneadam", "onebitlamb",
@@ -228,11 +325,11 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
     for (const char* known : kDeepSpeedOptimizers) {
       if (lower == known) {
         s.fail("type", cat("optimizer '", type,
-                           "' is not implemented by zerotrain (Adam, AdamW, Lion, Adagrad, Lamb and Muon are)"));
+                           "' is not implemented by zerotrain (Adam, AdamW, Lion, Adagrad, Lamb, Muon and Adafactor are)"));
       }
     }
     s.fail("type", cat("unknown optimizer '", type, "'; did you mean '",
-                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad", "Lamb", "Muon"}), "'?"));
+                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad", "Lamb", "Muon", "Adafactor"}), "'?"));
   }
   o.type = it->second;
   const bool adam_family = o.type == T::kAdam || o.type == T::kAdamW;
@@ -253,6 +350,8 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
     parse_lion_params(p, o, autos);
   } else if (o.type == T::kLamb) {
     parse_lamb_params(p, o, autos);
+  } else if (o.type == T::kAdafactor) {
+    parse_torch_adafactor_params(p, o);
   } else {
     parse_adagrad_params(p, o, autos);
   }
@@ -988,6 +1087,7 @@ const char* optimizer_name(OptimizerConfig::Type type) {
     case OptimizerConfig::Type::kAdagrad: return "Adagrad";
     case OptimizerConfig::Type::kLamb: return "Lamb";
     case OptimizerConfig::Type::kMuon: return "Muon";
+    case OptimizerConfig::Type::kAdafactor: return "Adafactor";
   }
   return "?";
 }

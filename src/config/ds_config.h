@@ -18,7 +18,7 @@ namespace zt {
 
 struct OptimizerConfig {
   /// DeepSpeed's optimizer.type names (HF's --optim names map onto them).
-  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb, kMuon };
+  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb, kMuon, kAdafactor };
   Type type = Type::kAdamW;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;  ///< Adam's moments; Lion's interpolation (beta1) and momentum (beta2)
@@ -40,18 +40,34 @@ struct OptimizerConfig {
   enum class NsMethod { kGram, kStandard };
   NsMethod ns_method = NsMethod::kGram;  ///< DeepSpeed's default: Gram Newton-Schulz
   int ns_steps = 5;
+  /// Adafactor (Shazeer & Stern 2018): each 2-D tensor keeps its second moment factored into a
+  /// row and a column average (HF's stored shape); 1-D tensors keep it element by element.
+  /// Two variants: transformers' Adafactor (HF --optim adafactor) adds eps1 to every g^2, and
+  /// torch.optim.Adafactor (DeepSpeed's "Adafactor", which DeepSpeed builds from torch.optim)
+  /// clamps the estimate at eps1^2 instead, always steps relatively and scales by the weight's RMS.
+  bool adafactor_torch = false;
+  double decay_rate = -0.8;                 ///< beta2_t = 1 - t^decay_rate (torch's beta2_decay)
+  double adafactor_eps1 = 1e-30, adafactor_eps2 = 1e-3;  ///< the g^2 floor; the RMS floor of the weights
+  double clip_threshold = 1.0;              ///< the update's RMS clip (torch's d)
+  bool scale_parameter = false, relative_step = false, warmup_init = false;  ///< HF Trainer's: false, false
+  std::optional<double> adafactor_beta1;    ///< transformers' optional first moment (exp_avg)
 
   /// Whether this optimizer keeps exp_avg (Adam's first moment, Lion's momentum) and exp_avg_sq
   /// (Adam's second moment; Adagrad's running sum of squared gradients, torch's "sum").
   /// Muon keeps exp_avg for every element (the matrices' momentum, the others' first moment) and
   /// exp_avg_sq for the elements AdamW steps only (aux_exp_avg_sq).
-  bool has_exp_avg() const { return type != Type::kAdagrad; }
+  /// Adafactor keeps exp_avg only with beta1, and exp_avg_sq for its 1-D tensors alone.
+  bool has_exp_avg() const { return type != Type::kAdagrad && (type != Type::kAdafactor || adafactor_beta1); }
   bool has_exp_avg_sq() const { return type != Type::kLion; }
-  /// Muon: exp_avg_sq exists for the AdamW-stepped tensors alone.
-  bool aux_exp_avg_sq() const { return type == Type::kMuon; }
-  /// fp32 state elements per parameter beside the master weights (Adam and Lamb 2, Lion and
-  /// Adagrad 1; Muon 1 for its matrices, 2 for the rest).
-  int moment_count() const { return int(has_exp_avg()) + int(has_exp_avg_sq()); }
+  /// Muon and Adafactor: exp_avg_sq exists for some tensors alone (keeps_exp_avg_sq), packed on
+  /// the device.
+  bool aux_exp_avg_sq() const { return type == Type::kMuon || type == Type::kAdafactor; }
+  /// Adafactor: the matrices' second moments are row and column factors (AdafactorFactors).
+  bool factored() const { return type == Type::kAdafactor; }
+  /// fp32 state elements per parameter beside the master weights, as ZeRO-Offload stores them
+  /// (Adam and Lamb 2, Lion and Adagrad 1; Muon 1 for its matrices, 2 for the rest; Adafactor 0,
+  /// or 1 with beta1: its 1-D tensors' exp_avg_sq lives apart, packed).
+  int moment_count() const { return int(has_exp_avg()) + int(has_exp_avg_sq() && !factored()); }
 };
 
 /// DeepSpeed's name for an optimizer type ("AdamW", "Lion", ...), as configs and manifests spell it.
@@ -219,8 +235,10 @@ struct AutoValues {
   AutoValue<int64_t> max_steps{0};
   AutoValue<bool> fp16{false}, bf16{false};
   AutoValue<std::string> lr_scheduler_type{"linear"};
-  /// HF's --optim: the optimizer when the config has none (adamw_torch, lion_32bit, adagrad).
+  /// HF's --optim: the optimizer when the config has none (adamw_torch, lion_32bit, adagrad, adafactor).
   AutoValue<std::string> optim{"adamw_torch"};
+  /// HF's --optim_args ("key=value,..."): Adafactor's keyword arguments with --optim adafactor.
+  AutoValue<std::string> optim_args{""};
 };
 
 /// Parses and validates a DeepSpeed config. `source` names the file in messages. Throws

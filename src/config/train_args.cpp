@@ -42,6 +42,7 @@ AutoValues TrainArgs::auto_values(int world_size, int64_t hidden_size) const {
   a.bf16 = {bf16, given("bf16")};
   a.lr_scheduler_type = {lr_scheduler_type, given("lr_scheduler_type")};
   a.optim = {optim, given("optim")};
+  a.optim_args = {optim_args, given("optim_args")};
   return a;
 }
 
@@ -102,7 +103,11 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     ("weight_decay", po::value(&a.weight_decay), "weight decay (default 0)")
     ("optim", po::value(&a.optim),
      "without an optimizer in the config: adamw_torch (default; also adamw_torch_fused, adamw_hf, "
-     "adamw_apex_fused), lion_32bit (Lion, betas from --adam_beta1/2) or adagrad (eps 1e-10)")
+     "adamw_apex_fused), lion_32bit (Lion, betas from --adam_beta1/2), adagrad (eps 1e-10) or adafactor "
+     "(transformers' Adafactor as HF's Trainer builds it: lr from --learning_rate, no relative step)")
+    ("optim_args", po::value(&a.optim_args),
+     "with --optim adafactor: transformers' Adafactor arguments as \"key=value,...\": scale_parameter, "
+     "relative_step, warmup_init (True/False), clip_threshold, decay_rate, beta1 (a number or None)")
     ("adam_beta1", po::value(&a.adam_beta1), "Adam beta1 (default 0.9)")
     ("adam_beta2", po::value(&a.adam_beta2), "Adam beta2 (default 0.999)")
     ("adam_epsilon", po::value(&a.adam_epsilon), "Adam epsilon (default 1e-8)")

@@ -27,6 +27,7 @@ struct TrainArgs {
   int64_t warmup_steps = 0;
   std::string lr_scheduler_type = "linear";  ///< used when the DeepSpeed config has no scheduler
   std::string optim = "adamw_torch";         ///< HF's --optim, used when the DeepSpeed config has no optimizer
+  std::string optim_args;                    ///< HF's --optim_args: Adafactor's keyword arguments
   double weight_decay = 0.0;
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;

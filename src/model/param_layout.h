@@ -22,6 +22,8 @@ struct TensorShape {
   /// A weight matrix inside a transformer block: what Muon orthogonalises. Embeddings, heads,
   /// norms and biases are not (DeepSpeed's MuonWithAuxAdam steps them with AdamW).
   bool hidden_matrix = false;
+  /// A 2-D tensor: what Adafactor factors (transformers' and torch's: two dimensions or more).
+  bool matrix() const { return rows > 0 && cols > 0; }
 };
 
 class ParamLayout {

@@ -51,7 +51,7 @@ OptimizerOffload::OptimizerOffload(Backend& backend, const OffloadConfig& config
                                    int rank)
     : backend_(backend), host_ops_(host_optimizer_ops()), count_(count),
       piece_elements_(pieces_for(count, int64_t(sub_group_size))), has_exp_avg_(optimizer.has_exp_avg()),
-      has_exp_avg_sq_(optimizer.has_exp_avg_sq()), param_dtype_(param_dtype),
+      has_exp_avg_sq_(optimizer.has_exp_avg_sq() && !optimizer.factored()), param_dtype_(param_dtype),
       host_pool_(config.pin_memory ? Pool::kPinned : Pool::kHost) {
   ZT_CHECK(config.enabled(), "optimizer offload without a device");
   if (config.device == OffloadConfig::Device::kCpu) {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "optim/adafactor.h"
+
 namespace zt {
 
 UpdateRule update_rule(OptimizerConfig::Type type) {
@@ -10,6 +12,7 @@ UpdateRule update_rule(OptimizerConfig::Type type) {
     case OptimizerConfig::Type::kAdagrad: return UpdateRule::kAdagrad;
     case OptimizerConfig::Type::kLamb: return UpdateRule::kLamb;
     case OptimizerConfig::Type::kMuon: return UpdateRule::kMuon;
+    case OptimizerConfig::Type::kAdafactor: return UpdateRule::kAdafactor;
     case OptimizerConfig::Type::kAdam:
     case OptimizerConfig::Type::kAdamW: break;
   }
@@ -40,6 +43,15 @@ OptimizerStepArgs Optimizer::begin_step(double lr, double beta1, double beta2, d
       (config_.bias_correction || a.rule == UpdateRule::kMuon)) {
     a.bias_correction1 = float(1.0 - std::pow(beta1, double(step_)));
     a.bias_correction2 = float(1.0 - std::pow(beta2, double(step_)));
+  }
+  if (a.rule == UpdateRule::kAdafactor) {
+    // beta2_t = 1 - t^decay_rate; transformers adds eps1 to g^2, torch clamps at it. lr is the
+    // step size rho (optim/adafactor.h); each tensor's own scale comes with the apply pass.
+    a.beta2 = float(1.0 - std::pow(double(step_), config_.decay_rate));
+    a.beta1 = float(config_.adafactor_beta1.value_or(0.0));
+    a.eps = config_.adafactor_torch ? 0.0f : float(config_.adafactor_eps1);
+    a.eps_floor = config_.adafactor_torch ? float(config_.adafactor_eps1) : 0.0f;
+    a.lr = float(adafactor_rho(config_, lr, step_));
   }
   // torch.optim.Adagrad's decayed rate: lr / (1 + (t - 1) lr_decay).
   if (a.rule == UpdateRule::kAdagrad) a.lr = float(lr / (1.0 + double(step_ - 1) * config_.lr_decay));

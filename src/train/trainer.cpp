@@ -138,6 +138,7 @@ void open_resume_checkpoint(Setup& setup, const TrainArgs& args, const ProcessPl
   setup.resume.emplace(where, args.output_dir, &setup.model, node_local, node_local ? place.local_rank : rank,
                        node_local ? place.local_size : world_size, CheckpointReader::Verify::kWholeFiles,
                        setup.ds.optimizer.type);
+  setup.resume->require_fields(state_fields(setup.ds.optimizer));
   // Every rank reads only its own partition (ZeroEngine::load gathers the rest).
   const size_t flat = make_model_layout(setup.model)->flat_size();
   const PartitionMap needed(flat, world_size);
@@ -216,7 +217,8 @@ StateSource starting_state(Setup& setup, const ModelLayout& layout, uint64_t see
   if (setup.resume) {
     CheckpointReader& ckpt = *setup.resume;
     return {[&ckpt](StateField f, size_t lo, size_t hi, float* out) { ckpt.read(f, lo, hi, out); }, true,
-            ckpt.engine_state()};
+            ckpt.engine_state(),
+            [&ckpt](float* rows, size_t nr, float* cols, size_t nc) { ckpt.read_factors(rows, nr, cols, nc); }};
   }
   if (setup.pretrained) return pretrained_source(*setup.pretrained, layout);
   return init_source(layout, seed);

@@ -25,6 +25,9 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
                       plan_, config.optimizer, backend, comm, layout.tensor_ranges(), layout.tensor_shapes(),
                       std::min(size_t(config.zero.allgather_bucket_size), comm.max_collective_elements()))
                 : nullptr),
+      factors_(config.optimizer.factored()
+                   ? std::make_unique<AdafactorFactors>(backend, layout.tensor_shapes(), plan_.offloaded > 0)
+                   : nullptr),
       reducer_(plan_, config.zero, backend, comm, buffers_), norm_sq_(backend, 1), norm_sq_host_(backend, 1, Pool::kPinned),
       optimizer_rule_(config.optimizer), scheduler_(config.scheduler, config.optimizer.lr), scaler_(config.fp16) {
   // A reduced range is final on the last micro-step: ZeRO-Offload sends it to the host at once
@@ -43,7 +46,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
 
 StateSource init_source(const ParamLayout& layout, uint64_t seed) {
   return {[&layout, seed](StateField, size_t lo, size_t hi, float* out) { layout.init(seed, out, lo, hi); },
-          false, std::nullopt};
+          false, std::nullopt, nullptr};
 }
 
 double ZeroEngine::backward_scale() const {
@@ -159,6 +162,9 @@ StepOutcome ZeroEngine::step() {
     lamb_step(args);
   } else if (args.rule == UpdateRule::kMuon) {
     muon_step(args);
+  } else if (args.rule == UpdateRule::kAdafactor) {
+    adafactor_step(args, sched.lr);
+    if (config_.optimizer.relative_step && !config_.optimizer.adafactor_torch) out.lr = args.lr;  // the schedule's is unused
   } else {
     optimizer_.step(args, delay);
   }
@@ -189,6 +195,32 @@ void ZeroEngine::muon_step(const OptimizerStepArgs& args) {
   optimizer_.muon_momentum(args, muon_->updates());
   muon_->orthogonalize();
   optimizer_.muon_apply(args, muon_->updates());
+}
+
+void ZeroEngine::adafactor_step(const OptimizerStepArgs& args, double lr) {
+  // A matrix's row and column means span the ranks its pieces are on: one all-reduce of every
+  // matrix's sums. At stage 0 each rank sums its own partition's share of the whole gradient it
+  // holds, so that every rank's factors stay alike bit for bit (the device's sums use atomics).
+  const bool several = plan_.world > 1;
+  const auto [lo, hi] = plan_.optimizer_replicated() ? plan_.partition.held(plan_.rank)
+                                                      : std::pair<size_t, size_t>{plan_.opt_begin, plan_.opt_end()};
+  optimizer_.adafactor_sums(args, *factors_, lo, hi);
+  if (several) comm_.all_reduce(factors_->sums(), factors_->sum_count(), DType::kF32, compute_)->wait(compute_);
+  factors_->update(args);
+  // Each tensor's update RMS (and weight RMS, where the step scales by it): one small all-reduce.
+  const OptimizerConfig& o = config_.optimizer;
+  std::vector<double> sums = optimizer_.adafactor_norms(args, *factors_, o.scale_parameter);
+  if (!plan_.optimizer_replicated() && several) control_.all_reduce_doubles(sums, false);
+  const std::vector<std::pair<size_t, size_t>>& tensors = layout_.tensor_ranges();
+  std::vector<AdafactorTensorStep> steps(tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    steps[t] = adafactor_tensor_step(o, args.lr, lr, sums[2 * t], sums[2 * t + 1], tensors[t].second - tensors[t].first);
+  }
+  optimizer_.adafactor_apply(args, steps, *factors_);
+}
+
+std::pair<size_t, size_t> ZeroEngine::factor_extent() const {
+  return factors_ ? AdafactorFactors::extent(layout_.tensor_shapes()) : std::pair<size_t, size_t>{0, 0};
 }
 
 double ZeroEngine::local_grad_sum_squares() {
@@ -228,6 +260,7 @@ void ZeroEngine::gather_params(size_t lo, size_t hi, void* out) {
 
 ModelStateBytes ZeroEngine::model_state_bytes() const {
   ModelStateBytes b = optimizer_.bytes().device;
+  if (factors_) b.exp_avg_sq += AdafactorFactors::state_bytes(layout_.tensor_shapes());  // replicated, tiny
   b.params = buffers_.device_param_bytes();
   b.grads = buffers_.device_grad_bytes();
   return b;
@@ -255,7 +288,8 @@ BufferBytes ZeroEngine::buffer_bytes() const {
   b.gather = coordinator_ ? coordinator_->buffer_bytes() : 0;
   b.working = buffers_.bytes().working;
   b.offload = optimizer_.bytes().buffers + (coordinator_ ? coordinator_->store_bytes().buffers : 0);
-  b.optimizer = muon_ ? muon_->bytes() : 0;
+  if (factors_ && plan_.offloaded > 0) b.offload += AdafactorFactors::host_copy_bytes(layout_.tensor_shapes());
+  b.optimizer = muon_ ? muon_->bytes() : factors_ ? AdafactorFactors::buffer_bytes(layout_.tensor_shapes()) : 0;
   return b;
 }
 
@@ -284,13 +318,21 @@ void ZeroEngine::load(const StateSource& source) {
     if (hi > std::max(lo, model_hi)) std::fill(out + (std::max(lo, model_hi) - lo), out + (hi - lo), 0.0f);
   };
   optimizer_.load(read_padded, moments);
+  if (factors_ && moments && source.read_factors) {
+    const auto [rows, cols] = factor_extent();
+    std::vector<float> r(rows), c(cols);
+    source.read_factors(r.data(), rows, c.data(), cols);
+    factors_->load(r.data(), c.data());
+  } else if (factors_) {
+    factors_->zero();
+  }
   if (plan_.world > 1 && plan_.optimizer_replicated()) {
     // Stage 0 keeps the whole optimizer state on every rank.
     const size_t chunk = allgather_chunk();
     if (moments && optimizer_.has(StateField::kExpAvg)) {
       all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.exp_avg(), DType::kF32, chunk);
     }
-    if (moments && optimizer_.has(StateField::kExpAvgSq) && muon_) {  // packed: AdamW's tensors only, in place
+    if (moments && optimizer_.has(StateField::kExpAvgSq) && config_.optimizer.aux_exp_avg_sq()) {  // packed, in place
       const std::vector<size_t> counts = optimizer_.aux_partition_counts();
       size_t mine = 0;
       for (int r = 0; r < plan_.rank; ++r) mine += counts[size_t(r)];

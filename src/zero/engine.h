@@ -108,6 +108,10 @@ class ZeroEngine final : public ParamSource<float> {
   void read_field(StateField field, size_t lo, size_t n, float* out) { optimizer_.read_field(field, lo, n, out); }
   /// The fields a checkpoint holds: the master weights and the moments the optimizer keeps.
   std::vector<StateField> state_fields() const { return zt::state_fields(config_.optimizer); }
+  /// Adafactor: its matrices' row and column factors (AdafactorFactors::extent() counts), which a
+  /// checkpoint holds beside the flat fields; {0, 0} for any other optimizer.
+  std::pair<size_t, size_t> factor_extent() const;
+  void read_factors(float* rows, float* cols) { factors_->read(rows, cols); }
   /// The optimizer's DeepSpeed name ("AdamW", "Lion", ...).
   const char* optimizer_type() const { return optimizer_name(config_.optimizer.type); }
   /// Elements [lo, hi) of the parameters in param_dtype(), assembled from every rank's partition
@@ -145,6 +149,9 @@ class ZeroEngine final : public ParamSource<float> {
   /// Muon's: the momentum (and AdamW for the other tensors), each matrix orthogonalised by its
   /// owner, the matrices' update.
   void muon_step(const OptimizerStepArgs& args);
+  /// Adafactor's three passes: the matrices' g^2 sums (all-reduced), the factors, the per-tensor
+  /// norms (all-reduced), the update. `lr`: the schedule's.
+  void adafactor_step(const OptimizerStepArgs& args, double lr);
   /// After the optimizer wrote this rank's range: every rank's updated parameters where the
   /// stage keeps them whole (stages 1, 2), and no stale copy anywhere.
   void share_parameters();
@@ -181,6 +188,7 @@ class ZeroEngine final : public ParamSource<float> {
   std::unique_ptr<PartitionedParameterCoordinator> coordinator_;  // stage 3
   OptimizerPartition optimizer_;
   std::unique_ptr<MuonMatrices> muon_;  // Muon only
+  std::unique_ptr<AdafactorFactors> factors_;  // Adafactor only
   GradientReducer reducer_;
   DeviceArray<double> norm_sq_, norm_sq_host_;  // device / pinned: the step's sum of squares
   int64_t micro_step_ = 0;                      // backward passes since the last step

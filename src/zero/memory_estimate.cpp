@@ -14,6 +14,7 @@
 #include "model/model_memory.h"
 #include "zero/gradient_reducer.h"
 #include "zero/mixed_precision_buffers.h"
+#include "zero/adafactor_factors.h"
 #include "zero/muon_matrices.h"
 #include "zero/optimizer_partition.h"
 #include "zero/parameter_coordinator.h"
@@ -164,6 +165,12 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   dev.exp_avg_sq = opt.device.exp_avg_sq;
   add(Pool::kDevice, dev.master + dev.exp_avg + dev.exp_avg_sq);
   for (size_t bytes : {dev.master, dev.exp_avg, dev.exp_avg_sq}) list_device(Pool::kDevice, bytes);  // an array each
+  std::vector<size_t> factors;  // Adafactor's row and column factors (state), replicated on every rank
+  if (config.optimizer.factored()) {
+    factors = AdafactorFactors::device_allocations(layout->tensor_shapes());
+    dev.exp_avg_sq += factors[0] + factors[1];
+    add(Pool::kDevice, factors[0] + factors[1]);
+  }
   moved.master = opt.offloaded.master;
   moved.exp_avg = opt.offloaded.exp_avg;
   moved.exp_avg_sq = opt.offloaded.exp_avg_sq;
@@ -171,6 +178,11 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   add(opt.host_pool, opt.host + opt.buffers);
   add(Pool::kNvme, opt.nvme);
   est.offload_buffers = opt.buffers + store.buffers;
+  if (config.optimizer.factored() && plan.offloaded > 0) {  // the factors' host copies
+    const size_t copies = AdafactorFactors::host_copy_bytes(layout->tensor_shapes());
+    est.offload_buffers += copies;
+    add(Pool::kHost, copies);
+  }
 
   // Device buffers: buckets, working copies, gathered units (the worst case), activations.
   est.buckets = GradientReducer::buffer_bytes(plan, config.zero, max_collective);
@@ -190,6 +202,10 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
       if (total > est.optimizer) est.optimizer = total, most = std::move(arrays);
     }
     list_devices(most);
+  }
+  if (!factors.empty()) {  // Adafactor's sums and scaled rows; the state above
+    est.optimizer = factors[2] + factors[3];
+    list_devices(factors);
   }
   add(Pool::kDevice, est.buckets + est.working + est.gather + est.optimizer);
   list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/ds_config.h"
+#include "model/param_layout.h"
 
 #include "optim/loss_scaler.h"
 
@@ -48,6 +49,20 @@ inline std::vector<StateField> state_fields(const OptimizerConfig& optimizer) {
   return fields;
 }
 
+/// Whether `optimizer` keeps exp_avg_sq element by element for a tensor of this shape: Muon for
+/// the tensors its AdamW steps (not hidden matrices), Adafactor for those it does not factor (not
+/// 2-D), every other optimizer that has the field for every tensor.
+inline bool keeps_exp_avg_sq(const OptimizerConfig& optimizer, const TensorShape& shape) {
+  if (!optimizer.has_exp_avg_sq()) return false;
+  if (optimizer.type == OptimizerConfig::Type::kMuon) return !shape.hidden_matrix;
+  if (optimizer.factored()) return !shape.matrix();
+  return true;
+}
+
+/// Adafactor's row and column factors of every matrix, in the model's tensor order (all rows,
+/// then all columns); null: they start at zero.
+using FactorReader = std::function<void(float* rows, size_t row_count, float* cols, size_t col_count)>;
+
 /// Fills out[0, hi - lo) with elements [lo, hi) of a field (hi <= the model's flat size).
 using StateReader = std::function<void(StateField field, size_t lo, size_t hi, float* out)>;
 
@@ -60,6 +75,7 @@ struct StateSource {
   StateReader read;                     ///< serves kMaster; the moments too when with_moments
   bool with_moments = false;            ///< false: exp_avg and exp_avg_sq start at zero
   std::optional<EngineState> counters;  ///< empty: step 0, the schedule's start, the config's loss scale
+  FactorReader read_factors;            ///< Adafactor's factors when with_moments (a checkpoint holds them)
 };
 
 }  // namespace zt

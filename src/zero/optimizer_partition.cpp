@@ -15,15 +15,17 @@ namespace {
 // offloaded range's gradient is copied to the host.
 bool copies_gradients(const ZeroPlan& plan) { return plan.offloaded > 0 && !plan.grads_on_host; }
 
-// Muon: the elements of flat [lo, hi) in tensors that are not hidden matrices (AdamW's, which
-// keep exp_avg_sq); with `start`, each such tensor's packed offset of its first element there.
+// Muon and Adafactor: the elements of flat [lo, hi) in tensors that keep exp_avg_sq (Muon's
+// AdamW tensors, Adafactor's 1-D ones); with `start`, each such tensor's packed offset of its
+// first element there.
 size_t aux_elements(size_t lo, size_t hi, const std::vector<std::pair<size_t, size_t>>& tensors,
-                    const std::vector<TensorShape>& shapes, std::vector<size_t>* start = nullptr) {
+                    const std::vector<TensorShape>& shapes, const OptimizerConfig& opt,
+                    std::vector<size_t>* start = nullptr) {
   if (start) start->assign(tensors.size(), SIZE_MAX);
   size_t n = 0;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const size_t a = std::max(lo, tensors[t].first), b = std::min(hi, tensors[t].second);
-    if (b <= a || shapes[t].hidden_matrix) continue;
+    if (b <= a || !keeps_exp_avg_sq(opt, shapes[t])) continue;
     if (start) (*start)[t] = n;
     n += b - a;
   }
@@ -42,8 +44,9 @@ OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const 
   b.device.exp_avg = opt.has_exp_avg() ? plan.device_count * sizeof(float) : 0;
   b.device.exp_avg_sq = opt.has_exp_avg_sq() ? plan.device_count * sizeof(float) : 0;
   if (opt.aux_exp_avg_sq()) {
-    ZT_CHECK(tensors.size() == shapes.size() && !tensors.empty(), "Muon's state sizes need the model's tensors");
-    b.device.exp_avg_sq = aux_elements(plan.opt_begin, plan.offload_begin(), tensors, shapes) * sizeof(float);
+    ZT_CHECK(tensors.size() == shapes.size() && !tensors.empty(), optimizer_name(opt.type),
+             "'s state sizes need the model's tensors");
+    b.device.exp_avg_sq = aux_elements(plan.opt_begin, plan.offload_begin(), tensors, shapes, opt) * sizeof(float);
   }
   b.host_pool = plan.offloaded_optimizer_pool;
   if (plan.offloaded == 0) return b;
@@ -54,11 +57,14 @@ OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const 
   b.offloaded.master = field;
   b.offloaded.exp_avg = opt.has_exp_avg() ? field : 0;
   b.offloaded.exp_avg_sq = opt.has_exp_avg_sq() ? field : 0;
+  if (opt.factored()) {  // Adafactor: its 1-D tensors' exp_avg_sq, packed in host memory
+    b.offloaded.exp_avg_sq = aux_elements(plan.offload_begin(), plan.opt_end(), tensors, shapes, opt) * sizeof(float);
+  }
   if (copies_gradients(plan)) b.offloaded.grads = plan.offloaded * plan.grad_elem();
-  b.host = f.host_state + b.offloaded.grads;
+  b.host = f.host_state + b.offloaded.grads + (opt.factored() ? b.offloaded.exp_avg_sq : 0);
   b.nvme = f.nvme;
   b.buffers = f.buffers + (plan.delayed_update_after >= 0 ? plan.offloaded * plan.elem() : 0) +
-              (opt.aux_exp_avg_sq() ? plan.offloaded * sizeof(float) : 0);  // Muon's updates on the host
+              (opt.type == OptimizerConfig::Type::kMuon ? plan.offloaded * sizeof(float) : 0);  // Muon's updates on the host
   return b;
 }
 
@@ -67,15 +73,17 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
                                        std::vector<std::pair<size_t, size_t>> tensors, std::vector<TensorShape> shapes)
     : plan_(plan), backend_(backend), compute_(backend.compute_stream()), ops_(backend.optimizer_ops()),
       buffers_(buffers), swapped_params_(swapped_params), has_exp_avg_(config.optimizer.has_exp_avg()),
-      has_exp_avg_sq_(config.optimizer.has_exp_avg_sq()), tensors_(std::move(tensors)), shapes_(std::move(shapes)) {
-  if (config.optimizer.type == OptimizerConfig::Type::kLamb) {
-    ZT_CHECK(!tensors_.empty(), "Lamb needs the model's tensors");
+      has_exp_avg_sq_(config.optimizer.has_exp_avg_sq()), opt_(config.optimizer), tensors_(std::move(tensors)),
+      shapes_(std::move(shapes)) {
+  if (config.optimizer.type == OptimizerConfig::Type::kLamb || config.optimizer.factored()) {
+    ZT_CHECK(!tensors_.empty(), optimizer_name(config.optimizer.type), " needs the model's tensors");
     lamb_sums_ = DeviceArray<double>(backend, 2 * tensors_.size());
   }
   size_t sq_count = plan.device_count;
   if (config.optimizer.aux_exp_avg_sq()) {
-    ZT_CHECK(!tensors_.empty() && shapes_.size() == tensors_.size(), "Muon needs the model's tensors and shapes");
-    sq_count = aux_elements(plan.opt_begin, plan.offload_begin(), tensors_, shapes_, &aux_start_);
+    ZT_CHECK(!tensors_.empty() && shapes_.size() == tensors_.size(), optimizer_name(config.optimizer.type),
+             " needs the model's tensors and shapes");
+    sq_count = aux_elements(plan.opt_begin, plan.offload_begin(), tensors_, shapes_, opt_, &aux_start_);
   }
   if (plan.has_master()) master_ = DeviceArray<float>(backend, plan.device_count);
   if (has_exp_avg_) exp_avg_ = DeviceArray<float>(backend, plan.device_count);
@@ -90,8 +98,13 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
     d2h_stream_ = backend.create_stream("offload gradients");
     event_ = backend.create_event();
   }
-  if (config.optimizer.aux_exp_avg_sq()) {
+  if (config.optimizer.type == OptimizerConfig::Type::kMuon) {
     host_updates_ = DeviceArray<float>(backend, plan.offloaded, offload_->host_pool());
+  }
+  if (config.optimizer.factored()) {
+    const size_t n = aux_elements(plan.offload_begin(), plan.opt_end(), tensors_, shapes_, opt_, &host_aux_start_);
+    host_aux_sq_ = DeviceArray<float>(backend, n, offload_->host_pool());
+    if (n > 0) host_optimizer_ops().zero(host_aux_sq_.data(), DType::kF32, n);
   }
   if (plan.delayed_update_after >= 0) {
     pending_params_ = DeviceArray<unsigned char>(backend, plan.offloaded * plan.elem(), offload_->host_pool());
@@ -305,8 +318,13 @@ void OptimizerPartition::lamb_apply(const OptimizerStepArgs& args, const std::ve
 }
 
 float* OptimizerPartition::aux_exp_avg_sq(size_t t, size_t flat) {
+  if (flat >= plan_.offload_begin()) {  // Adafactor's offloaded part, packed in host memory
+    return host_aux_sq_.data() + host_aux_start_[t] + (flat - std::max(tensors_[t].first, plan_.offload_begin()));
+  }
   return exp_avg_sq_.data() + aux_start_[t] + (flat - std::max(tensors_[t].first, plan_.opt_begin));
 }
+
+bool OptimizerPartition::keeps_sq(size_t t) const { return keeps_exp_avg_sq(opt_, shapes_[t]); }
 
 void OptimizerPartition::muon_momentum(const OptimizerStepArgs& args, float* updates) {
   const size_t base = plan_.opt_begin, off = plan_.offload_begin();
@@ -354,10 +372,96 @@ void OptimizerPartition::muon_apply(const OptimizerStepArgs& args, const float* 
   });
 }
 
+void OptimizerPartition::adafactor_sums(const OptimizerStepArgs& args, AdafactorFactors& factors, size_t lo,
+                                        size_t hi) {
+  const size_t base = std::max(lo, plan_.opt_begin), off = plan_.offload_begin(), end = std::min(hi, plan_.opt_end());
+  float* sums = factors.sums();
+  if (offload_) {  // the CPU's sums over the offloaded gradient first; they start the device's
+    float* host = factors.host_sums();
+    std::fill(host, host + factors.sum_count(), 0.0f);
+    const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
+    OptimizerOps& cpu = host_optimizer_ops();
+    for_tensors(std::max(base, off), end, [&](size_t t, size_t a, size_t b) {
+      if (!factors.factored(t)) return;
+      cpu.adafactor_sums(args, grads + (a - off) * plan_.grad_elem(), plan_.grad_dtype, b - a, a - tensors_[t].first,
+                         shapes_[t].cols, factors.row_sums(host, t), factors.col_sums(host, t));
+    });
+    backend_.copy_from_host(sums, host, factors.sum_count() * sizeof(float));
+  } else {
+    ops_.zero(sums, DType::kF32, factors.sum_count());
+  }
+  for_tensors(base, std::min(end, off), [&](size_t t, size_t a, size_t b) {
+    if (!factors.factored(t)) return;
+    ops_.adafactor_sums(args, buffers_.grad_at(a), plan_.grad_dtype, b - a, a - tensors_[t].first, shapes_[t].cols,
+                        factors.row_sums(sums, t), factors.col_sums(sums, t));
+  });
+}
+
+std::vector<double> OptimizerPartition::adafactor_norms(const OptimizerStepArgs& args, AdafactorFactors& factors,
+                                                        bool weight_norms) {
+  std::vector<double> sums(2 * tensors_.size(), 0.0);
+  const size_t base = plan_.offload_begin();
+  const auto moment = [&](size_t t, size_t a, bool host) {
+    if (factors.factored(t)) {
+      return host ? factors.host_moment(t, a - tensors_[t].first) : factors.moment(t, a - tensors_[t].first);
+    }
+    AdafactorMoment v;
+    v.exp_avg_sq = aux_exp_avg_sq(t, a);
+    return v;
+  };
+  if (plan_.device_count > 0) {
+    backend_.zero_async(lamb_sums_.data(), lamb_sums_.bytes(), compute_);
+    for_tensors(plan_.opt_begin, base, [&](size_t t, size_t a, size_t b) {
+      ops_.adafactor_norms(args, weight_norms ? master_at(a) : nullptr, moment(t, a, false), buffers_.grad_at(a),
+                           plan_.grad_dtype, b - a, lamb_sums_.data() + 2 * t);
+    });
+    backend_.copy_to_host(sums.data(), lamb_sums_.data(), lamb_sums_.bytes());
+  }
+  if (!offload_) return sums;
+  const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
+  OptimizerOps& cpu = host_optimizer_ops();
+  const auto norms = [&](size_t t, size_t a, size_t b, const float* master) {
+    cpu.adafactor_norms(args, master, moment(t, a, true), grads + (a - base) * plan_.grad_elem(), plan_.grad_dtype,
+                        b - a, sums.data() + 2 * t);
+  };
+  if (!weight_norms) {  // the gradient and the factors suffice: the state stays where it is
+    for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) { norms(t, a, b, nullptr); });
+    return sums;
+  }
+  offload_->visit(0, offload_->size(), SwapMode::kRead, [&](const OffloadPiece& p) {
+    for_tensors(base + p.lo, base + p.lo + p.n, [&](size_t t, size_t a, size_t b) {
+      norms(t, a, b, p.master + (a - base - p.lo));
+    });
+  });
+  return sums;
+}
+
+void OptimizerPartition::adafactor_apply(const OptimizerStepArgs& args, const std::vector<AdafactorTensorStep>& steps,
+                                         AdafactorFactors& factors) {
+  ZT_CHECK(steps.size() == tensors_.size(), "one Adafactor step per tensor");
+  const size_t base = plan_.opt_begin, off = plan_.offload_begin();
+  for_tensors(base, off, [&](size_t t, size_t a, size_t b) {
+    AdafactorMoment v = factors.factored(t) ? factors.moment(t, a - tensors_[t].first) : AdafactorMoment{};
+    if (!factors.factored(t)) v.exp_avg_sq = aux_exp_avg_sq(t, a);
+    ops_.adafactor_apply(args, steps[t].scale, steps[t].decay, master_at(a),
+                         has_exp_avg_ ? exp_avg_.data() + (a - base) : nullptr, v, buffers_.grad_at(a),
+                         plan_.grad_dtype, buffers_.param_at(a), plan_.dtype, b - a);
+  });
+  if (!offload_) return;
+  const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
+  OptimizerOps& cpu = host_optimizer_ops();
+  send_params_by_tensor([&](size_t t, const OffloadPiece& p, size_t at, size_t a, size_t n, void* out) {
+    AdafactorMoment v = factors.factored(t) ? factors.host_moment(t, a - tensors_[t].first) : AdafactorMoment{};
+    if (!factors.factored(t)) v.exp_avg_sq = aux_exp_avg_sq(t, a);
+    cpu.adafactor_apply(args, steps[t].scale, steps[t].decay, p.master + at, p.exp_avg ? p.exp_avg + at : nullptr, v,
+                        grads + (a - off) * plan_.grad_elem(), plan_.grad_dtype, out, plan_.dtype, n);
+  });
+}
+
 std::vector<size_t> OptimizerPartition::aux_partition_counts() const {
   std::vector<size_t> counts;
   for (int r = 0; r < plan_.world; ++r) {
-    counts.push_back(aux_elements(plan_.partition.begin(r), plan_.partition.end(r), tensors_, shapes_));
+    counts.push_back(aux_elements(plan_.partition.begin(r), plan_.partition.end(r), tensors_, shapes_, opt_));
   }
   return counts;
 }
@@ -368,10 +472,10 @@ void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float
   ZT_CHECK(lo >= plan_.opt_begin && hi <= plan_.opt_end(), "[", lo, ", ", hi, ") is outside this rank's range");
   ZT_CHECK(has(field), "the optimizer keeps no such state field");
   const size_t dev_hi = std::min(hi, base);
-  if (field == StateField::kExpAvgSq && !aux_start_.empty() && dev_hi > lo) {  // Muon: zeros where the matrices are
+  if (field == StateField::kExpAvgSq && !aux_start_.empty() && dev_hi > lo) {  // packed: zeros elsewhere
     std::fill(out, out + (dev_hi - lo), 0.0f);
     for_tensors(lo, dev_hi, [&](size_t t, size_t a, size_t b) {
-      if (!shapes_[t].hidden_matrix) {
+      if (keeps_sq(t)) {
         backend_.copy_to_host(out + (a - lo), aux_exp_avg_sq(t, a), (b - a) * sizeof(float));
       }
     });
@@ -382,7 +486,12 @@ void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float
     backend_.copy_to_host(out, src, (dev_hi - lo) * sizeof(float));
   }
   const size_t off_lo = std::max(lo, base);
-  if (hi > off_lo) {
+  if (hi > off_lo && field == StateField::kExpAvgSq && opt_.factored()) {  // Adafactor's, packed on the host
+    std::fill(out + (off_lo - lo), out + n, 0.0f);
+    for_tensors(off_lo, hi, [&](size_t t, size_t a, size_t b) {
+      if (keeps_sq(t)) std::memcpy(out + (a - lo), aux_exp_avg_sq(t, a), (b - a) * sizeof(float));
+    });
+  } else if (hi > off_lo) {
     offload_->visit(off_lo - base, hi - base, SwapMode::kRead, [&](const OffloadPiece& p) {
       const float* src = field == StateField::kMaster ? p.master : field == StateField::kExpAvg ? p.exp_avg : p.exp_avg_sq;
       std::memcpy(out + (base + p.lo - lo), src, p.n * sizeof(float));
@@ -416,7 +525,7 @@ void OptimizerPartition::load(const FieldReader& read, bool moments) {
     if (moments && has(StateField::kExpAvg)) load_to_device(StateField::kExpAvg, read, lo, hi, exp_avg_.data() + at);
     if (moments && has(StateField::kExpAvgSq) && !aux_start_.empty()) {
       for_tensors(lo, hi, [&](size_t t, size_t a, size_t b) {
-        if (!shapes_[t].hidden_matrix) load_to_device(StateField::kExpAvgSq, read, a, b, aux_exp_avg_sq(t, a));
+        if (keeps_sq(t)) load_to_device(StateField::kExpAvgSq, read, a, b, aux_exp_avg_sq(t, a));
       });
     } else if (moments && has(StateField::kExpAvgSq)) {
       load_to_device(StateField::kExpAvgSq, read, lo, hi, exp_avg_sq_.data() + at);
@@ -434,6 +543,11 @@ void OptimizerPartition::load(const FieldReader& read, bool moments) {
     if (p.exp_avg_sq) read(StateField::kExpAvgSq, base + p.lo, base + p.lo + p.n, p.exp_avg_sq);
     read(StateField::kMaster, base + p.lo, base + p.lo + p.n, p.master);
   });
+  if (opt_.factored()) {
+    for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) {
+      if (keeps_sq(t)) read(StateField::kExpAvgSq, a, b, aux_exp_avg_sq(t, a));  // zeros without moments
+    });
+  }
   offload_->copy_params_from_master(param_sink());
   backend_.wait(compute_, offload_->params_written());
 }
@@ -449,9 +563,9 @@ OptimizerPartition::Bytes OptimizerPartition::bytes() const {
   const size_t field = (offload_->host_state_bytes() + offload_->nvme_bytes()) / offload_->fields();
   b.offloaded.master = field;
   b.offloaded.exp_avg = has(StateField::kExpAvg) ? field : 0;
-  b.offloaded.exp_avg_sq = has(StateField::kExpAvgSq) ? field : 0;
+  b.offloaded.exp_avg_sq = has(StateField::kExpAvgSq) ? (opt_.factored() ? host_aux_sq_.bytes() : field) : 0;
   b.offloaded.grads = host_grads_.bytes();
-  b.host = offload_->host_state_bytes() + host_grads_.bytes();
+  b.host = offload_->host_state_bytes() + host_grads_.bytes() + host_aux_sq_.bytes();
   b.nvme = offload_->nvme_bytes();
   b.buffers = offload_->buffer_bytes() + pending_params_.bytes() + host_updates_.bytes();
   return b;

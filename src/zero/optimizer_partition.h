@@ -37,7 +37,9 @@
 #include "offload/optimizer_offload.h"
 #include "offload/param_store.h"
 #include "model/param_layout.h"
+#include "optim/adafactor.h"
 #include "optim/optimizer.h"
+#include "zero/adafactor_factors.h"
 #include "zero/mixed_precision_buffers.h"
 #include "zero/model_states.h"
 #include "zero/zero_plan.h"
@@ -97,6 +99,15 @@ class OptimizerPartition {
   /// Muon's second pass: the matrices' weights from their orthogonalised `updates`, and on the
   /// offloaded part AdamW's tensors, as the parameters go out (as Lamb's second pass).
   void muon_apply(const OptimizerStepArgs& args, const float* updates);
+  /// Adafactor's first pass: adds g^2 of this rank's pieces of every matrix inside flat [lo, hi)
+  /// to factors.sums() (overwritten first: by the offloaded part's sums where there is one).
+  void adafactor_sums(const OptimizerStepArgs& args, AdafactorFactors& factors, size_t lo, size_t hi);
+  /// Adafactor's second pass, with the factors updated: the 1-D tensors' exp_avg_sq, and this
+  /// rank's sum(w^2) (with `weight_norms`) and sum(u^2) for every tensor, as lamb_norms.
+  std::vector<double> adafactor_norms(const OptimizerStepArgs& args, AdafactorFactors& factors, bool weight_norms);
+  /// Adafactor's third pass, with each tensor's scalars; then as step().
+  void adafactor_apply(const OptimizerStepArgs& args, const std::vector<AdafactorTensorStep>& steps,
+                       AdafactorFactors& factors);
   /// Muon at stage 0: each rank's partition of the packed exp_avg_sq, in elements, in rank order
   /// (the counts that all-gather it).
   std::vector<size_t> aux_partition_counts() const;
@@ -144,9 +155,11 @@ class OptimizerPartition {
   /// the parameters.
   template <typename Fn>
   void send_params_by_tensor(Fn step);
-  /// Muon: where flat element `flat` of an AdamW-stepped tensor (not a hidden matrix) of the
-  /// device range sits in the packed exp_avg_sq.
+  /// Muon and Adafactor: where flat element `flat` of a tensor that keeps exp_avg_sq sits in the
+  /// packed exp_avg_sq (the device part's; Adafactor's offloaded part's in host memory).
   float* aux_exp_avg_sq(size_t t, size_t flat);
+  /// Whether tensor t keeps exp_avg_sq element by element (keeps_exp_avg_sq).
+  bool keeps_sq(size_t t) const;
   /// Fills device range [lo, hi) of a field from `read`, through host memory in pieces.
   void load_to_device(StateField field, const FieldReader& read, size_t lo, size_t hi, float* device);
 
@@ -157,6 +170,7 @@ class OptimizerPartition {
   MixedPrecisionBuffers& buffers_;
   ParamStore* swapped_params_;
   const bool has_exp_avg_, has_exp_avg_sq_;           // the moments the optimizer keeps
+  const OptimizerConfig opt_;
   DeviceArray<float> master_, exp_avg_, exp_avg_sq_;  // the device part; master_ empty in fp32, absent moments empty
   std::unique_ptr<OptimizerOffload> offload_;
   const std::vector<std::pair<size_t, size_t>> tensors_;  // the model's tensors, flat [lo, hi), in order
@@ -165,6 +179,9 @@ class OptimizerPartition {
   // order; per tensor, where its first element in the range is (SIZE_MAX: a matrix, or outside).
   std::vector<size_t> aux_start_;
   DeviceArray<float> host_updates_;  // Muon with offload: the offloaded range's updates (host pool)
+  // Adafactor with offload: the offloaded range's 1-D tensors' exp_avg_sq, packed (host pool).
+  DeviceArray<float> host_aux_sq_;
+  std::vector<size_t> host_aux_start_;
   DeviceArray<double> lamb_sums_;                         // Lamb: the device part's per-tensor sums
   DeviceArray<unsigned char> host_grads_;  // the offloaded range's gradient, copied to the host
   std::unique_ptr<Stream> d2h_stream_;     // ... by copies on this stream, beside backward

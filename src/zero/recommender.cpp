@@ -137,6 +137,12 @@ boost::json::object optimizer_params_json(const OptimizerConfig& o) {
     params["ns_method"] = o.ns_method == OptimizerConfig::NsMethod::kGram ? "gram" : "standard";
     return params;
   }
+  if (o.factored()) {  // torch.optim.Adafactor's keys
+    params["beta2_decay"] = o.decay_rate;
+    params["eps"] = json::array{o.adafactor_eps1, o.adafactor_eps2};
+    params["d"] = o.clip_threshold;
+    return params;
+  }
   if (o.type != OptimizerConfig::Type::kAdagrad) params["betas"] = "auto";
   if (o.type == OptimizerConfig::Type::kAdagrad) params["eps"] = o.eps;  // torch's 1e-10, not --adam_epsilon
   if (o.type != OptimizerConfig::Type::kLion && o.type != OptimizerConfig::Type::kAdagrad) {
@@ -169,8 +175,12 @@ boost::json::object ds_config_json(const DsConfig& c) {
   out["gradient_clipping"] = "auto";
   out["bf16"] = json::object{{"enabled", c.bf16}};
   out["fp16"] = json::object{{"enabled", c.fp16.enabled}};
-  out["optimizer"] =
-      json::object{{"type", optimizer_name(c.optimizer.type)}, {"params", optimizer_params_json(c.optimizer)}};
+  // transformers' Adafactor has no DeepSpeed block (DeepSpeed's "Adafactor" is torch.optim's): it
+  // stays with HF's --optim adafactor (and --optim_args), as the estimate was asked.
+  if (!c.optimizer.factored() || c.optimizer.adafactor_torch) {
+    out["optimizer"] =
+        json::object{{"type", optimizer_name(c.optimizer.type)}, {"params", optimizer_params_json(c.optimizer)}};
+  }
   const ZeroConfig& z = c.zero;
   json::object zero{{"stage", z.stage},
                     {"overlap_comm", z.stage >= 2},

@@ -62,6 +62,10 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
                  "--delayed_param_update with Muon is not implemented: its matrices are exchanged between the ranks "
                  "and orthogonalised between its two passes, which the update's own thread cannot join (",
                  config.source, ")");
+  ZT_USAGE_CHECK(!config.optimizer.factored(),
+                 "--delayed_param_update with Adafactor is not implemented: its factors need an all-reduce of the "
+                 "matrices' sums, and its clipping one of the tensors' norms, between its passes, which the update's "
+                 "own thread cannot join (", config.source, ")");
   ZT_USAGE_CHECK(!params_on_host, "--delayed_param_update with zero_optimization.offload_param is not implemented: "
                  "the CPU optimizer step would write the parameter partition that the next step gathers from (", config.source,
                  ")");

@@ -1,7 +1,7 @@
 """The PyTorch side of the optimizer comparisons (tests/integration/optimizers.sh and
 tests/bench/ds_optimizer_peers.sh): the batch both sides train on, the optimizers no installed
 package provides on a CPU (Lion as its paper writes it, Lamb as DeepSpeed's FusedLamb computes it,
-Muon as DeepSpeed's MuonWithAuxAdam in float64),
+Muon as DeepSpeed's MuonWithAuxAdam in float64, torch 2.x's Adafactor for Debian's torch 1.13),
 and the fine-tuning loop zerotrain's runs are compared with. Plain torch: runs under Debian's 1.13
 and the bench venv's 2.x alike."""
 import struct
@@ -119,11 +119,55 @@ class Muon(torch.optim.Optimizer):
                 p.copy_(w)
 
 
-def fine_tune(hf_dir, windows, steps, make_optimizer, named=False):
+class TorchAdafactor(torch.optim.Optimizer):
+    """torch.optim.Adafactor (torch 2.5 on; Debian's 1.13 has none) as its _single_tensor_adafactor
+    computes it, in float32, for DeepSpeed's "Adafactor" block (DeepSpeed builds torch.optim's):
+    a relative step min(lr, 1/sqrt(t)) scaled by max(eps2, RMS(w)), w (1 - lr wd), factored
+    second moments for 2-D tensors, the estimate clamped at eps1^2 (float32's epsilon), the update
+    clipped to RMS d. tests/bench/ds_optimizer_peers.sh checks it against torch's own."""
+
+    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=eps, d=d, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            lr, wd = g["lr"], g["weight_decay"]
+            eps1 = g["eps"][0] if g["eps"][0] is not None else torch.finfo(torch.float32).eps
+            for p in g["params"]:
+                grad, st = p.grad, self.state[p]
+                if not st:
+                    st["step"] = 0
+                    if grad.dim() > 1:
+                        st["row_var"] = grad.new_zeros(grad.shape[:-1] + (1,))
+                        st["col_var"] = grad.new_zeros(grad.shape[:-2] + (1,) + grad.shape[-1:])
+                    else:
+                        st["variance"] = torch.zeros_like(grad)
+                st["step"] += 1
+                t = float(st["step"])
+                weight = t ** g["beta2_decay"]
+                alpha = max(g["eps"][1], p.norm(2).item() / (p.numel() ** 0.5)) * min(lr, 1 / t ** 0.5)
+                if wd != 0:
+                    p.mul_(1 - lr * wd)
+                if grad.dim() > 1:
+                    row_var, col_var = st["row_var"], st["col_var"]
+                    row_var.lerp_(torch.linalg.vector_norm(grad, dim=-1, keepdim=True).square_().div_(grad.size(-1)), weight)
+                    col_var.lerp_(torch.linalg.vector_norm(grad, dim=-2, keepdim=True).square_().div_(grad.size(-2)), weight)
+                    var = row_var @ col_var
+                    var.div_(row_var.mean(dim=-2, keepdim=True).clamp_(min=eps1))
+                else:
+                    st["variance"].lerp_(grad * grad, weight)
+                    var = st["variance"].clone()
+                update = var.clamp_(min=eps1 * eps1).rsqrt_().mul_(grad)
+                denom = max(1.0, update.norm(2).item() / ((update.numel() ** 0.5) * g["d"]))
+                p.add_(update, alpha=-alpha / denom)
+
+
+def fine_tune(hf_dir, windows, steps, make_optimizer, named=False, after_clip=None):
     """`steps` steps of the HF model in hf_dir on `windows` (every step the same batch), clipped at
     1.0, in eval mode (zerotrain has no dropout); make_optimizer gets the parameters (with their
-    names when `named`). Returns the losses and the final state dict without transformers'
-    causal-mask buffers."""
+    names when `named`); after_clip(model) may change the gradients before each step. Returns the
+    losses and the final state dict without transformers' causal-mask buffers."""
     model = GPT2LMHeadModel.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
     params = list(model.parameters())
     opt = make_optimizer(list(model.named_parameters()) if named else params)
@@ -134,7 +178,17 @@ def fine_tune(hf_dir, windows, steps, make_optimizer, named=False):
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
+        if after_clip:
+            after_clip(model)
         opt.step()
         losses.append(loss.item())
     state = {k: v for k, v in model.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
     return losses, state
+
+
+def zero_key_bias_grads(model):
+    """Sets the attention's key-bias gradients to exactly 0: their exact value, of which either side
+    computes only rounding noise (the bias adds the same q.b to a row's scores, which softmax takes out)."""
+    for block in model.transformer.h:
+        g, n = block.attn.c_attn.bias.grad, block.attn.c_attn.bias.numel() // 3
+        g[n:2 * n] = 0

@@ -35,6 +35,7 @@ constexpr auto kLion = OptimizerConfig::Type::kLion;
 constexpr auto kAdagrad = OptimizerConfig::Type::kAdagrad;
 constexpr auto kLamb = OptimizerConfig::Type::kLamb;
 constexpr auto kMuon = OptimizerConfig::Type::kMuon;
+constexpr auto kAdafactor = OptimizerConfig::Type::kAdafactor;
 
 class ZeroStages : public ::testing::TestWithParam<Case> {};
 
@@ -106,7 +107,15 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, DType::kF32, 1, false, false, false, kMuon}, Case{3, DType::kF32, 4, false, false, false, kMuon},
                       Case{0, DType::kBF16, 4, false, false, false, kMuon},
                       Case{2, DType::kBF16, 4, false, false, false, kMuon},
-                      Case{3, DType::kBF16, 1, false, false, false, kMuon}),
+                      Case{3, DType::kBF16, 1, false, false, false, kMuon},
+                      // Adafactor: every matrix's row and column sums all-reduced, per-tensor clips.
+                      Case{0, DType::kF32, 1, false, false, false, kAdafactor},
+                      Case{1, DType::kF32, 4, false, false, false, kAdafactor},
+                      Case{2, DType::kF32, 1, false, false, false, kAdafactor},
+                      Case{3, DType::kF32, 4, false, false, false, kAdafactor},
+                      Case{0, DType::kBF16, 4, false, false, false, kAdafactor},
+                      Case{2, DType::kBF16, 1, false, false, false, kAdafactor},
+                      Case{3, DType::kBF16, 1, false, false, false, kAdafactor}),
     case_name);
 
 // The Llama family through the same engine (zero/ knows no architecture): grouped-query

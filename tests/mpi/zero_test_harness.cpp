@@ -58,6 +58,17 @@ void use_optimizer(DsConfig& cfg, OptimizerConfig::Type type) {
   if (type == OptimizerConfig::Type::kLion) cfg.optimizer.lr = 1e-3;
   if (type == OptimizerConfig::Type::kAdagrad) cfg.optimizer.eps = 1e-10;  // torch's default
   if (type == OptimizerConfig::Type::kLamb) cfg.optimizer.lr = 1e-2;
+  if (type == OptimizerConfig::Type::kAdafactor) {
+    // torch's rule (its step min(lr, 1/sqrt(t)) x RMS(w), RMS(w) ~ 0.02 here), with transformers'
+    // first moment beside it. transformers' eps1 of 1e-30 would step the attention's key bias, whose
+    // gradient is rounding noise, by whole steps of the noise's sign, so that two reduction orders'
+    // weights part there (the integration test's noise band, optimizers.sh); torch's clamp at
+    // float32's epsilon squared keeps such steps small.
+    cfg.optimizer.adafactor_torch = cfg.optimizer.relative_step = cfg.optimizer.scale_parameter = true;
+    cfg.optimizer.adafactor_eps1 = 1.1920928955078125e-07;
+    cfg.optimizer.lr = 0.3;
+    cfg.optimizer.adafactor_beta1 = 0.9;
+  }
   if (type == OptimizerConfig::Type::kMuon) {  // the matrices at Muon's usual rate, the rest at AdamW's
     cfg.optimizer.lr = cfg.optimizer.muon_lr = 0.02;
     cfg.optimizer.adam_lr = 3e-3;

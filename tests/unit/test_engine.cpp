@@ -201,6 +201,40 @@ TEST(Engine, AllocatesWhatZeroEstimateSays) {
       }
     }
   }
+  // Adafactor: exp_avg_sq for the 1-D tensors alone plus every matrix's row and column factors,
+  // exp_avg only with beta1, its sums and scaled rows as buffers; offloaded, wholly and in part.
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (bool beta1 : {false, true}) {
+      DsConfig cfg = config_for(stage % 2 ? DType::kBF16 : DType::kF32);
+      cfg.zero.stage = stage;
+      cfg.optimizer.type = OptimizerConfig::Type::kAdafactor;
+      if (beta1) cfg.optimizer.adafactor_beta1 = 0.9;
+      const std::string where = cat("Adafactor, stage ", stage, beta1 ? " with beta1" : "");
+      for (double ratio : {0.0, 1.0, 0.5}) {
+        if (ratio > 0 && stage == 0) continue;
+        cfg.zero.offload_optimizer.device = ratio > 0 ? OffloadConfig::Device::kCpu : OffloadConfig::Device::kNone;
+        cfg.zero.offload_optimizer.ratio = ratio > 0 ? ratio : 1.0;
+        const MemoryEstimate e = estimate_memory(model, cfg, RunShape{});
+        ZeroEngine engine(layout, *backend, *engine_comm, comm, cfg);
+        const ModelStateBytes d = engine.model_state_bytes(), o = engine.offloaded_state_bytes();
+        EXPECT_EQ(d.exp_avg, e.device_states.exp_avg) << where << " ratio " << ratio;
+        EXPECT_EQ(d.exp_avg_sq, e.device_states.exp_avg_sq) << where << " ratio " << ratio;
+        EXPECT_EQ(o.exp_avg, e.offloaded_states.exp_avg) << where << " ratio " << ratio;
+        EXPECT_EQ(o.exp_avg_sq, e.offloaded_states.exp_avg_sq) << where << " ratio " << ratio;
+        EXPECT_EQ(engine.buffer_bytes().optimizer, e.optimizer) << where << " ratio " << ratio;
+        EXPECT_EQ(engine.buffer_bytes().offload, e.offload_buffers) << where << " ratio " << ratio;
+        EXPECT_EQ(d.exp_avg == 0 && o.exp_avg == 0, !beta1) << where;
+        if (ratio > 0) continue;
+        size_t sq = 0;  // the 1-D tensors' elements and the matrices' rows and columns
+        for (size_t t = 0; t < layout.tensor_shapes().size(); ++t) {
+          const TensorShape& shape = layout.tensor_shapes()[t];
+          sq += shape.matrix() ? shape.rows + shape.cols : layout.tensor_ranges()[t].second - layout.tensor_ranges()[t].first;
+        }
+        if (stage == 0) EXPECT_EQ(d.exp_avg_sq, sq * sizeof(float)) << where;
+        EXPECT_LT(10 * d.exp_avg_sq, d.master + d.params) << where;
+      }
+    }
+  }
   // The activations the estimate lists are the arrays the model allocates, in either dtype.
   for (bool checkpointing : {false, true}) {
     const auto f = make_causal_lm<float>(layout, *backend, backend->ops(), 3, 16, checkpointing);

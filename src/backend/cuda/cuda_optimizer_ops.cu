@@ -1,5 +1,6 @@
-// OptimizerOps on the device: the fused Adam/AdamW, Lion and Adagrad steps, the sum of squares for gradient clipping,
-// gradient accumulation between dtypes, and zero. All on ctx.compute; none synchronises the host.
+// OptimizerOps on the device: the fused Adam/AdamW, Lion and Adagrad steps, Lamb's, Muon's and
+// Adafactor's passes, the sum of squares for gradient clipping, gradient accumulation between
+// dtypes, and zero. All on ctx.compute; none synchronises the host.
 // The arithmetic is the CPU's (cpu_kernels.inc) operation for operation.
 #include <cmath>
 #include <memory>
@@ -322,6 +323,156 @@ __global__ void add_diagonal_kernel(float* x, size_t n, float a) {
   }
 }
 
+// ---- Adafactor ----------------------------------------------------------------------------------
+// A matrix range (elements [first, first + n) of a matrix with `cols` columns) is walked in tiles of
+// 32 columns (a warp's lanes, so loads coalesce) by 8 warps of 8 rows each, blocks over the
+// column tiles (x) and the rows the range touches (y, grid-stride): no element needs a division.
+constexpr int kTileRows = 64, kTileThreads = 256;
+
+struct MatrixRange {
+  size_t first, n, cols, row0, rows;  // rows: those the range touches, from row0
+  __device__ __forceinline__ bool holds(size_t k) const { return k >= first && k < first + n; }
+};
+
+MatrixRange matrix_range(size_t first, size_t n, size_t cols) {
+  const size_t row0 = first / cols;
+  return {first, n, cols, row0, (first + n - 1) / cols - row0 + 1};
+}
+
+dim3 matrix_grid(const MatrixRange& m) {
+  return dim3(div_up(m.cols, kWarp), unsigned(std::min<size_t>(div_up(m.rows, kTileRows), 65535)));
+}
+
+// Calls fn(r, c, i) for every element of the range in this thread's share: i = r cols + c - first.
+template <typename Fn>
+__device__ __forceinline__ void for_matrix_range(const MatrixRange& m, Fn fn) {
+  const size_t c = size_t(blockIdx.x) * kWarp + threadIdx.x % kWarp;
+  const size_t lane = threadIdx.x / kWarp, lanes = kTileThreads / kWarp;
+  for (size_t tile = blockIdx.y; tile * kTileRows < m.rows; tile += gridDim.y) {
+    const size_t end = min(m.rows, (tile + 1) * kTileRows);
+    for (size_t rr = tile * kTileRows + lane; rr < end; rr += lanes) {
+      const size_t r = m.row0 + rr, k = r * m.cols + c;
+      fn(r, c, m.holds(k) && c < m.cols, k - m.first);
+    }
+  }
+}
+
+// g^2 + eps summed per row (a warp's lanes, then one atomicAdd a row and tile) and per column
+// (this thread's rows in double, then the block's 8 warps, one atomicAdd a column and block).
+// Float atomics: the order of the partials moves a sum by a float's rounding from run to run.
+template <typename G>
+__global__ void adafactor_sums_kernel(MatrixRange m, float scale, float eps, const G* grad, float* row_sums,
+                                      float* col_sums) {
+  __shared__ double partial[kTileThreads / kWarp][kWarp];
+  double col = 0;
+  for_matrix_range(m, [&](size_t r, size_t c, bool in, size_t i) {
+    float q = 0;
+    if (in) {
+      const float g = load_float(grad, i) * scale;
+      q = fmaf(g, g, eps);
+    }
+    col += q;
+    const float row = warp_sum(q);
+    if (threadIdx.x % kWarp == 0 && row != 0) atomicAdd(row_sums + r, row);
+  });
+  partial[threadIdx.x / kWarp][threadIdx.x % kWarp] = col;
+  __syncthreads();
+  const size_t c = size_t(blockIdx.x) * kWarp + threadIdx.x;
+  if (threadIdx.x < kWarp && c < m.cols) {
+    double total = 0;
+    for (int w = 0; w < kTileThreads / kWarp; ++w) total += partial[w][threadIdx.x];
+    if (total != 0) atomicAdd(col_sums + c, float(total));
+  }
+}
+
+// One block: both factors' moving averages, then the rows over their mean (double).
+__global__ void adafactor_factors_kernel(float b2, float eps_floor, float* row, float* col, const float* row_sums,
+                                         const float* col_sums, size_t rows, size_t cols, float* scaled_row) {
+  __shared__ double shared[kWarp];
+  __shared__ float mean;
+  const float one_minus = 1 - b2, fcols = float(cols), frows = float(rows);
+  double total = 0;
+  for (size_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const float v = fmaf(b2, row[r], one_minus * (row_sums[r] / fcols));
+    row[r] = v;
+    total += v;
+  }
+  for (size_t c = threadIdx.x; c < cols; c += blockDim.x) col[c] = fmaf(b2, col[c], one_minus * (col_sums[c] / frows));
+  total = block_sum(total, shared);
+  if (threadIdx.x == 0) mean = fmaxf(float(total / double(rows)), eps_floor);
+  __syncthreads();
+  for (size_t r = threadIdx.x; r < rows; r += blockDim.x) scaled_row[r] = row[r] / mean;
+}
+
+__device__ __forceinline__ float adafactor_u(float g, float v, float floor) { return (1.0f / sqrtf(fmaxf(v, floor))) * g; }
+
+struct AdafactorScalars {
+  float scale, eps, floor, b1, one_minus_b1, b2, one_minus_b2;
+};
+
+AdafactorScalars adafactor_scalars(const OptimizerStepArgs& a) {
+  return {a.grad_scale, a.eps, a.eps_floor * a.eps_floor, a.beta1, 1 - a.beta1, a.beta2, 1 - a.beta2};
+}
+
+// The norms pass: sum(w^2) and sum(u^2) in double per thread, per block, one atomicAdd each per
+// block. A 1-D tensor (v.exp_avg_sq) updates its second moment on the way.
+template <typename G>
+__global__ void adafactor_norms_kernel(AdafactorScalars s, MatrixRange m, AdafactorMoment v, const float* master,
+                                       const G* grad, double* sums) {
+  __shared__ double shared[kWarp];
+  double w2 = 0, u2 = 0;
+  if (v.scaled_row) {  // factored (AdafactorMoment::factored is host code)
+    for_matrix_range(m, [&](size_t r, size_t c, bool in, size_t i) {
+      if (!in) return;
+      const float w = master ? master[i] : 0.0f;
+      const float u = adafactor_u(load_float(grad, i) * s.scale, v.scaled_row[r] * v.col[c], s.floor);
+      w2 += double(w) * w;
+      u2 += double(u) * u;
+    });
+  } else {
+    const size_t stride = size_t(gridDim.x) * blockDim.x;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < m.n; i += stride) {
+      const float g = load_float(grad, i) * s.scale, w = master ? master[i] : 0.0f;
+      const float vi = fmaf(s.b2, v.exp_avg_sq[i], s.one_minus_b2 * fmaf(g, g, s.eps));
+      v.exp_avg_sq[i] = vi;
+      const float u = adafactor_u(g, vi, s.floor);
+      w2 += double(w) * w;
+      u2 += double(u) * u;
+    }
+  }
+  w2 = block_sum(w2, shared);
+  u2 = block_sum(u2, shared);
+  if (threadIdx.x == 0) {
+    atomicAdd(sums, w2);
+    atomicAdd(sums + 1, u2);
+  }
+}
+
+// The apply pass: p = scale u (then the first moment), w = w - decay w - p; the CPU's fmas.
+template <typename G, typename P>
+__global__ void adafactor_apply_kernel(AdafactorScalars s, float scale_u, float decay, MatrixRange m,
+                                       AdafactorMoment v, float* master, float* exp_avg, const G* grad, P* param,
+                                       bool write_param) {
+  const auto step = [&](size_t i, float vi) {
+    float upd = adafactor_u(load_float(grad, i) * s.scale, vi, s.floor) * scale_u;
+    if (exp_avg) {
+      upd = fmaf(s.b1, exp_avg[i], s.one_minus_b1 * upd);
+      exp_avg[i] = upd;
+    }
+    const float w = fmaf(-decay, master[i], master[i]) - upd;
+    master[i] = w;
+    if (write_param) store_float(param, i, w);
+  };
+  if (v.scaled_row) {  // factored (AdafactorMoment::factored is host code)
+    for_matrix_range(m, [&](size_t r, size_t c, bool in, size_t i) {
+      if (in) step(i, v.scaled_row[r] * v.col[c]);
+    });
+  } else {
+    const size_t stride = size_t(gridDim.x) * blockDim.x;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < m.n; i += stride) step(i, v.exp_avg_sq[i]);
+  }
+}
+
 class CudaOptimizerOps final : public OptimizerOps {
  public:
   explicit CudaOptimizerOps(CudaContext& ctx) : ctx_(ctx) {}
@@ -401,6 +552,56 @@ class CudaOptimizerOps final : public OptimizerOps {
                         static_cast<void*>(param) != static_cast<void*>(master)};
       const bool vectorised = is_aligned(master, 16) && is_aligned(update, 16) && is_aligned(param, vec_align<P, N>());
       launch_elementwise<N>(op, n, vectorised, ctx_.compute, ctx_.sm_count, "muon_apply_kernel");
+    });
+  }
+
+  void adafactor_sums(const OptimizerStepArgs& a, const void* grad, DType grad_dtype, size_t n, size_t first,
+                      size_t cols, float* row_sums, float* col_sums) override {
+    if (n == 0) return;
+    const MatrixRange m = matrix_range(first, n, cols);
+    with_storage_type(grad_dtype, [&](auto* g) {
+      using G = std::remove_pointer_t<decltype(g)>;
+      adafactor_sums_kernel<G><<<matrix_grid(m), kTileThreads, 0, ctx_.compute>>>(
+          m, a.grad_scale, a.eps, static_cast<const G*>(grad), row_sums, col_sums);
+      ZT_CUDA_CHECK_LAUNCH("adafactor_sums_kernel");
+    });
+  }
+
+  void adafactor_factors(const OptimizerStepArgs& a, float* row, float* col, const float* row_sums,
+                         const float* col_sums, size_t rows, size_t cols, float* scaled_row) override {
+    adafactor_factors_kernel<<<1, 1024, 0, ctx_.compute>>>(a.beta2, a.eps_floor, row, col, row_sums, col_sums, rows,
+                                                             cols, scaled_row);
+    ZT_CUDA_CHECK_LAUNCH("adafactor_factors_kernel");
+  }
+
+  void adafactor_norms(const OptimizerStepArgs& a, const float* master, const AdafactorMoment& v, const void* grad,
+                       DType grad_dtype, size_t n, double* sums) override {
+    if (n == 0) return;
+    const MatrixRange m = v.factored() ? matrix_range(v.first, n, v.cols) : MatrixRange{0, n, 0, 0, 0};
+    const dim3 grid = v.factored() ? matrix_grid(m) : dim3(grid_for(n, kTileThreads, ctx_.sm_count));
+    with_storage_type(grad_dtype, [&](auto* g) {
+      using G = std::remove_pointer_t<decltype(g)>;
+      adafactor_norms_kernel<G><<<grid, kTileThreads, 0, ctx_.compute>>>(adafactor_scalars(a), m, v, master,
+                                                                         static_cast<const G*>(grad), sums);
+      ZT_CUDA_CHECK_LAUNCH("adafactor_norms_kernel");
+    });
+  }
+
+  void adafactor_apply(const OptimizerStepArgs& a, float scale, float decay, float* master, float* exp_avg,
+                       const AdafactorMoment& v, const void* grad, DType grad_dtype, void* param, DType param_dtype,
+                       size_t n) override {
+    if (n == 0) return;
+    const MatrixRange m = v.factored() ? matrix_range(v.first, n, v.cols) : MatrixRange{0, n, 0, 0, 0};
+    const dim3 grid = v.factored() ? matrix_grid(m) : dim3(grid_for(n, kTileThreads, ctx_.sm_count));
+    with_storage_type(grad_dtype, [&](auto* g) {
+      with_storage_type(param_dtype, [&](auto* p) {
+        using G = std::remove_pointer_t<decltype(g)>;
+        using P = std::remove_pointer_t<decltype(p)>;
+        adafactor_apply_kernel<G, P><<<grid, kTileThreads, 0, ctx_.compute>>>(
+            adafactor_scalars(a), scale, decay, m, v, master, exp_avg, static_cast<const G*>(grad),
+            static_cast<P*>(param), static_cast<void*>(param) != static_cast<void*>(master));
+        ZT_CUDA_CHECK_LAUNCH("adafactor_apply_kernel");
+      });
     });
   }
 

@@ -268,6 +268,40 @@ class QueuedOptimizerOps final : public OptimizerOps {
     q_.enqueue_compute("muon_apply", std::move(a),
                        [=, this] { k_.muon_apply(args, master, update, param, pt, n); });
   }
+  void adafactor_sums(const OptimizerStepArgs& args, const void* grad, DType gt, size_t n, size_t first, size_t cols,
+                      float* row_sums, float* col_sums) override {
+    if (n == 0) return;
+    const size_t r0 = first / cols, rows = (first + n - 1) / cols - r0 + 1;
+    const size_t c0 = rows == 1 ? first % cols : 0, c1 = rows == 1 ? c0 + n : cols;
+    q_.enqueue_compute("adafactor_sums",
+                       {in_raw(grad, gt, n), out(row_sums + r0, rows), out(col_sums + c0, c1 - c0)},
+                       [=, this] { k_.adafactor_sums(args, grad, gt, n, first, cols, row_sums, col_sums); });
+  }
+  void adafactor_factors(const OptimizerStepArgs& args, float* row, float* col, const float* row_sums,
+                         const float* col_sums, size_t rows, size_t cols, float* scaled_row) override {
+    q_.enqueue_compute("adafactor_factors",
+                       {out(row, rows), out(col, cols), in(row_sums, rows), in(col_sums, cols), out(scaled_row, rows)},
+                       [=, this] { k_.adafactor_factors(args, row, col, row_sums, col_sums, rows, cols, scaled_row); });
+  }
+  void adafactor_norms(const OptimizerStepArgs& args, const float* master, const AdafactorMoment& v, const void* grad,
+                       DType gt, size_t n, double* sums) override {
+    std::vector<Access> a{in_raw(grad, gt, n), out(sums, 2)};
+    if (master) a.push_back(in(master, n));
+    add_moment(a, v, n, true);
+    q_.enqueue_compute("adafactor_norms", std::move(a),
+                       [=, this] { k_.adafactor_norms(args, master, v, grad, gt, n, sums); });
+  }
+  void adafactor_apply(const OptimizerStepArgs& args, float scale, float decay, float* master, float* m,
+                       const AdafactorMoment& v, const void* grad, DType gt, void* param, DType pt,
+                       size_t n) override {
+    std::vector<Access> a{in_raw(grad, gt, n), out_raw(param, pt, n)};
+    if (static_cast<void*>(master) != param) a.push_back(out(master, n));
+    if (m) a.push_back(out(m, n));
+    add_moment(a, v, n, false);
+    q_.enqueue_compute("adafactor_apply", std::move(a), [=, this] {
+      k_.adafactor_apply(args, scale, decay, master, m, v, grad, gt, param, pt, n);
+    });
+  }
   void axpby(float* y, float a, const float* x, float b, size_t n) override {
     std::vector<Access> acc{out(y, n)};
     if (x != y) acc.push_back(in(x, n));
@@ -293,6 +327,19 @@ class QueuedOptimizerOps final : public OptimizerOps {
   }
 
  private:
+  // The second moment an Adafactor pass reads (and, for a 1-D tensor's norms pass, writes).
+  void add_moment(std::vector<Access>& a, const AdafactorMoment& v, size_t n, bool writes) {
+    if (!v.factored()) {
+      a.push_back(writes ? out(v.exp_avg_sq, n) : in(v.exp_avg_sq, n));
+      return;
+    }
+    if (n == 0) return;
+    const size_t r0 = v.first / v.cols, rows = (v.first + n - 1) / v.cols - r0 + 1;
+    const size_t c0 = rows == 1 ? v.first % v.cols : 0, c1 = rows == 1 ? c0 + n : v.cols;
+    a.push_back(in(v.scaled_row + r0, rows));
+    a.push_back(in(v.col + c0, c1 - c0));
+  }
+
   ComputeQueue& q_;
   OptimizerOps& k_;
 };
