@@ -75,19 +75,18 @@ void AdafactorFactors::update(const OptimizerStepArgs& args) {
 }
 
 AdafactorMoment AdafactorFactors::moment(size_t t, size_t first) {
-  AdafactorMoment m;
-  m.scaled_row = scaled_row_.data() + offsets_[t].first;
-  m.col = col_.data() + offsets_[t].second;
-  m.first = first;
-  m.cols = shapes_[t].cols;
-  return m;
+  return moment_in(scaled_row_.data(), col_.data(), t, first);
 }
 
 AdafactorMoment AdafactorFactors::host_moment(size_t t, size_t first) {
   ZT_CHECK(host_scaled_row_.size() == rows_, "Adafactor's host copies asked of factors built without them");
+  return moment_in(host_scaled_row_.data(), host_col_.data(), t, first);
+}
+
+AdafactorMoment AdafactorFactors::moment_in(const float* scaled_row, const float* col, size_t t, size_t first) const {
   AdafactorMoment m;
-  m.scaled_row = host_scaled_row_.data() + offsets_[t].first;
-  m.col = host_col_.data() + offsets_[t].second;
+  m.scaled_row = scaled_row + offsets_[t].first;
+  m.col = col + offsets_[t].second;
   m.first = first;
   m.cols = shapes_[t].cols;
   return m;

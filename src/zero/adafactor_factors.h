@@ -63,6 +63,8 @@ class AdafactorFactors {
 
  private:
   static constexpr size_t kNone = size_t(-1);
+  /// Tensor t's moment in the arrays given (the device's, or the host copies).
+  AdafactorMoment moment_in(const float* scaled_row, const float* col, size_t t, size_t first) const;
   Backend& backend_;
   OptimizerOps& ops_;
   std::vector<TensorShape> shapes_;

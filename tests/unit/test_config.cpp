@@ -853,5 +853,89 @@ TEST(DsConfig, GradAccumDtypeFollowsDeepSpeed) {
             0u);
 }
 
+// Adafactor's routes: HF's --optim adafactor with --optim_args, DeepSpeed's block (torch.optim's keys).
+TEST(AdafactorConfig, HfOptimAdafactorIsTransformersAsHfTrainerBuildsIt) {
+  AutoValues a;
+  a.optim = {"adafactor", true};
+  a.learning_rate = {3e-4, true};
+  a.weight_decay = {0.01, true};
+  const OptimizerConfig o = parse("{}", a).optimizer;
+  EXPECT_EQ(o.type, OptimizerConfig::Type::kAdafactor);
+  EXPECT_FALSE(o.adafactor_torch);
+  EXPECT_FALSE(o.relative_step);
+  EXPECT_FALSE(o.scale_parameter);
+  EXPECT_DOUBLE_EQ(o.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(o.weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(o.adafactor_eps1, 1e-30);
+  EXPECT_DOUBLE_EQ(o.adafactor_eps2, 1e-3);
+  EXPECT_DOUBLE_EQ(o.clip_threshold, 1.0);
+  EXPECT_DOUBLE_EQ(o.decay_rate, -0.8);
+  EXPECT_FALSE(o.adafactor_beta1.has_value());
+  EXPECT_FALSE(o.has_exp_avg());
+  EXPECT_TRUE(o.has_exp_avg_sq());
+  EXPECT_EQ(o.moment_count(), 0);
+  // --optim_args: transformers' keyword arguments.
+  a.learning_rate = {5e-5, false};
+  a.optim_args = {"relative_step=True, scale_parameter=True,warmup_init=True,beta1=0.9,clip_threshold=2,decay_rate=-0.5",
+                  true};
+  const OptimizerConfig r = parse("{}", a).optimizer;
+  EXPECT_TRUE(r.relative_step && r.scale_parameter && r.warmup_init);
+  EXPECT_DOUBLE_EQ(r.adafactor_beta1.value_or(0), 0.9);
+  EXPECT_DOUBLE_EQ(r.clip_threshold, 2.0);
+  EXPECT_DOUBLE_EQ(r.decay_rate, -0.5);
+  EXPECT_TRUE(r.has_exp_avg());
+  EXPECT_EQ(r.moment_count(), 1);
+}
+
+TEST(AdafactorConfig, BadOptimArgsAreRefusedNamingTheKey) {
+  AutoValues a;
+  a.optim = {"adafactor", true};
+  const auto refused = [&](const std::string& args, const std::string& want) {
+    a.optim_args = {args, true};
+    const std::string e = error_of("{}", a);
+    EXPECT_NE(e.find(want), std::string::npos) << args << ": " << e;
+  };
+  refused("relative_stp=True", "'relative_stp' is not an Adafactor argument here; did you mean 'relative_step'?");
+  refused("beta1=1.5", "--optim_args: beta1=1.5: expected a number in [0, 1]");
+  refused("scale_parameter=yes", "scale_parameter=yes: expected True or False");
+  refused("warmup_init=True", "warmup_init=True requires relative_step=True");
+  refused("decay_rate=0.5", "decay_rate=0.5: expected a number");
+  refused("beta1=0.9,beta1=0.8", "beta1 twice");
+  a.optim_args = {"relative_step=True", true};
+  a.learning_rate = {1e-3, true};
+  EXPECT_NE(error_of("{}", a).find("Cannot combine manual lr and relative_step=True"), std::string::npos);
+  // With another optimizer, or beside an optimizer block.
+  a.optim = {"adamw_torch", true};
+  EXPECT_NE(error_of("{}", a).find("--optim_args is implemented for --optim adafactor only"), std::string::npos);
+  a.optim = {"adamw_torch", false};
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "AdamW"}})", a).find("--optim_args with an optimizer block"),
+            std::string::npos);
+}
+
+TEST(AdafactorConfig, DeepSpeedsBlockIsTorchOptimAdafactor) {
+  const OptimizerConfig o = parse(R"({"optimizer": {"type": "Adafactor", "params": {"lr": 0.01,
+      "beta2_decay": -0.7, "eps": [null, 0.002], "d": 2.0, "weight_decay": 0.1, "foreach": true}}})").optimizer;
+  EXPECT_EQ(o.type, OptimizerConfig::Type::kAdafactor);
+  EXPECT_TRUE(o.adafactor_torch && o.relative_step && o.scale_parameter);
+  EXPECT_DOUBLE_EQ(o.decay_rate, -0.7);
+  EXPECT_DOUBLE_EQ(o.adafactor_eps1, 1.1920928955078125e-07);  // null: float32's epsilon
+  EXPECT_DOUBLE_EQ(o.adafactor_eps2, 0.002);
+  EXPECT_DOUBLE_EQ(o.clip_threshold, 2.0);
+  EXPECT_DOUBLE_EQ(o.weight_decay, 0.1);
+  EXPECT_DOUBLE_EQ(parse(R"({"optimizer": {"type": "adafactor", "params": {"eps": [1e-20, 0.001]}}})")
+                       .optimizer.adafactor_eps1, 1e-20);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "Adafactor", "params": {"beta2_decay": 0.5}}})")
+                .find("optimizer.params.beta2_decay"), std::string::npos);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "Adafactor", "params": {"eps": [0.1]}}})")
+                .find("optimizer.params.eps: expected [eps1, eps2]"), std::string::npos);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "Adafactor", "params": {"d": 0.5}}})").find("optimizer.params.d"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "Adafactor", "params": {"maximize": true}}})")
+                .find("optimizer.params.maximize"), std::string::npos);
+  // transformers' keys are not torch's: DeepSpeed would hand them to torch.optim.Adafactor, which refuses them.
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "Adafactor", "params": {"scale_parameter": true}}})")
+                .find("optimizer.params.scale_parameter"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace zt
