@@ -19,6 +19,17 @@ enum class UpdateRule {
   kAdafactor,  ///< Adafactor: factored second moments, an RMS clip per tensor (three passes)
 };
 
+/// The rows [row0, row0 + rows) and columns [col0, col0 + cols) that elements [first, first + n)
+/// (n > 0) of a row-major matrix `width` columns wide touch: every column once a range spans a row
+/// boundary.
+struct MatrixSpan {
+  size_t row0, rows, col0, cols;
+};
+inline MatrixSpan matrix_span(size_t first, size_t n, size_t width) {
+  const size_t row0 = first / width, rows = (first + n - 1) / width - row0 + 1;
+  return rows == 1 ? MatrixSpan{row0, 1, first % width, n} : MatrixSpan{row0, rows, 0, width};
+}
+
 /// Adafactor's second moment of elements [first, first + n) of one tensor: element by element
 /// (exp_avg_sq, 1-D tensors), or, for a matrix with `cols` columns (row-major, HF's stored
 /// shape), its row factor already divided by the rows' mean (`scaled_row`) and its column factor.

@@ -14,19 +14,19 @@ std::pair<size_t, size_t> AdafactorFactors::extent(const std::vector<TensorShape
   return {rows, cols};
 }
 
+std::vector<size_t> AdafactorFactors::device_allocations(const std::vector<TensorShape>& shapes) {
+  const auto [rows, cols] = extent(shapes);  // row_, col_ (the state); sums_, scaled_row_ (buffers)
+  return {rows * sizeof(float), cols * sizeof(float), (rows + cols) * sizeof(float), rows * sizeof(float)};
+}
+
 size_t AdafactorFactors::state_bytes(const std::vector<TensorShape>& shapes) {
-  const auto [rows, cols] = extent(shapes);
-  return (rows + cols) * sizeof(float);
+  const std::vector<size_t> a = device_allocations(shapes);
+  return a[0] + a[1];
 }
 
 size_t AdafactorFactors::buffer_bytes(const std::vector<TensorShape>& shapes) {
-  const auto [rows, cols] = extent(shapes);
-  return (2 * rows + cols) * sizeof(float);  // the sums and the scaled rows
-}
-
-std::vector<size_t> AdafactorFactors::device_allocations(const std::vector<TensorShape>& shapes) {
-  const auto [rows, cols] = extent(shapes);
-  return {rows * sizeof(float), cols * sizeof(float), (rows + cols) * sizeof(float), rows * sizeof(float)};
+  const std::vector<size_t> a = device_allocations(shapes);
+  return a[2] + a[3];
 }
 
 size_t AdafactorFactors::host_copy_bytes(const std::vector<TensorShape>& shapes) {

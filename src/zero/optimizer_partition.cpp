@@ -77,7 +77,7 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
       shapes_(std::move(shapes)) {
   if (config.optimizer.type == OptimizerConfig::Type::kLamb || config.optimizer.factored()) {
     ZT_CHECK(!tensors_.empty(), optimizer_name(config.optimizer.type), " needs the model's tensors");
-    lamb_sums_ = DeviceArray<double>(backend, 2 * tensors_.size());
+    tensor_sums_ = DeviceArray<double>(backend, 2 * tensors_.size());
   }
   size_t sq_count = plan.device_count;
   if (config.optimizer.aux_exp_avg_sq()) {
@@ -281,13 +281,13 @@ std::vector<double> OptimizerPartition::lamb_norms(const OptimizerStepArgs& args
   std::vector<double> sums(2 * tensors_.size(), 0.0);
   const size_t base = plan_.offload_begin();
   if (plan_.device_count > 0) {
-    backend_.zero_async(lamb_sums_.data(), lamb_sums_.bytes(), compute_);
+    backend_.zero_async(tensor_sums_.data(), tensor_sums_.bytes(), compute_);
     for_tensors(plan_.opt_begin, base, [&](size_t t, size_t a, size_t b) {
       const size_t at = a - plan_.opt_begin;
       ops_.lamb_moments(args, master_at(a), exp_avg_.data() + at, exp_avg_sq_.data() + at, buffers_.grad_at(a),
-                        plan_.grad_dtype, b - a, lamb_sums_.data() + 2 * t);
+                        plan_.grad_dtype, b - a, tensor_sums_.data() + 2 * t);
     });
-    backend_.copy_to_host(sums.data(), lamb_sums_.data(), lamb_sums_.bytes());
+    backend_.copy_to_host(sums.data(), tensor_sums_.data(), tensor_sums_.bytes());
   }
   if (!offload_) return sums;
   const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
@@ -325,6 +325,17 @@ float* OptimizerPartition::aux_exp_avg_sq(size_t t, size_t flat) {
 }
 
 bool OptimizerPartition::keeps_sq(size_t t) const { return keeps_exp_avg_sq(opt_, shapes_[t]); }
+
+AdafactorMoment OptimizerPartition::adafactor_moment(AdafactorFactors& factors, size_t t, size_t flat) {
+  if (!factors.factored(t)) {
+    AdafactorMoment v;
+    v.exp_avg_sq = aux_exp_avg_sq(t, flat);
+    return v;
+  }
+  // Where the element is stepped: the offloaded part by the CPU, from the factors' host copies.
+  const size_t first = flat - tensors_[t].first;
+  return flat >= plan_.offload_begin() ? factors.host_moment(t, first) : factors.moment(t, first);
+}
 
 void OptimizerPartition::muon_momentum(const OptimizerStepArgs& args, float* updates) {
   const size_t base = plan_.opt_begin, off = plan_.offload_begin();
@@ -401,28 +412,20 @@ std::vector<double> OptimizerPartition::adafactor_norms(const OptimizerStepArgs&
                                                         bool weight_norms) {
   std::vector<double> sums(2 * tensors_.size(), 0.0);
   const size_t base = plan_.offload_begin();
-  const auto moment = [&](size_t t, size_t a, bool host) {
-    if (factors.factored(t)) {
-      return host ? factors.host_moment(t, a - tensors_[t].first) : factors.moment(t, a - tensors_[t].first);
-    }
-    AdafactorMoment v;
-    v.exp_avg_sq = aux_exp_avg_sq(t, a);
-    return v;
-  };
   if (plan_.device_count > 0) {
-    backend_.zero_async(lamb_sums_.data(), lamb_sums_.bytes(), compute_);
+    backend_.zero_async(tensor_sums_.data(), tensor_sums_.bytes(), compute_);
     for_tensors(plan_.opt_begin, base, [&](size_t t, size_t a, size_t b) {
-      ops_.adafactor_norms(args, weight_norms ? master_at(a) : nullptr, moment(t, a, false), buffers_.grad_at(a),
-                           plan_.grad_dtype, b - a, lamb_sums_.data() + 2 * t);
+      ops_.adafactor_norms(args, weight_norms ? master_at(a) : nullptr, adafactor_moment(factors, t, a), buffers_.grad_at(a),
+                           plan_.grad_dtype, b - a, tensor_sums_.data() + 2 * t);
     });
-    backend_.copy_to_host(sums.data(), lamb_sums_.data(), lamb_sums_.bytes());
+    backend_.copy_to_host(sums.data(), tensor_sums_.data(), tensor_sums_.bytes());
   }
   if (!offload_) return sums;
   const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
   OptimizerOps& cpu = host_optimizer_ops();
   const auto norms = [&](size_t t, size_t a, size_t b, const float* master) {
-    cpu.adafactor_norms(args, master, moment(t, a, true), grads + (a - base) * plan_.grad_elem(), plan_.grad_dtype,
-                        b - a, sums.data() + 2 * t);
+    cpu.adafactor_norms(args, master, adafactor_moment(factors, t, a), grads + (a - base) * plan_.grad_elem(),
+                        plan_.grad_dtype, b - a, sums.data() + 2 * t);
   };
   if (!weight_norms) {  // the gradient and the factors suffice: the state stays where it is
     for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) { norms(t, a, b, nullptr); });
@@ -441,20 +444,18 @@ void OptimizerPartition::adafactor_apply(const OptimizerStepArgs& args, const st
   ZT_CHECK(steps.size() == tensors_.size(), "one Adafactor step per tensor");
   const size_t base = plan_.opt_begin, off = plan_.offload_begin();
   for_tensors(base, off, [&](size_t t, size_t a, size_t b) {
-    AdafactorMoment v = factors.factored(t) ? factors.moment(t, a - tensors_[t].first) : AdafactorMoment{};
-    if (!factors.factored(t)) v.exp_avg_sq = aux_exp_avg_sq(t, a);
     ops_.adafactor_apply(args, steps[t].scale, steps[t].decay, master_at(a),
-                         has_exp_avg_ ? exp_avg_.data() + (a - base) : nullptr, v, buffers_.grad_at(a),
+                         has_exp_avg_ ? exp_avg_.data() + (a - base) : nullptr, adafactor_moment(factors, t, a),
+                         buffers_.grad_at(a),
                          plan_.grad_dtype, buffers_.param_at(a), plan_.dtype, b - a);
   });
   if (!offload_) return;
   const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
   OptimizerOps& cpu = host_optimizer_ops();
   send_params_by_tensor([&](size_t t, const OffloadPiece& p, size_t at, size_t a, size_t n, void* out) {
-    AdafactorMoment v = factors.factored(t) ? factors.host_moment(t, a - tensors_[t].first) : AdafactorMoment{};
-    if (!factors.factored(t)) v.exp_avg_sq = aux_exp_avg_sq(t, a);
-    cpu.adafactor_apply(args, steps[t].scale, steps[t].decay, p.master + at, p.exp_avg ? p.exp_avg + at : nullptr, v,
-                        grads + (a - off) * plan_.grad_elem(), plan_.grad_dtype, out, plan_.dtype, n);
+    cpu.adafactor_apply(args, steps[t].scale, steps[t].decay, p.master + at, p.exp_avg ? p.exp_avg + at : nullptr,
+                        adafactor_moment(factors, t, a), grads + (a - off) * plan_.grad_elem(), plan_.grad_dtype, out,
+                        plan_.dtype, n);
   });
 }
 

@@ -160,6 +160,9 @@ class OptimizerPartition {
   float* aux_exp_avg_sq(size_t t, size_t flat);
   /// Whether tensor t keeps exp_avg_sq element by element (keeps_exp_avg_sq).
   bool keeps_sq(size_t t) const;
+  /// Adafactor's second moment of tensor t from flat element `flat` on, where that element is
+  /// stepped (the device part's, or the offloaded part's in host memory).
+  AdafactorMoment adafactor_moment(AdafactorFactors& factors, size_t t, size_t flat);
   /// Fills device range [lo, hi) of a field from `read`, through host memory in pieces.
   void load_to_device(StateField field, const FieldReader& read, size_t lo, size_t hi, float* device);
 
@@ -182,7 +185,7 @@ class OptimizerPartition {
   // Adafactor with offload: the offloaded range's 1-D tensors' exp_avg_sq, packed (host pool).
   DeviceArray<float> host_aux_sq_;
   std::vector<size_t> host_aux_start_;
-  DeviceArray<double> lamb_sums_;                         // Lamb: the device part's per-tensor sums
+  DeviceArray<double> tensor_sums_;  // Lamb and Adafactor: the device part's per-tensor sums
   DeviceArray<unsigned char> host_grads_;  // the offloaded range's gradient, copied to the host
   std::unique_ptr<Stream> d2h_stream_;     // ... by copies on this stream, beside backward
   std::unique_ptr<Event> event_;           // orders d2h_stream_ after the compute stream

@@ -335,8 +335,8 @@ struct MatrixRange {
 };
 
 MatrixRange matrix_range(size_t first, size_t n, size_t cols) {
-  const size_t row0 = first / cols;
-  return {first, n, cols, row0, (first + n - 1) / cols - row0 + 1};
+  const MatrixSpan s = matrix_span(first, n, cols);
+  return {first, n, cols, s.row0, s.rows};
 }
 
 dim3 matrix_grid(const MatrixRange& m) {

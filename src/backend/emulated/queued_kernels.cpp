@@ -271,10 +271,9 @@ class QueuedOptimizerOps final : public OptimizerOps {
   void adafactor_sums(const OptimizerStepArgs& args, const void* grad, DType gt, size_t n, size_t first, size_t cols,
                       float* row_sums, float* col_sums) override {
     if (n == 0) return;
-    const size_t r0 = first / cols, rows = (first + n - 1) / cols - r0 + 1;
-    const size_t c0 = rows == 1 ? first % cols : 0, c1 = rows == 1 ? c0 + n : cols;
+    const MatrixSpan s = matrix_span(first, n, cols);
     q_.enqueue_compute("adafactor_sums",
-                       {in_raw(grad, gt, n), out(row_sums + r0, rows), out(col_sums + c0, c1 - c0)},
+                       {in_raw(grad, gt, n), out(row_sums + s.row0, s.rows), out(col_sums + s.col0, s.cols)},
                        [=, this] { k_.adafactor_sums(args, grad, gt, n, first, cols, row_sums, col_sums); });
   }
   void adafactor_factors(const OptimizerStepArgs& args, float* row, float* col, const float* row_sums,
@@ -334,10 +333,9 @@ class QueuedOptimizerOps final : public OptimizerOps {
       return;
     }
     if (n == 0) return;
-    const size_t r0 = v.first / v.cols, rows = (v.first + n - 1) / v.cols - r0 + 1;
-    const size_t c0 = rows == 1 ? v.first % v.cols : 0, c1 = rows == 1 ? c0 + n : v.cols;
-    a.push_back(in(v.scaled_row + r0, rows));
-    a.push_back(in(v.col + c0, c1 - c0));
+    const MatrixSpan s = matrix_span(v.first, n, v.cols);
+    a.push_back(in(v.scaled_row + s.row0, s.rows));
+    a.push_back(in(v.col + s.col0, s.cols));
   }
 
   ComputeQueue& q_;
