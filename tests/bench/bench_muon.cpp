@@ -21,6 +21,7 @@
 #include "comm/mpi_runtime.h"
 #include "config/tool_options.h"
 #include "core/timer.h"
+#include "bench_shape.h"
 #include "model/causal_lm.h"
 #include "zero/engine.h"
 
@@ -29,7 +30,8 @@ using namespace zt;
 namespace {
 
 struct Options {
-  int layers = 12, embd = 768, heads = 12, vocab = 50257, block = 64, batch = 1, steps = 3, stage = 2;
+  BenchShape shape = {12, 768, 12, 50257, 64, 1};  // GPT-2 124M, one sequence a rank
+  int steps = 3, stage = 2;
   std::string dtype = "fp32";
 };
 
@@ -53,13 +55,9 @@ int main(int argc, char** argv) {
   Options o;
   namespace po = boost::program_options;
   po::options_description flags("bench_muon");
-  flags.add_options()("help", "this text")
-    ("layers", po::value(&o.layers)->default_value(o.layers), "transformer blocks")
-    ("embd", po::value(&o.embd)->default_value(o.embd), "hidden size")
-    ("heads", po::value(&o.heads)->default_value(o.heads), "attention heads")
-    ("vocab", po::value(&o.vocab)->default_value(o.vocab), "vocabulary size")
-    ("block", po::value(&o.block)->default_value(o.block), "sequence length")
-    ("batch", po::value(&o.batch)->default_value(o.batch), "micro-batch per rank")
+  flags.add_options()("help", "this text");
+  add_shape_flags(flags, o.shape);
+  flags.add_options()
     ("steps", po::value(&o.steps)->default_value(o.steps), "timed steps per optimizer (after one warm-up)")
     ("dtype", po::value(&o.dtype)->default_value(o.dtype), "fp32 or bf16")
     ("stage", po::value(&o.stage)->default_value(o.stage), "ZeRO stage 0-3");
@@ -72,9 +70,7 @@ int main(int argc, char** argv) {
     if (o.dtype != "fp32" && o.dtype != "bf16") problem = "--dtype " + o.dtype + ": fp32 or bf16";
     if (o.steps < 1) problem = "--steps " + std::to_string(o.steps) + ": give 1 or more";
     if (o.stage < 0 || o.stage > 3) problem = "--stage " + std::to_string(o.stage) + ": 0, 1, 2 or 3";
-    for (int v : {o.layers, o.embd, o.heads, o.vocab, o.block, o.batch}) {
-      if (v < 1 && problem.empty()) problem = "model and batch sizes must be 1 or more";
-    }
+    if (problem.empty()) problem = shape_problem(o.shape);
   } catch (const UsageError& e) {
     problem = e.what();
   }
@@ -83,28 +79,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!parsed) return 0;
-  ModelConfig mc;
-  mc.n_layer = o.layers;
-  mc.n_embd = o.embd;
-  mc.n_head = o.heads;
-  mc.vocab_size = o.vocab;
-  mc.n_positions = 1024;
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(mc);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(shape_model(o.shape));
   const ModelLayout& layout = *layout_ptr;
   auto backend = make_cpu_backend();
   if (root) {
     std::printf("# zerotrain Muon benchmark: %d ranks x %d threads, %s\n", comm.size(), omp_get_max_threads(),
                 backend->describe().c_str());
-    std::printf("# model %dL %dC vocab %d, Psi = %zu, ZeRO-%d, %s, micro-batch %dx%d per rank\n", o.layers, o.embd,
-                o.vocab, layout.num_params(), o.stage, o.dtype.c_str(), o.batch, o.block);
+    std::printf("# model %dL %dC vocab %d, Psi = %zu, ZeRO-%d, %s, micro-batch %dx%d per rank\n", o.shape.layers, o.shape.embd,
+                o.shape.vocab, layout.num_params(), o.stage, o.dtype.c_str(), o.shape.batch, o.shape.block);
     std::printf("%-16s %12s %10s %16s %12s\n", "optimizer", "step_ms", "ratio", "ns_gflop/rank", "ns_gflop/s");
   }
-  const auto model_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), o.batch, o.block, false);
+  const auto model_ptr = make_causal_lm<float>(layout, *backend, backend->ops(), o.shape.batch, o.shape.block, false);
   CausalLM<float>& model = *model_ptr;
-  std::vector<int32_t> in(size_t(o.batch) * o.block), tg(in.size());
+  std::vector<int32_t> in(size_t(o.shape.batch) * o.shape.block), tg(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = int32_t((i * 2654435761u + comm.rank()) % uint64_t(o.vocab));
-    tg[i] = int32_t((i * 40503u + 7) % uint64_t(o.vocab));
+    in[i] = int32_t((i * 2654435761u + comm.rank()) % uint64_t(o.shape.vocab));
+    tg[i] = int32_t((i * 40503u + 7) % uint64_t(o.shape.vocab));
   }
   const Row rows[] = {{"AdamW", OptimizerConfig::Type::kAdamW, OptimizerConfig::NsMethod::kGram},
                       {"Muon (gram)", OptimizerConfig::Type::kMuon, OptimizerConfig::NsMethod::kGram},
@@ -112,8 +102,8 @@ int main(int argc, char** argv) {
   double adamw_ms = 0, worst_ratio = 0;
   for (const Row& row : rows) {
     DsConfig ds;
-    ds.train_micro_batch_size_per_gpu = o.batch;
-    ds.train_batch_size = o.batch * comm.size();
+    ds.train_micro_batch_size_per_gpu = o.shape.batch;
+    ds.train_batch_size = o.shape.batch * comm.size();
     ds.optimizer.type = row.type;
     ds.optimizer.lr = ds.optimizer.muon_lr = 0.02;
     ds.optimizer.adam_lr = 3e-4;
@@ -139,7 +129,7 @@ int main(int argc, char** argv) {
     }
     std::vector<double> times;
     for (int s = 0; s <= o.steps; ++s) {  // step 0 warms up
-      model.forward(engine, in.data(), tg.data(), o.batch, o.block);
+      model.forward(engine, in.data(), tg.data(), o.shape.batch, o.shape.block);
       model.backward(engine, engine.backward_scale());
       comm.barrier()->wait();
       Stopwatch clock;

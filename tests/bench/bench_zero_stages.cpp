@@ -25,6 +25,7 @@
 #include "comm/mpi_runtime.h"
 #include "config/tool_options.h"
 #include "core/timer.h"
+#include "bench_shape.h"
 #include "model/causal_lm.h"
 #include "zero/engine.h"
 
@@ -33,7 +34,7 @@ using namespace zt;
 namespace {
 
 struct Options {
-  int layers = 12, embd = 768, heads = 12, vocab = 50257, block = 64, batch = 4;
+  BenchShape shape;  // GPT-2 124M, 4 sequences a rank
   int steps = 3, rounds = 2;
   std::string dtype = "fp32", stages = "0123";
   bool overlap = true;
@@ -47,13 +48,9 @@ struct Options {
 std::string parse_options(int argc, char** argv, Options& o, bool& parsed) {
   namespace po = boost::program_options;
   po::options_description flags("bench_zero_stages");
-  flags.add_options()("help", "this text")
-    ("layers", po::value(&o.layers)->default_value(o.layers), "transformer blocks")
-    ("embd", po::value(&o.embd)->default_value(o.embd), "hidden size")
-    ("heads", po::value(&o.heads)->default_value(o.heads), "attention heads")
-    ("vocab", po::value(&o.vocab)->default_value(o.vocab), "vocabulary size")
-    ("block", po::value(&o.block)->default_value(o.block), "sequence length")
-    ("batch", po::value(&o.batch)->default_value(o.batch), "micro-batch per rank")
+  flags.add_options()("help", "this text");
+  add_shape_flags(flags, o.shape);
+  flags.add_options()
     ("steps", po::value(&o.steps)->default_value(o.steps), "steps per stage and round (the first is a warm-up)")
     ("rounds", po::value(&o.rounds)->default_value(o.rounds), "rounds over the stages")
     ("dtype", po::value(&o.dtype)->default_value(o.dtype), "fp32 or bf16")
@@ -73,11 +70,7 @@ std::string parse_options(int argc, char** argv, Options& o, bool& parsed) {
            "give --steps 1 or more";
   }
   if (o.rounds < 1) return "--rounds " + std::to_string(o.rounds) + " leaves no timed samples: give --rounds 1 or more";
-  const std::pair<const char*, int> sizes[] = {{"--layers", o.layers}, {"--embd", o.embd},   {"--heads", o.heads},
-                                               {"--vocab", o.vocab},   {"--block", o.block}, {"--batch", o.batch}};
-  for (const auto& [flag, value] : sizes) {
-    if (value < 1) return std::string(flag) + " " + std::to_string(value) + ": give 1 or more";
-  }
+  if (std::string problem = shape_problem(o.shape); !problem.empty()) return problem;
   if (o.stages.empty()) return "--stages is empty: give the stages to run, such as 0123";
   for (char c : o.stages) {
     const int stage = c - '0';
@@ -110,18 +103,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!parsed) return 0;  // --help
-  const int layers = options.layers, embd = options.embd, heads = options.heads, vocab = options.vocab;
-  const int block = options.block, batch = options.batch, steps = options.steps, rounds = options.rounds;
+  const BenchShape& shape = options.shape;
+  const int layers = shape.layers, embd = shape.embd, vocab = shape.vocab;
+  const int block = shape.block, batch = shape.batch, steps = options.steps, rounds = options.rounds;
   const std::string& dtype = options.dtype;
   const bool overlap = options.overlap;
   const std::vector<int>& stage_list = options.stage_list;
-  ModelConfig mc;
-  mc.n_layer = layers;
-  mc.n_embd = embd;
-  mc.n_head = heads;
-  mc.vocab_size = vocab;
-  mc.n_positions = 1024;
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(mc);
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(shape_model(shape));
   const ModelLayout& layout = *layout_ptr;
   const double psi = double(layout.num_params());
   auto backend = make_cpu_backend();
