@@ -439,7 +439,7 @@ std::string agree_on_latest(const std::string& output_dir, HostComm& comm) {
 CheckpointReader::CheckpointReader(const std::string& where, const std::string& output_dir,
                                    const ModelConfig* expect, bool node_local, int verify_index,
                                    int verify_count, Verify verify_mode,
-                                   std::optional<OptimizerConfig::Type> expect_optimizer) {
+                                   std::optional<OptimizerConfig> expect_optimizer) {
   // Resolve: "auto" is OUTPUT/latest; a directory with `latest` follows it.
   std::string dir = where == "auto" ? output_dir : where;
   if (!present(fs::path(dir) / "manifest.json") && present(fs::path(dir) / "latest")) {
@@ -465,9 +465,6 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
   engine_state_.scheduler_iteration = m.scheduler_iteration;
   engine_state_.scaler = m.scaler;
   optimizer_ = m.optimizer;
-  OptimizerConfig saved;
-  saved.type = m.optimizer;
-  state_fields_ = state_fields(saved);
   if (expect) {
     for (const auto& [key, value] : model_json(*expect)) {
       // A key the checkpoint lacks: another architecture (a GPT-2 checkpoint has no model_type).
@@ -478,7 +475,11 @@ CheckpointReader::CheckpointReader(const std::string& where, const std::string& 
     }
   }
   // Before any file is read: another optimizer's moments would be read as this one's.
-  if (expect_optimizer) require_optimizer(*expect_optimizer);
+  if (expect_optimizer) require_optimizer(expect_optimizer->type);
+  // The fields checked in every shard: those the resume's optimizer reads, else the manifest's.
+  OptimizerConfig saved;
+  saved.type = m.optimizer;
+  state_fields_ = state_fields(expect_optimizer.value_or(saved));
   // Every file: present, a regular file, the size and checksum the writer recorded. With
   // node-local storage a file may live on another node; what this rank needs is checked by
   // require_local().
@@ -554,7 +555,10 @@ void CheckpointReader::check_shards(const std::string& manifest_path, bool node_
                      kFactorCols, " is missing");
     }
     for (StateField field : state_fields_) {
-      ZT_USAGE_CHECK(f.has(field_name(field)) && f.length(field_name(field)) == end - begin, f.path(), ": ",
+      ZT_USAGE_CHECK(f.has(field_name(field)), f.path(), ": holds no ", field_name(field), ", which the ",
+                     optimizer_name(optimizer_), " resumed keeps (Adafactor keeps exp_avg only with beta1); "
+                     "resume with the checkpoint's settings, or start from its weights with --model_name_or_path");
+      ZT_USAGE_CHECK(f.length(field_name(field)) == end - begin, f.path(), ": ",
                      field_name(field), " does not hold the ", end - begin, " elements of the manifest's partitions[",
                      r, "]");
     }
@@ -595,17 +599,6 @@ void CheckpointReader::require_optimizer(OptimizerConfig::Type type) const {
                        optimizer_name(optimizer_), "'s state and the config asks for ", optimizer_name(type),
                        "; resume with ", optimizer_name(optimizer_), ", or export the model with zero_to_fp32 and start ",
                        optimizer_name(type), " from it with --model_name_or_path"));
-}
-
-void CheckpointReader::require_fields(const std::vector<StateField>& fields) {
-  for (int r = 0; r < world_size_; ++r) {
-    if (!local_[size_t(r)]) continue;
-    for (StateField field : fields) {
-      ZT_USAGE_CHECK(shard(r).has(field_name(field)), shard(r).path(), ": holds no ", field_name(field), ", which the ",
-                     optimizer_name(optimizer_), " asked for keeps (Adafactor keeps exp_avg only with beta1); "
-                     "resume with the checkpoint's settings, or start from its weights with --model_name_or_path");
-    }
-  }
 }
 
 void CheckpointReader::read_factors(float* rows, size_t row_count, float* cols, size_t col_count) {

@@ -91,11 +91,13 @@ class CheckpointReader {
   /// The two latter are for exports, which read tensor by tensor: their datasets keep two chunks
   /// in HDF5's cache (H5File::cache_chunks); a resume reads whole partitions without it.
   enum class Verify { kWholeFiles, kWholeFilesInBackground, kChunksRead };
-  /// `expect_optimizer`: a resume's optimizer, checked with require_optimizer before any file is read.
+  /// `expect_optimizer`: a resume's optimizer, checked with require_optimizer before any file is
+  /// read; the shards are then checked for the fields it keeps (Adafactor's exp_avg exists only
+  /// with beta1, which the manifest's optimizer name does not say).
   CheckpointReader(const std::string& where, const std::string& output_dir, const ModelConfig* expect,
                    bool node_local = false, int verify_index = 0, int verify_count = 1,
                    Verify verify = Verify::kWholeFiles,
-                   std::optional<OptimizerConfig::Type> expect_optimizer = std::nullopt);
+                   std::optional<OptimizerConfig> expect_optimizer = std::nullopt);
   ~CheckpointReader();
   CheckpointReader(CheckpointReader&&) noexcept;
   CheckpointReader& operator=(CheckpointReader&&) noexcept;
@@ -117,9 +119,6 @@ class CheckpointReader {
   /// theirs): another optimizer's moments would be read as this one's.
   void require_optimizer(OptimizerConfig::Type type) const;
 
-  /// Throws UsageError naming a shard on this node that lacks one of `fields` (Adafactor's
-  /// exp_avg exists only with beta1, which the manifest's optimizer name does not say).
-  void require_fields(const std::vector<StateField>& fields);
   /// Adafactor's factors (FactorReader), from any shard on this node.
   void read_factors(float* rows, size_t row_count, float* cols, size_t col_count);
   /// Elements [lo, hi) of a field over the flat layout, read from the shards that hold them.

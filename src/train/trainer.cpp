@@ -137,8 +137,7 @@ void open_resume_checkpoint(Setup& setup, const TrainArgs& args, const ProcessPl
   // node's ranks on node-local disks.
   setup.resume.emplace(where, args.output_dir, &setup.model, node_local, node_local ? place.local_rank : rank,
                        node_local ? place.local_size : world_size, CheckpointReader::Verify::kWholeFiles,
-                       setup.ds.optimizer.type);
-  setup.resume->require_fields(state_fields(setup.ds.optimizer));
+                       setup.ds.optimizer);
   // Every rank reads only its own partition (ZeroEngine::load gathers the rest).
   const size_t flat = make_model_layout(setup.model)->flat_size();
   const PartitionMap needed(flat, world_size);

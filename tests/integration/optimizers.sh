@@ -270,4 +270,10 @@ expect_usage_error_filtered '^zerotrain: error' "Lion checkpoint resumed with --
   mpirun -np 1 "$ZEROTRAIN" --deepspeed "$cfg" --model_name_or_path "$WORK/hf" --train_data "$WORK/batch.bin" \
   --block_size $T --per_device_train_batch_size $BATCH --max_steps 10 --output_dir "$WORK/Lion_reshard" \
   --resume_from_checkpoint auto --optim adagrad --disable_tqdm
+# ... and an Adafactor checkpoint without beta1 holds no exp_avg, which a resume with beta1 needs.
+expect_usage_error_filtered '^zerotrain: error' "Adafactor checkpoint without beta1 resumed with beta1" \
+  "Adafactor_reshard/global_step8/zero_rank_0_optim_states.h5: holds no exp_avg, which the Adafactor resumed keeps" \
+  mpirun -np 1 "$ZEROTRAIN" --deepspeed "$cfg" --model_name_or_path "$WORK/hf" --train_data "$WORK/batch.bin" \
+  --block_size $T --per_device_train_batch_size $BATCH --max_steps 10 --output_dir "$WORK/Adafactor_reshard" \
+  --resume_from_checkpoint auto --optim adafactor --optim_args beta1=0.9 --disable_tqdm
 finish
