@@ -578,6 +578,69 @@ TEST_F(CudaOps, MuonPassesAndNewtonSchulz) {
   }
 }
 
+// Adafactor's three passes on a 37 x 53 matrix cut inside a row (the partition's and offload's
+// pieces) and on a 1-D tensor, with a first moment, fp32 and bf16: the GPU's float atomics move
+// the sums by a rounding, so the sums and everything after them at the reductions' tolerance.
+TEST_F(CudaOps, AdafactorPasses) {
+  const size_t rows = 37, cols = 53, n = rows * cols, vec = 301;
+  const std::pair<size_t, size_t> pieces[] = {{0, 100}, {100, n}};
+  for (bool torch_rule : {false, true}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << (torch_rule ? " torch" : " transformers"));
+      const std::vector<float> g_host = randn(n + vec, 111, 1e-2f);
+      auto g32 = twin(g_host);
+      auto g16 = twin(dtype == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(g_host, dtype));
+      auto p16 = twin(std::vector<uint16_t>(n + vec, 0xffff));
+      auto master = twin(randn(n + vec, 112, 0.02f)), m = twin(randn(n + vec, 113, 1e-3f));
+      std::vector<float> state_host = randn(rows + cols + vec, 114, 1e-4f);
+      for (float& x : state_host) x = x * x;
+      auto state = twin(state_host);  // row, col, then the vector's exp_avg_sq
+      auto sums = twin(std::vector<float>(rows + cols, 0.0f)), scaled = twin(std::vector<float>(rows, 0.0f));
+      auto norms = twin(std::vector<double>{0.5, 0.25, 0, 0});  // the passes add to what is there
+      OptimizerStepArgs args;
+      args.rule = UpdateRule::kAdafactor;
+      args.beta1 = 0.9f, args.beta2 = 0.42f, args.grad_scale = 0.5f;
+      args.eps = torch_rule ? 0.0f : 1e-30f;
+      args.eps_floor = torch_rule ? 1.1920929e-07f : 0.0f;
+      on_both([&](Backend& b) {
+        OptimizerOps& ops = b.optimizer_ops();
+        const auto grad = [&](size_t at) {
+          return dtype == DType::kF32 ? static_cast<const void*>(g32.on(b) + at)
+                                      : static_cast<const void*>(g16.on(b) + at);
+        };
+        float* row = state.on(b);
+        float* col = row + rows;
+        for (const auto& [lo, hi] : pieces) {
+          ops.adafactor_sums(args, grad(lo), dtype, hi - lo, lo, cols, sums.on(b), sums.on(b) + rows);
+        }
+        ops.adafactor_factors(args, row, col, sums.on(b), sums.on(b) + rows, rows, cols, scaled.on(b));
+        AdafactorMoment matrix, vector;
+        matrix.scaled_row = scaled.on(b), matrix.col = col, matrix.cols = cols;
+        vector.exp_avg_sq = col + cols;
+        ops.adafactor_norms(args, master.on(b), matrix, grad(0), dtype, n, norms.on(b));
+        ops.adafactor_norms(args, master.on(b) + n, vector, grad(n), dtype, vec, norms.on(b) + 2);
+        for (const auto& [lo, hi] : pieces) {
+          AdafactorMoment piece = matrix;
+          piece.first = lo;
+          void* param = dtype == DType::kF32 ? static_cast<void*>(master.on(b) + lo) : p16.on(b) + lo;
+          ops.adafactor_apply(args, 0.03f, 1e-3f, master.on(b) + lo, m.on(b) + lo, piece, grad(lo), dtype, param, dtype,
+                              hi - lo);
+        }
+        void* param = dtype == DType::kF32 ? static_cast<void*>(master.on(b) + n) : p16.on(b) + n;
+        ops.adafactor_apply(args, 0.5f, 0.0f, master.on(b) + n, nullptr, vector, grad(n), dtype, param, dtype, vec);
+      });
+      expect_close(sums, kReductionTol, "row and column sums");
+      expect_close(state, kReductionTol, "factors and exp_avg_sq");
+      expect_close(scaled, kReductionTol, "scaled rows");
+      const auto got = read(*gpu, norms.g), want = read(*cpu, norms.c);
+      for (int k = 0; k < 4; ++k) EXPECT_NEAR(got[k], want[k], 1e-5 * std::fabs(want[k])) << "norm sum " << k;
+      expect_close(m, kReductionTol, "exp_avg");
+      expect_close(master, kReductionTol, "master");
+      expect_param_is_master(*gpu, master, master, p16, dtype, dtype == DType::kF32, 0, n + vec);
+    }
+  }
+}
+
 TEST_F(CudaOps, SumSquares) {
   const size_t n = 5001;
   const std::vector<float> host = randn(n, 90, 3.0f);
