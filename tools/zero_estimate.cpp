@@ -98,6 +98,9 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
   } else if (opt.aux_exp_avg_sq()) {
     std::printf("  optimizer Muon: fp32 master + exp_avg, 8 bytes a parameter of its hidden matrices, 12 of the rest "
                 "(+ exp_avg_sq for AdamW; DeepSpeed's table assumes Adam's 12 for any)\n");
+  } else if (opt.type == OptimizerConfig::Type::kOneBitAdam) {
+    std::printf("  optimizer OneBitAdam: fp32 master + exp_avg + exp_avg_sq, 12 bytes a parameter, + its compression "
+                "errors past one rank, 4 bytes a parameter and 4/N more (DeepSpeed's table assumes Adam's 12 for any)\n");
   } else {
     std::printf("  optimizer %s: fp32 master%s%s, %d bytes a parameter (DeepSpeed's table assumes Adam's 12 for any)\n",
                 optimizer_name(opt.type), opt.has_exp_avg() ? " + exp_avg" : "",
@@ -116,7 +119,10 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
               gib(double(e.buckets)).c_str(), gib(double(e.gather)).c_str(), gib(double(e.working)).c_str(),
               gib(double(e.offload_buffers)).c_str());
   if (e.optimizer > 0) {
-    std::printf(opt.factored() ? ", Adafactor's sums %s" : ", Muon's matrices %s", gib(double(e.optimizer)).c_str());
+    const char* what = opt.factored()                                     ? ", Adafactor's sums %s"
+                       : opt.type == OptimizerConfig::Type::kOneBitAdam ? ", 1-bit compression (errors, signs) %s"
+                                                                          : ", Muon's matrices %s";
+    std::printf(what, gib(double(e.optimizer)).c_str());
   }
   std::printf(")\n");
   std::printf("  activations                %11s\n", gib(double(e.activations)).c_str());

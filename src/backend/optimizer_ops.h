@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 
 #include "core/dtype.h"
@@ -17,6 +18,20 @@ enum class UpdateRule {
   kLamb,     ///< Lamb (DeepSpeed's FusedLamb): Adam's moments, then a trust ratio per tensor (two passes)
   kMuon,     ///< Muon: momentum, Newton-Schulz per matrix, then the update (two passes); AdamW for the rest
   kAdafactor,  ///< Adafactor: factored second moments, an RMS clip per tensor (three passes)
+  kOneBitAdam,  ///< 1-bit Adam: Adam until freeze_step, then a 1-bit compressed momentum all-reduce
+};
+
+/// Where 1-bit Adam's signs of one tensor sit: a tensor padded to `padded` elements is cut into
+/// chunks of `chunk` (padded / ranks) elements; chunk q's signs fill words [word0, word0 +
+/// ceil(chunk / 32)) of block q, blocks `block_words` words apart (element j of a chunk is bit
+/// j % 32 of word j / 32). `scales` holds one scale per block, `scale_stride` floats apart.
+struct SignBlocks {
+  uint32_t* words = nullptr;
+  size_t block_words = 0, word0 = 0;
+  float* scales = nullptr;
+  size_t scale_stride = 0;
+  size_t chunk = 0;
+  size_t blocks = 1;
 };
 
 /// The rows [row0, row0 + rows) and columns [col0, col0 + cols) that elements [first, first + n)
@@ -128,6 +143,33 @@ class OptimizerOps {
                                const AdafactorMoment& v, const void* grad, DType grad_dtype, void* param,
                                DType param_dtype, size_t n) = 0;
 
+  // 1-bit Adam (DeepSpeed's OnebitAdam and its compressed_allreduce), one tensor per call. A sign
+  // is +1 for x >= 0 (and NaN), else -1; every sum is in double, in memory of the data's kind.
+  /// The worker's first pass: with g the scaled gradient, m = b1 m + (1 - b1) g over n elements
+  /// (no update when grad is null); adds sum((m + e)^2) over the `padded` elements to *sum, m
+  /// being 0 beyond n (the tensor's padding) and e the worker's compression error (0 when null).
+  virtual void onebit_momentum_sums(const OptimizerStepArgs& args, float* exp_avg, const void* grad, DType grad_dtype,
+                                    size_t n, const float* error, size_t padded, double* sum) = 0;
+  /// The server's first pass over its chunk (`in.chunk` elements) of one tensor, from every
+  /// rank's signs and scales: e = sum_q sign_q scale_q / ranks (in rank order, fp32) + e, adding
+  /// sum(e^2) to *sum. `error` then holds the compensated values that compress() takes.
+  virtual void onebit_server_sums(const SignBlocks& in, float* error, double* sum) = 0;
+  /// Compresses x + e (x: n elements, 0 beyond, or none when null) over `padded` elements: with
+  /// scale = sqrt(*sum / padded), each element's sign goes into `out` (chunk by chunk, as
+  /// SignBlocks says), e = x + e - scale sign, and scale into out.scales[q * scale_stride] for
+  /// every block q.
+  virtual void onebit_compress(const float* x, size_t n, float* error, size_t padded, const double* sum,
+                               const SignBlocks& out) = 0;
+  /// The step, with exp_avg_sq frozen: m = scale_q sign (the decompressed all-reduce, element i
+  /// from chunk i / in.chunk; m as it is when in.words is null), except m = 0 where v = 0 (an
+  /// element whose gradient was exactly 0 through the warm-up, whose frozen v stays 0: DeepSpeed
+  /// steps it by lr m / eps once the signs' noise or a later gradient makes m nonzero, unless its
+  /// users build an exp_avg_mask in Python), then
+  /// w -= lr (m / (sqrt(v) + eps) + wd w), writing the parameter in `param_dtype` as the other
+  /// steps do.
+  virtual void onebit_apply(const OptimizerStepArgs& args, float* master, float* exp_avg, const float* exp_avg_sq,
+                            const SignBlocks& in, void* param, DType param_dtype, size_t n) = 0;
+
   // Newton-Schulz's element-wise steps between its GEMMs (optim/newton_schulz.h), fp32.
   /// y = a y + b x (x may alias y).
   virtual void axpby(float* y, float a, const float* x, float b, size_t n) = 0;
@@ -146,6 +188,8 @@ class OptimizerOps {
       case UpdateRule::kLion: return lion_step(args, master, exp_avg, grad, grad_dtype, param, param_dtype, n);
       case UpdateRule::kAdagrad:
         return adagrad_step(args, master, exp_avg_sq, grad, grad_dtype, param, param_dtype, n);
+      case UpdateRule::kOneBitAdam:  // its warm-up: Adam without bias correction
+        return adam_step(args, master, exp_avg, exp_avg_sq, grad, grad_dtype, param, param_dtype, n);
       case UpdateRule::kLamb:
       case UpdateRule::kMuon:
       case UpdateRule::kAdafactor: break;

@@ -35,6 +35,8 @@ constexpr int kFormatVersion = kCheckpointFormatVersion;
 // `latest` holds one tag, global_step<N>.
 constexpr uint64_t kMaxLatestBytes = 4096;
 
+// OnebitAdam's compression errors of the shard's own rank (OneBitCompression's layout).
+constexpr const char* kOneBitErrors = "onebit_errors";
 // Adafactor's factors in every shard (rows, then columns, of every matrix in the model's order).
 constexpr const char* kFactorRows = "exp_avg_sq_row";
 constexpr const char* kFactorCols = "exp_avg_sq_col";
@@ -153,7 +155,8 @@ std::string prepare_checkpoint_dir(const std::string& dir, const ZeroEngine& eng
   if (ec) return cat(dir, ": cannot create: ", ec.message());
   const int writers = placement.node_local ? (world + placement.num_nodes - 1) / placement.num_nodes : world;
   const double field_bytes = 4.0 * double(engine.state_fields().size());
-  const double needed = 1.02 * (double(engine.partition().partition_size) * field_bytes * writers +
+  const double needed = 1.02 * ((double(engine.partition().partition_size) * field_bytes +
+                                 4.0 * double(engine.onebit_error_count())) * writers +
                                 double(layout.flat_size() * dtype_size(engine.param_dtype())));
   const fs::space_info space = fs::space(dir, ec);
   if (ec || double(space.available) >= needed) return "";  // a file system that cannot say: try
@@ -198,6 +201,12 @@ void write_shard(const std::string& path, ZeroEngine& engine, const ModelLayout&
       engine.read_factors(r.data(), c.data());
       f.write(kFactorRows, r.data(), rows);
       f.write(kFactorCols, c.data(), cols);
+    }
+    // OnebitAdam's errors are this rank's own: its shard holds them.
+    if (const size_t n = engine.onebit_error_count(); n > 0) {
+      std::vector<float> errors(n);
+      engine.read_onebit_errors(errors.data());
+      f.write(kOneBitErrors, errors.data(), n);
     }
     f.set_attribute("format_version", int64_t(kFormatVersion));
     f.set_attribute("rank", int64_t(rank));
@@ -613,6 +622,14 @@ void CheckpointReader::read_factors(float* rows, size_t row_count, float* cols, 
     return;
   }
   throw UsageError(cat(dir_, ": no shard on this node holds Adafactor's factors"));
+}
+
+bool CheckpointReader::read_onebit_errors(int rank, int world, float* out, size_t count) {
+  if (world != world_size_ || rank >= world_size_ || !local_[size_t(rank)]) return false;
+  const H5File& f = shard(rank);
+  if (!f.has(kOneBitErrors) || f.length(kOneBitErrors) != count) return false;
+  f.read(kOneBitErrors, 0, count, out);
+  return true;
 }
 
 void CheckpointReader::read(StateField field, size_t lo, size_t hi, float* out) {

@@ -121,6 +121,9 @@ class CheckpointReader {
 
   /// Adafactor's factors (FactorReader), from any shard on this node.
   void read_factors(float* rows, size_t row_count, float* cols, size_t col_count);
+  /// OnebitAdam's errors of `rank` (ErrorReader): from its own shard when the checkpoint was
+  /// written at `world` ranks and holds `count` of them; false otherwise (they start afresh).
+  bool read_onebit_errors(int rank, int world, float* out, size_t count);
   /// Elements [lo, hi) of a field over the flat layout, read from the shards that hold them.
   void read(StateField field, size_t lo, size_t hi, float* out);
   /// With node-local storage only this node's shards are here: throws UsageError naming the

@@ -275,7 +275,7 @@ Manifest parse_manifest(std::string_view text, const std::string& path) {
   if (std::string optimizer; top.read("optimizer", optimizer)) {
     using T = OptimizerConfig::Type;
     bool known = false;
-    for (T t : {T::kAdam, T::kAdamW, T::kLion, T::kAdagrad, T::kLamb, T::kMuon, T::kAdafactor}) {
+    for (T t : {T::kAdam, T::kAdamW, T::kLion, T::kAdagrad, T::kLamb, T::kMuon, T::kAdafactor, T::kOneBitAdam}) {
       if (optimizer == optimizer_name(t)) {
         out.optimizer = t;
         known = true;

@@ -28,12 +28,12 @@ class Work {
 
 /// Payload bytes handed to each kind of collective since the last reset (this rank's view).
 struct CommStats {
-  uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0;
+  uint64_t all_reduce = 0, reduce_scatter = 0, all_gather = 0, broadcast = 0, all_to_all = 0;
   uint64_t calls = 0;
   /// Of the calls, those whose buffers were shared memory (HostComm::allocate_shared) on this
   /// rank: the peers read them in place, with no staging copy.
   uint64_t in_place = 0;
-  uint64_t total() const { return all_reduce + reduce_scatter + all_gather + broadcast; }
+  uint64_t total() const { return all_reduce + reduce_scatter + all_gather + broadcast + all_to_all; }
 };
 
 /// Memory that the other ranks of the node read where its owner wrote it (HostComm::allocate_shared),
@@ -69,6 +69,9 @@ class HostComm {
   virtual std::shared_ptr<Work> all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
                                            DType dtype) = 0;
   virtual std::shared_ptr<Work> broadcast(void* buffer, size_t count, DType dtype, int root) = 0;
+  /// `send` holds size() blocks of `count` elements, block q for rank q; `recv` receives rank q's
+  /// block for this rank at q * count (MPI_Alltoall). `recv` must not overlap `send`.
+  virtual std::shared_ptr<Work> all_to_all(const void* send, void* recv, size_t count, DType dtype) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
   /// A communicator over the same ranks whose collectives never mix with this one's (MPI_Comm_dup):
   /// for a second thread that issues collectives. Collective.

@@ -72,6 +72,10 @@ class DataComm {
   virtual std::shared_ptr<DataWork> all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
                                                DType dtype, Stream& after) = 0;
   virtual std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream& after) = 0;
+  /// `send` holds size() blocks of `count` elements, block q for rank q; `recv` receives rank q's
+  /// block for this rank at q * count. `recv` must not overlap `send`.
+  virtual std::shared_ptr<DataWork> all_to_all(const void* send, void* recv, size_t count, DType dtype,
+                                               Stream& after) = 0;
   /// Device memory that this communicator's all-reduce and reduce-scatter read in place on the
   /// peers (HostComm::allocate_shared: the direct communicator over shared memory), or null
   /// (every other one, and then on every rank). Collective, as HostComm's.

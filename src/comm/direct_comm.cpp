@@ -63,6 +63,10 @@ class DirectComm final : public DataComm {
     for (size_t c : counts) stats_.all_gather += c * dtype_size(dtype);
     return wrap(host_.all_gather(send, recv, counts, dtype));
   }
+  std::shared_ptr<DataWork> all_to_all(const void* send, void* recv, size_t count, DType dtype, Stream&) override {
+    stats_.all_to_all += count * size_t(size()) * dtype_size(dtype);
+    return wrap(host_.all_to_all(send, recv, count, dtype));
+  }
   std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream&) override {
     stats_.broadcast += count * dtype_size(dtype);
     return wrap(host_.broadcast(buffer, count, dtype, root));

@@ -149,6 +149,12 @@ std::shared_ptr<Work> HierComm::broadcast(void* buffer, size_t count, DType dtyp
   return queue_.enqueue([=, this] { world_->broadcast(buffer, count, dtype, root)->wait(); });
 }
 
+std::shared_ptr<Work> HierComm::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  stats_.all_to_all += count * size_t(size_) * dtype_size(dtype);
+  ++stats_.calls;
+  return queue_.enqueue([=, this] { world_->all_to_all(send, recv, count, dtype)->wait(); });
+}
+
 std::shared_ptr<Work> HierComm::barrier() {
   ++stats_.calls;
   return queue_.enqueue([this] { world_->barrier()->wait(); });

@@ -51,6 +51,8 @@ class HierComm final : public HostComm {
   std::shared_ptr<Work> all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
                                    DType dtype) override;
   std::shared_ptr<Work> broadcast(void* buffer, size_t count, DType dtype, int root) override;
+  /// Through MPI over all ranks: every block has its own destination, so no level saves traffic.
+  std::shared_ptr<Work> all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
   std::shared_ptr<Work> barrier() override;
   std::unique_ptr<HostComm> duplicate() override;
   void all_reduce_doubles(std::vector<double>& values, bool max) override;
@@ -73,7 +75,7 @@ class HierComm final : public HostComm {
   MPI_Comm parent_ = MPI_COMM_NULL;  // a duplicate, for duplicate()
   int rank_ = 0, size_ = 1, per_node_ = 1, nodes_ = 1, local_ = 0;
   size_t chunk_bytes_;
-  std::unique_ptr<MpiComm> world_;   // control: broadcast, barrier, doubles
+  std::unique_ptr<MpiComm> world_;   // control: broadcast, barrier, doubles; all-to-all
   std::unique_ptr<ShmComm> node_;    // this node's ranks
   std::unique_ptr<MpiComm> across_;  // the ranks with this local index, in node order
   std::vector<unsigned char> grouped_, partial_;  // regrouped blocks, this rank's partial sums

@@ -141,6 +141,16 @@ std::shared_ptr<Work> MpiComm::broadcast(void* buffer, size_t count, DType dtype
   });
 }
 
+std::shared_ptr<Work> MpiComm::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  stats_.all_to_all += count * size_t(size_) * dtype_size(dtype);
+  const int n = as_int(count);
+  return enqueue([=, this] {
+    MPI_Request request;
+    ZT_MPI_CHECK(MPI_Ialltoall(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_, &request));
+    return request;
+  });
+}
+
 std::shared_ptr<Work> MpiComm::barrier() {
   return enqueue([this] {
     MPI_Request request;

@@ -43,6 +43,7 @@ class MpiComm final : public HostComm {
                                        DType dtype) override;
   std::shared_ptr<Work> all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
                                    DType dtype) override;
+  std::shared_ptr<Work> all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
   std::shared_ptr<Work> broadcast(void* buffer, size_t count, DType dtype, int root) override;
   std::shared_ptr<Work> barrier() override;
   std::unique_ptr<HostComm> duplicate() override { return std::make_unique<MpiComm>(comm_); }

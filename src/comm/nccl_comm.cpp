@@ -209,6 +209,21 @@ bool all_equal(const std::vector<size_t>& counts) {
   return true;
 }
 
+// Issues call(r) for every rank r in one NCCL group. A failure closes the group before it is
+// reported, or the next NCCL call would join it.
+template <typename Call>
+void grouped(int ranks, Call call) {
+  ZT_NCCL_CHECK(ncclGroupStart());
+  for (int r = 0; r < ranks; ++r) {
+    const ncclResult_t status = call(r);
+    if (status != ncclSuccess) {
+      ncclGroupEnd();
+      ZT_NCCL_CHECK(status);
+    }
+  }
+  ZT_NCCL_CHECK(ncclGroupEnd());
+}
+
 }  // namespace
 
 NcclComm::NcclComm(Backend& backend, HostComm& control)
@@ -376,17 +391,10 @@ std::shared_ptr<DataWork> NcclComm::reduce_scatter(const void* send, void* recv,
   // Uneven: rank r's piece is reduced onto r. ncclReduce reads recvbuff on the root only, so the
   // other ranks pass their own `recv`, whatever its size (null when their count is 0).
   const auto* bytes = static_cast<const unsigned char*>(send);
-  ZT_NCCL_CHECK(ncclGroupStart());
-  for (int r = 0; r < size_; ++r) {
-    if (counts[size_t(r)] == 0) continue;
-    const ncclResult_t status =
-        ncclReduce(bytes + displ[size_t(r)] * e, recv, counts[size_t(r)], t, ncclSum, r, shared_->comm, s);
-    if (status != ncclSuccess) {
-      ncclGroupEnd();  // close the group before reporting, or the next NCCL call joins it
-      ZT_NCCL_CHECK(status);
-    }
-  }
-  ZT_NCCL_CHECK(ncclGroupEnd());
+  grouped(size_, [&](int r) {
+    if (counts[size_t(r)] == 0) return ncclSuccess;
+    return ncclReduce(bytes + displ[size_t(r)] * e, recv, counts[size_t(r)], t, ncclSum, r, shared_->comm, s);
+  });
   staging.finish();
   return end();
 }
@@ -412,18 +420,12 @@ std::shared_ptr<DataWork> NcclComm::all_gather(const void* send, void* recv, con
   }
   // Uneven: each rank broadcasts its piece into its place; a root whose `send` is already there
   // (in place) copies nothing. ncclBroadcast reads sendbuff on the root only.
-  ZT_NCCL_CHECK(ncclGroupStart());
-  for (int r = 0; r < size_; ++r) {
-    if (counts[size_t(r)] == 0) continue;
+  grouped(size_, [&](int r) {
+    if (counts[size_t(r)] == 0) return ncclSuccess;
     unsigned char* place = out + displ[size_t(r)] * e;
     const void* from = r == rank_ ? send : place;
-    const ncclResult_t status = ncclBroadcast(from, place, counts[size_t(r)], t, r, shared_->comm, s);
-    if (status != ncclSuccess) {
-      ncclGroupEnd();
-      ZT_NCCL_CHECK(status);
-    }
-  }
-  ZT_NCCL_CHECK(ncclGroupEnd());
+    return ncclBroadcast(from, place, counts[size_t(r)], t, r, shared_->comm, s);
+  });
   staging.finish();
   return end();
 }
@@ -435,6 +437,25 @@ std::shared_ptr<DataWork> NcclComm::broadcast(void* buffer, size_t count, DType 
   DeviceStaging staging(backend_, s);
   void* b = staging.out(buffer, count * dtype_size(dtype), /*copy_in=*/rank_ == root);
   if (count > 0) ZT_NCCL_CHECK(ncclBroadcast(b, b, count, nccl_dtype(dtype), root, shared_->comm, s));
+  staging.finish();
+  return end();
+}
+
+std::shared_ptr<DataWork> NcclComm::all_to_all(const void* send, void* recv, size_t count, DType dtype,
+                                               Stream& after) {
+  const size_t e = dtype_size(dtype), total = count * size_t(size_);
+  stats_.all_to_all += total * e;
+  cudaStream_t s = begin(after);
+  DeviceStaging staging(backend_, s);
+  const auto* in = static_cast<const unsigned char*>(staging.in(send, total * e));
+  auto* out = static_cast<unsigned char*>(staging.out(recv, total * e, /*copy_in=*/false));
+  if (count > 0) {
+    const ncclDataType_t t = nccl_dtype(dtype);
+    grouped(size_, [&](int r) {
+      const ncclResult_t sent = ncclSend(in + size_t(r) * count * e, count, t, r, shared_->comm, s);
+      return sent != ncclSuccess ? sent : ncclRecv(out + size_t(r) * count * e, count, t, r, shared_->comm, s);
+    });
+  }
   staging.finish();
   return end();
 }

@@ -87,6 +87,9 @@ class NcclComm final : public DataComm {
   std::shared_ptr<DataWork> all_gather(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
                                        Stream& after) override;
   std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream& after) override;
+  /// One send and one receive per peer in a group (NCCL has no all-to-all of its own).
+  std::shared_ptr<DataWork> all_to_all(const void* send, void* recv, size_t count, DType dtype,
+                                       Stream& after) override;
 
   /// The communication stream's CUDA stream (for benchmarks and tests).
   cudaStream_t native_stream() const { return cuda_stream_; }

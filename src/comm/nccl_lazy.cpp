@@ -69,5 +69,14 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   ZT_NCCL_REAL(ncclBroadcast);
   return real(send, recv, count, type, root, comm, stream);
 }
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  ZT_NCCL_REAL(ncclSend);
+  return real(send, count, type, peer, comm, stream);
+}
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream) {
+  ZT_NCCL_REAL(ncclRecv);
+  return real(recv, count, type, peer, comm, stream);
+}
 
 }  // extern "C"

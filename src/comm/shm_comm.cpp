@@ -424,6 +424,24 @@ void ShmComm::run_all_gather(const unsigned char* send, unsigned char* recv, con
   if (stream) _mm_sfence();  // the streamed stores are ordered before the Work says done
 }
 
+void ShmComm::run_all_to_all(const unsigned char* send, unsigned char* recv, size_t bytes) {
+  const size_t p = size_t(size_), me = size_t(rank_);
+  std::memcpy(recv + me * bytes, send + me * bytes, bytes);
+  // Round d pairs each rank with the one d places on: every rank stages and reads one block a
+  // step, so no buffer holds more than one rank's block for one reader.
+  for (size_t d = 1; d < p; ++d) {
+    const size_t to = (me + d) % p, from = (me + p - d) % p;
+    for (size_t offset = 0; offset < bytes; offset += chunk_bytes_) {
+      const int b = buffer_;
+      buffer_ ^= 1;
+      const size_t n = std::min(chunk_bytes_, bytes - offset);
+      std::memcpy(staging(rank_, b), send + to * bytes + offset, n);
+      sync();
+      std::memcpy(recv + from * bytes + offset, staging(int(from), b), n);
+    }
+  }
+}
+
 // Slices of count/P elements (the first count%P one more), summed as a reduce-scatter whose
 // results also go to the window. Each step's barrier also publishes the step before's results,
 // which every rank copies right after it: one barrier a step, not two (each waits for the slowest
@@ -551,6 +569,14 @@ std::shared_ptr<Work> ShmComm::broadcast(void* buffer, size_t count, DType dtype
   auto* bytes = static_cast<unsigned char*>(buffer);
   const size_t n = count * dtype_size(dtype);
   return enqueue([=, this] { run_broadcast(bytes, n, root); });
+}
+
+std::shared_ptr<Work> ShmComm::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  stats_.all_to_all += count * size_t(size_) * dtype_size(dtype);
+  const auto* s = static_cast<const unsigned char*>(send);
+  auto* r = static_cast<unsigned char*>(recv);
+  const size_t n = count * dtype_size(dtype);
+  return enqueue([=, this] { run_all_to_all(s, r, n); });
 }
 
 std::shared_ptr<Work> ShmComm::barrier() {

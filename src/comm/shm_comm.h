@@ -9,6 +9,8 @@
 // buffers directly:
 //   reduce-scatter  rank r sums slice r over ranks 0, 1, ..., P-1, in that order;
 //   all-gather      rank r copies every rank's block into its own output;
+//   all-to-all      P-1 rounds: in round d rank r stages its block for rank r+d, and takes rank
+//                   r-d's block for r from that rank's buffer;
 //   all-reduce      a reduce-scatter over P balanced slices whose sums are written to the window
 //                   and to the buffer in one pass; the next step's barrier (a last one after
 //                   the last step) publishes them, and each rank then copies the P-1 other slices.
@@ -84,6 +86,7 @@ class ShmComm final : public HostComm {
   std::shared_ptr<Work> all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
                                    DType dtype) override;
   std::shared_ptr<Work> broadcast(void* buffer, size_t count, DType dtype, int root) override;
+  std::shared_ptr<Work> all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
   std::shared_ptr<Work> barrier() override;
   std::unique_ptr<HostComm> duplicate() override {
     return std::make_unique<ShmComm>(comm_, chunk_bytes_, stream_from_);
@@ -147,6 +150,7 @@ class ShmComm final : public HostComm {
   void run_all_gather(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts, DType dtype);
   void run_all_reduce(unsigned char* buffer, size_t count, DType dtype, Post where);
   void run_broadcast(unsigned char* buffer, size_t bytes, int root);
+  void run_all_to_all(const unsigned char* send, unsigned char* recv, size_t bytes);
   void run_all_reduce_doubles(double* values, size_t count, bool max);
 
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -105,6 +105,28 @@ class StagedComm final : public DataComm {
     return end();
   }
 
+  std::shared_ptr<DataWork> all_to_all(const void* send, void* recv, size_t count, DType dtype,
+                                       Stream& after) override {
+    const size_t e = dtype_size(dtype), p = size_t(size());
+    stats_.all_to_all += count * p * e;
+    begin(after, count * p * e);
+    // Pieces of every block at once: staging holds piece elements of each rank's block.
+    const size_t piece = std::max<size_t>(1, chunk(e) / p);
+    for (size_t a = 0; a < count; a += piece) {
+      const size_t n = std::min(piece, count - a);
+      unsigned char *s = send_, *r = recv_;
+      for (size_t q = 0; q < p; ++q) {
+        backend_.copy_async(s + q * n * e, static_cast<const unsigned char*>(send) + (q * count + a) * e, n * e,
+                            *stream_);
+      }
+      on_stream([host = host_.get(), s, r, n, dtype] { host->all_to_all(s, r, n, dtype)->wait(); });
+      for (size_t q = 0; q < p; ++q) {
+        backend_.copy_async(static_cast<unsigned char*>(recv) + (q * count + a) * e, r + q * n * e, n * e, *stream_);
+      }
+    }
+    return end();
+  }
+
   std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream& after) override {
     stats_.broadcast += count * dtype_size(dtype);
     auto* bytes = static_cast<unsigned char*>(buffer);

@@ -18,7 +18,7 @@ namespace zt {
 
 struct OptimizerConfig {
   /// DeepSpeed's optimizer.type names (HF's --optim names map onto them).
-  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb, kMuon, kAdafactor };
+  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb, kMuon, kAdafactor, kOneBitAdam };
   Type type = Type::kAdamW;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;  ///< Adam's moments; Lion's interpolation (beta1) and momentum (beta2)
@@ -51,6 +51,10 @@ struct OptimizerConfig {
   double clip_threshold = 1.0;              ///< the update's RMS clip (torch's d)
   bool scale_parameter = false, relative_step = false, warmup_init = false;  ///< HF Trainer's: false, false
   std::optional<double> adafactor_beta1;    ///< transformers' optional first moment (exp_avg)
+  /// 1-bit Adam (DeepSpeed's OnebitAdam, arXiv 2102.02888): Adam without bias correction until
+  /// step freeze_step; after it exp_avg_sq is frozen, gradients stay local, and each step's
+  /// exp_avg goes through an error-compensated 1-bit all-reduce instead.
+  int64_t freeze_step = 100000;
 
   /// Whether this optimizer keeps exp_avg (Adam's first moment, Lion's momentum) and exp_avg_sq
   /// (Adam's second moment; Adagrad's running sum of squared gradients, torch's "sum").

@@ -13,6 +13,7 @@ UpdateRule update_rule(OptimizerConfig::Type type) {
     case OptimizerConfig::Type::kLamb: return UpdateRule::kLamb;
     case OptimizerConfig::Type::kMuon: return UpdateRule::kMuon;
     case OptimizerConfig::Type::kAdafactor: return UpdateRule::kAdafactor;
+    case OptimizerConfig::Type::kOneBitAdam: return UpdateRule::kOneBitAdam;
     case OptimizerConfig::Type::kAdam:
     case OptimizerConfig::Type::kAdamW: break;
   }
@@ -53,10 +54,18 @@ OptimizerStepArgs Optimizer::begin_step(double lr, double beta1, double beta2, d
     a.eps_floor = config_.adafactor_torch ? float(config_.adafactor_eps1) : 0.0f;
     a.lr = float(adafactor_rho(config_, lr, step_));
   }
+  // OnebitAdam: decay is always decoupled, w -= lr (m / (sqrt(v) + eps) + wd w), and no step is
+  // bias-corrected (the config's bias_correction is false).
+  if (a.rule == UpdateRule::kOneBitAdam) a.adamw_mode = true;
   // torch.optim.Adagrad's decayed rate: lr / (1 + (t - 1) lr_decay).
   if (a.rule == UpdateRule::kAdagrad) a.lr = float(lr / (1.0 + double(step_ - 1) * config_.lr_decay));
   a.grad_scale = float(grad_scale);
   return a;
+}
+
+bool onebit_compressed(const OptimizerConfig& config, int64_t step) {
+  // step - 1 >= freeze_step, written so that no freeze_step overflows.
+  return config.type == OptimizerConfig::Type::kOneBitAdam && step >= 3 && step - 1 >= config.freeze_step;
 }
 
 double clip_coefficient(double grad_norm, double max_norm) {

@@ -31,6 +31,11 @@ class Optimizer {
   int64_t step_ = 0;
 };
 
+/// OnebitAdam: whether step `step` (1-based) all-reduces its momentum compressed, with local
+/// gradients. DeepSpeed's first step only sets up its buffers, and compression starts after the
+/// step at which the count reaches freeze_step, and never before step 3.
+bool onebit_compressed(const OptimizerConfig& config, int64_t step);
+
 /// The global-norm clipping coefficient: max_norm / (norm + 1e-6) when that is below 1, else 1
 /// (no clipping when max_norm is 0), as torch.nn.utils.clip_grad_norm_ and DeepSpeed compute it.
 double clip_coefficient(double grad_norm, double max_norm);

@@ -70,6 +70,9 @@ class ProfiledDataComm final : public DataComm {
   std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream& after) override {
     return wrap(inner_.broadcast(buffer, count, dtype, root, after));
   }
+  std::shared_ptr<DataWork> all_to_all(const void* send, void* recv, size_t count, DType dtype, Stream& after) override {
+    return wrap(inner_.all_to_all(send, recv, count, dtype, after));
+  }
   std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) override { return inner_.allocate_shared(bytes); }
 
  private:

@@ -28,6 +28,9 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
       factors_(config.optimizer.factored()
                    ? std::make_unique<AdafactorFactors>(backend, layout.tensor_shapes(), plan_.offloaded > 0)
                    : nullptr),
+      onebit_(config.optimizer.type == OptimizerConfig::Type::kOneBitAdam && comm.size() > 1
+                  ? std::make_unique<OneBitCompression>(backend, comm, layout.tensor_ranges())
+                  : nullptr),
       reducer_(plan_, config.zero, backend, comm, buffers_), norm_sq_(backend, 1), norm_sq_host_(backend, 1, Pool::kPinned),
       optimizer_rule_(config.optimizer), scheduler_(config.scheduler, config.optimizer.lr), scaler_(config.fp16) {
   // A reduced range is final on the last micro-step: ZeRO-Offload sends it to the host at once
@@ -46,7 +49,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
 
 StateSource init_source(const ParamLayout& layout, uint64_t seed) {
   return {[&layout, seed](StateField, size_t lo, size_t hi, float* out) { layout.init(seed, out, lo, hi); },
-          false, std::nullopt, nullptr};
+          false, std::nullopt, nullptr, nullptr};
 }
 
 double ZeroEngine::backward_scale() const {
@@ -126,15 +129,27 @@ void ZeroEngine::share_parameters() {
 StepOutcome ZeroEngine::step() {
   StepOutcome out;
   out.loss_scale = scaler_.scale();
-  reducer_.reduce_at_step();
+  // OnebitAdam past its warm-up keeps each rank's gradient its own (DeepSpeed's
+  // enable_backward_allreduce = False): what it all-reduces is the momentum, compressed.
+  const bool compressed = onebit_compressed(config_.optimizer, optimizer_rule_.step_count() + 1);
+  const double ranks_summed = compressed ? 1.0 : double(plan_.world);
+  if (!compressed) reducer_.reduce_at_step();
   micro_step_ = 0;
   offload_prefetched_ = false;
   const double local = local_grad_sum_squares();
   // Stage 0: every rank holds the whole reduced gradient. Otherwise each holds a partition, and
-  // the sum over ranks makes the norm, and any inf/NaN, the same everywhere.
-  const double sum_sq = plan_.optimizer_replicated() ? local : control_.all_reduce_sum(local);
+  // the sum over ranks makes the norm, and any inf/NaN, the same everywhere. Local gradients
+  // (OnebitAdam, compressed) are clipped by the mean of the ranks' own norms, as DeepSpeed's fp32
+  // path does (clip_grad_norm_ averages them over the data-parallel group; its fp16 and bf16
+  // wrappers clip each rank by its own): one coefficient on every rank in every dtype, and an
+  // inf/NaN on one rank is seen by all.
+  double sum_sq = plan_.optimizer_replicated() ? local : control_.all_reduce_sum(local);
+  if (compressed && plan_.world > 1) {
+    const double mean = control_.all_reduce_sum(std::sqrt(local)) / double(plan_.world);
+    sum_sq = mean * mean;
+  }
   const bool overflow = !std::isfinite(sum_sq);
-  out.grad_norm = std::sqrt(sum_sq) / out.loss_scale / double(plan_.world);
+  out.grad_norm = std::sqrt(sum_sq) / out.loss_scale / ranks_summed;
   const ScheduledValues sched = scheduler_.current();
   out.lr = sched.lr;
   if (overflow && (config_.fp16.enabled || (config_.bf16 && config_.bf16_check_grad_overflow))) {
@@ -157,11 +172,13 @@ StepOutcome ZeroEngine::step() {
   // step's forward and backward, which see the parameters before this update.
   const bool delay = plan_.delayed_update_after >= 0 && optimizer_rule_.step_count() >= plan_.delayed_update_after;
   const OptimizerStepArgs args =
-      optimizer_rule_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * double(plan_.world)));
+      optimizer_rule_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * ranks_summed));
   if (args.rule == UpdateRule::kLamb) {
     lamb_step(args);
   } else if (args.rule == UpdateRule::kMuon) {
     muon_step(args);
+  } else if (args.rule == UpdateRule::kOneBitAdam) {
+    onebit_step(args, compressed);
   } else if (args.rule == UpdateRule::kAdafactor) {
     adafactor_step(args, sched.lr);
     if (config_.optimizer.relative_step && !config_.optimizer.adafactor_torch) out.lr = args.lr;  // the schedule's is unused
@@ -189,6 +206,22 @@ void ZeroEngine::lamb_step(const OptimizerStepArgs& args) {
     }
   }
   optimizer_.lamb_apply(args, ratios);
+}
+
+void ZeroEngine::onebit_step(const OptimizerStepArgs& args, bool compressed) {
+  const int64_t t = optimizer_rule_.step_count();
+  if (t == 1) return;  // OnebitAdam's first step only sets up its buffers: no moment or weight moves
+  if (!compressed) return optimizer_.step(args);  // the warm-up: Adam on the averaged gradient
+  auto* exp_avg = static_cast<float*>(optimizer_.exp_avg());
+  if (onebit_) {
+    // DeepSpeed starts the errors afresh where compression starts.
+    if (!onebit_compressed(config_.optimizer, t - 1)) onebit_->reset_errors();
+    onebit_->all_reduce(args, exp_avg, buffers_.grad_at(0), plan_.grad_dtype);
+  } else {  // one rank: the momentum is the all-reduce's result already
+    backend_.optimizer_ops().onebit_momentum_sums(args, exp_avg, buffers_.grad_at(0), plan_.grad_dtype,
+                                                  layout_.flat_size(), nullptr, layout_.flat_size(), norm_sq_.data());
+  }
+  optimizer_.onebit_apply(args, onebit_.get());
 }
 
 void ZeroEngine::muon_step(const OptimizerStepArgs& args) {
@@ -290,6 +323,7 @@ BufferBytes ZeroEngine::buffer_bytes() const {
   b.offload = optimizer_.bytes().buffers + (coordinator_ ? coordinator_->store_bytes().buffers : 0);
   if (factors_ && plan_.offloaded > 0) b.offload += AdafactorFactors::host_copy_bytes(layout_.tensor_shapes());
   b.optimizer = muon_ ? muon_->bytes() : factors_ ? AdafactorFactors::buffer_bytes(layout_.tensor_shapes()) : 0;
+  if (onebit_) b.optimizer = OneBitCompression::device_bytes(layout_.tensor_ranges(), plan_.world);
   return b;
 }
 
@@ -325,6 +359,17 @@ void ZeroEngine::load(const StateSource& source) {
     factors_->load(r.data(), c.data());
   } else if (factors_) {
     factors_->zero();
+  }
+  // OnebitAdam's compression errors are each rank's own and sized for its world size: restored
+  // from a checkpoint of the same world size, else started afresh (DeepSpeed always does).
+  if (onebit_) {
+    std::vector<float> errors(onebit_->error_count());
+    if (moments && source.read_onebit_errors &&
+        source.read_onebit_errors(plan_.rank, plan_.world, errors.data(), errors.size())) {
+      onebit_->load_errors(errors.data());
+    } else {
+      onebit_->reset_errors();
+    }
   }
   if (plan_.world > 1 && plan_.optimizer_replicated()) {
     // Stage 0 keeps the whole optimizer state on every rank.

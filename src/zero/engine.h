@@ -33,6 +33,7 @@
 #include "zero/gradient_reducer.h"
 #include "zero/mixed_precision_buffers.h"
 #include "zero/muon_matrices.h"
+#include "zero/onebit_compression.h"
 #include "zero/model_states.h"
 #include "zero/optimizer_partition.h"
 #include "zero/parameter_coordinator.h"
@@ -112,6 +113,10 @@ class ZeroEngine final : public ParamSource<float> {
   /// checkpoint holds beside the flat fields; {0, 0} for any other optimizer.
   std::pair<size_t, size_t> factor_extent() const;
   void read_factors(float* rows, float* cols) { factors_->read(rows, cols); }
+  /// OnebitAdam past one rank: this rank's compression errors (OneBitCompression::read_errors),
+  /// which a checkpoint holds per rank; 0 floats for any other optimizer.
+  size_t onebit_error_count() const { return onebit_ ? onebit_->error_count() : 0; }
+  void read_onebit_errors(float* out) { onebit_->read_errors(out); }
   /// The optimizer's DeepSpeed name ("AdamW", "Lion", ...).
   const char* optimizer_type() const { return optimizer_name(config_.optimizer.type); }
   /// Elements [lo, hi) of the parameters in param_dtype(), assembled from every rank's partition
@@ -152,6 +157,10 @@ class ZeroEngine final : public ParamSource<float> {
   /// Adafactor's three passes: the matrices' g^2 sums (all-reduced), the factors, the per-tensor
   /// norms (all-reduced), the update. `lr`: the schedule's.
   void adafactor_step(const OptimizerStepArgs& args, double lr);
+  /// OnebitAdam's step: nothing at step 1 (DeepSpeed's set-up step), Adam without bias correction
+  /// until freeze_step, then the momentum from the local gradient, all-reduced compressed, and
+  /// the step with exp_avg_sq frozen (`compressed`).
+  void onebit_step(const OptimizerStepArgs& args, bool compressed);
   /// After the optimizer wrote this rank's range: every rank's updated parameters where the
   /// stage keeps them whole (stages 1, 2), and no stale copy anywhere.
   void share_parameters();
@@ -189,6 +198,7 @@ class ZeroEngine final : public ParamSource<float> {
   OptimizerPartition optimizer_;
   std::unique_ptr<MuonMatrices> muon_;  // Muon only
   std::unique_ptr<AdafactorFactors> factors_;  // Adafactor only
+  std::unique_ptr<OneBitCompression> onebit_;  // OnebitAdam on more than one rank only
   GradientReducer reducer_;
   DeviceArray<double> norm_sq_, norm_sq_host_;  // device / pinned: the step's sum of squares
   int64_t micro_step_ = 0;                      // backward passes since the last step

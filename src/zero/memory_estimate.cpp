@@ -16,6 +16,7 @@
 #include "zero/mixed_precision_buffers.h"
 #include "zero/adafactor_factors.h"
 #include "zero/muon_matrices.h"
+#include "zero/onebit_compression.h"
 #include "zero/optimizer_partition.h"
 #include "zero/parameter_coordinator.h"
 #include "zero/zero_plan.h"
@@ -206,6 +207,10 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   if (!factors.empty()) {  // Adafactor's sums and scaled rows; the state above
     est.optimizer = factors[2] + factors[3];
     list_devices(factors);
+  }
+  if (config.optimizer.type == OptimizerConfig::Type::kOneBitAdam) {  // its errors, signs and scales
+    est.optimizer = OneBitCompression::device_bytes(layout->tensor_ranges(), run.world_size);
+    list_devices(OneBitCompression::device_allocations(layout->tensor_ranges(), run.world_size));
   }
   add(Pool::kDevice, est.buckets + est.working + est.gather + est.optimizer);
   list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective));

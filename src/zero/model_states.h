@@ -63,6 +63,11 @@ inline bool keeps_exp_avg_sq(const OptimizerConfig& optimizer, const TensorShape
 /// then all columns); null: they start at zero.
 using FactorReader = std::function<void(float* rows, size_t row_count, float* cols, size_t col_count)>;
 
+/// OnebitAdam's compression errors of `rank` of `world` (`count` floats, OneBitCompression's
+/// layout), as a checkpoint written at the same world size holds them: fills `out` and returns
+/// true, or returns false (another world size, or none saved: they start at zero, as DeepSpeed's).
+using ErrorReader = std::function<bool(int rank, int world, float* out, size_t count)>;
+
 /// Fills out[0, hi - lo) with elements [lo, hi) of a field (hi <= the model's flat size).
 using StateReader = std::function<void(StateField field, size_t lo, size_t hi, float* out)>;
 
@@ -76,6 +81,7 @@ struct StateSource {
   bool with_moments = false;            ///< false: exp_avg and exp_avg_sq start at zero
   std::optional<EngineState> counters;  ///< empty: step 0, the schedule's start, the config's loss scale
   FactorReader read_factors;            ///< Adafactor's factors when with_moments (a checkpoint holds them)
+  ErrorReader read_onebit_errors;       ///< OnebitAdam's errors when with_moments (null: they start at zero)
 };
 
 }  // namespace zt

@@ -459,6 +459,15 @@ void OptimizerPartition::adafactor_apply(const OptimizerStepArgs& args, const st
   });
 }
 
+void OptimizerPartition::onebit_apply(const OptimizerStepArgs& args, OneBitCompression* compression) {
+  ZT_CHECK(!offload_ && plan_.optimizer_replicated(), "1-bit Adam steps at stage 0 only");
+  const size_t base = plan_.opt_begin;
+  for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) {
+    ops_.onebit_apply(args, master_at(a), exp_avg_.data() + (a - base), exp_avg_sq_.data() + (a - base),
+                      compression ? compression->gathered(t) : SignBlocks{}, buffers_.param_at(a), plan_.dtype, b - a);
+  });
+}
+
 std::vector<size_t> OptimizerPartition::aux_partition_counts() const {
   std::vector<size_t> counts;
   for (int r = 0; r < plan_.world; ++r) {

@@ -40,6 +40,7 @@
 #include "optim/adafactor.h"
 #include "optim/optimizer.h"
 #include "zero/adafactor_factors.h"
+#include "zero/onebit_compression.h"
 #include "zero/mixed_precision_buffers.h"
 #include "zero/model_states.h"
 #include "zero/zero_plan.h"
@@ -108,6 +109,10 @@ class OptimizerPartition {
   /// Adafactor's third pass, with each tensor's scalars; then as step().
   void adafactor_apply(const OptimizerStepArgs& args, const std::vector<AdafactorTensorStep>& steps,
                        AdafactorFactors& factors);
+  /// OnebitAdam past its warm-up (stage 0, nothing offloaded): every tensor's momentum from the
+  /// compressed all-reduce (`compression`; null on one rank, where exp_avg is already the
+  /// momentum), and the step with exp_avg_sq frozen.
+  void onebit_apply(const OptimizerStepArgs& args, OneBitCompression* compression);
   /// Muon at stage 0: each rank's partition of the packed exp_avg_sq, in elements, in rank order
   /// (the counts that all-gather it).
   std::vector<size_t> aux_partition_counts() const;

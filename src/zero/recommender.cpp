@@ -46,6 +46,8 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
     // --delayed_param_update runs with the optimizer offloaded and the parameters not: the other
     // rungs' configs would refuse the flag, so they are not offered.
     if (base.zero.delayed_param_update_after >= 0 && (spec.optimizer == kNone || spec.params != kNone)) continue;
+    // OneBitAdam runs at stage 0 only (DeepSpeed's too): no other rung is a config it accepts.
+    if (base.optimizer.type == OptimizerConfig::Type::kOneBitAdam && spec.stage > 0) continue;
     RungVerdict v;
     v.name = spec.name;
     v.config = base;
@@ -157,6 +159,7 @@ boost::json::object optimizer_params_json(const OptimizerConfig& o) {
   if (o.type == OptimizerConfig::Type::kAdagrad && o.lr_decay != 0) {
     params["lr_decay"] = o.lr_decay;
   }
+  if (o.type == OptimizerConfig::Type::kOneBitAdam) params["freeze_step"] = o.freeze_step;
   if (o.type == OptimizerConfig::Type::kLamb) {
     params["max_coeff"] = o.max_coeff;
     params["min_coeff"] = o.min_coeff;

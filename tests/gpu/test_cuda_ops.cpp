@@ -641,6 +641,64 @@ TEST_F(CudaOps, AdafactorPasses) {
   }
 }
 
+// 1-bit Adam's passes on a 1000-element tensor padded to 1024 over 4 ranks (chunks of 256 bits,
+// 8 words, at word 3 of blocks 13 words apart), fp32 and bf16 gradients and parameters: the
+// momentum, the worker's compression, the server's sums over 4 ranks' signs and its compression,
+// and the decompressed step with some variances 0 (masked). The signs and everything element-wise
+// are the CPU's bits; the sums are atomics, and the scales and errors after them within a rounding.
+TEST_F(CudaOps, OneBitPasses) {
+  const size_t n = 1000, padded = 1024, ranks = 4, chunk = padded / ranks;
+  const size_t block_words = 13, word0 = 3;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const std::vector<float> g_host = randn(n, 121, 1e-2f);
+    auto g32 = twin(g_host);
+    auto g16 = twin(dtype == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(g_host, dtype));
+    auto p16 = twin(std::vector<uint16_t>(n, 0xffff));
+    auto master = twin(randn(n, 122, 0.02f)), m = twin(randn(n, 123, 1e-3f));
+    auto worker_error = twin(randn(padded, 124, 1e-4f)), server_error = twin(randn(chunk, 125, 1e-4f));
+    std::vector<float> v_host = randn(n, 126, 1e-3f);
+    for (size_t i = 0; i < n; ++i) v_host[i] = i % 97 == 5 ? 0.0f : v_host[i] * v_host[i];
+    auto v = twin(v_host);
+    auto signs = twin(std::vector<uint32_t>(ranks * block_words, 0xdeadbeef));  // the words around stay
+    auto server_signs = twin(std::vector<uint32_t>(block_words, 0xdeadbeef));
+    std::vector<float> scales_host = randn(ranks, 127, 1.0f);
+    for (float& s : scales_host) s = std::fabs(s) + 0.1f;
+    auto scales = twin(scales_host);  // every rank's worker scale (this rank's is overwritten, slot 2)
+    auto server_scale = twin(std::vector<float>(1, 0.0f));
+    auto sums = twin(std::vector<double>{0.25, 0.0});  // the passes add to what is there
+    OptimizerStepArgs args;
+    args.rule = UpdateRule::kOneBitAdam;
+    args.beta1 = 0.9f, args.grad_scale = 0.5f, args.lr = 1e-3f, args.eps = 1e-8f, args.weight_decay = 0.1f;
+    on_both([&](Backend& b) {
+      OptimizerOps& ops = b.optimizer_ops();
+      const void* grad = dtype == DType::kF32 ? static_cast<const void*>(g32.on(b)) : g16.on(b);
+      ops.onebit_momentum_sums(args, m.on(b), grad, dtype, n, worker_error.on(b), padded, sums.on(b));
+      ops.onebit_compress(m.on(b), n, worker_error.on(b), padded, sums.on(b),
+                          SignBlocks{signs.on(b), block_words, word0, scales.on(b) + 2, 0, chunk, ranks});
+      const SignBlocks all{signs.on(b), block_words, word0, scales.on(b), 1, chunk, ranks};
+      ops.onebit_server_sums(all, server_error.on(b), sums.on(b) + 1);
+      ops.onebit_compress(nullptr, 0, server_error.on(b), chunk, sums.on(b) + 1,
+                          SignBlocks{server_signs.on(b), block_words, word0, server_scale.on(b), 0, chunk, 1});
+      void* param = dtype == DType::kF32 ? static_cast<void*>(master.on(b)) : p16.on(b);
+      ops.onebit_apply(args, master.on(b), m.on(b), v.on(b), all, param, dtype, n);
+    });
+    const auto got = read(*gpu, sums.g), want = read(*cpu, sums.c);
+    for (int k = 0; k < 2; ++k) EXPECT_NEAR(got[k], want[k], 1e-12 * std::fabs(want[k])) << "sum " << k;
+    expect_equal_bits(signs, "the worker's signs (and the words around them)");
+    expect_equal_bits(server_signs, "the server's signs");
+    expect_close(scales, kReductionTol, "scales");
+    expect_close(server_scale, kReductionTol, "the server's scale");
+    expect_close(worker_error, kReductionTol, "the worker's error");
+    expect_close(server_error, kReductionTol, "the server's error");
+    expect_close(m, kReductionTol, "exp_avg, decompressed");
+    expect_close(master, kReductionTol, "master");
+    expect_param_is_master(*gpu, master, master, p16, dtype, dtype == DType::kF32, 0, n);
+    const auto mg = read(*gpu, m.g);
+    for (size_t i = 5; i < n; i += 97) EXPECT_EQ(mg[i], 0.0f) << "element " << i << ": variance 0, momentum masked";
+  }
+}
+
 TEST_F(CudaOps, SumSquares) {
   const size_t n = 5001;
   const std::vector<float> host = randn(n, 90, 3.0f);

@@ -1,8 +1,9 @@
 """The PyTorch side of the optimizer comparisons (tests/integration/optimizers.sh and
 tests/bench/ds_optimizer_peers.sh): the batch both sides train on, the optimizers no installed
 package provides on a CPU (Lion as its paper writes it, Lamb as DeepSpeed's FusedLamb computes it,
-Muon as DeepSpeed's MuonWithAuxAdam in float64, torch 2.x's Adafactor for Debian's torch 1.13),
-and the fine-tuning loop zerotrain's runs are compared with. Plain torch: runs under Debian's 1.13
+Muon as DeepSpeed's MuonWithAuxAdam in float64, torch 2.x's Adafactor for Debian's torch 1.13,
+DeepSpeed 0.19.6's OnebitAdam over simulated ranks), and the fine-tuning loops zerotrain's runs
+are compared with. Plain torch: runs under Debian's 1.13
 and the bench venv's 2.x alike."""
 import struct
 
@@ -192,3 +193,152 @@ def zero_key_bias_grads(model):
     for block in model.transformer.h:
         g, n = block.attn.c_attn.bias.grad, block.attn.c_attn.bias.numel() // 3
         g[n:2 * n] = 0
+
+
+def mix64(x):
+    """splitmix64's step (src/core/hash.cpp)."""
+    m = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+def window_of(g, windows, seed=42):
+    """The window of global sample g: zerotrain's DistributedSampler (src/data/sampler.cpp), a
+    4-round Feistel network with cycle walking keyed by the seed and the epoch."""
+    epoch, x = g // windows, g % windows
+    key = mix64(seed) ^ mix64(epoch + 0x5EED)
+    half = 1
+    while (1 << (2 * half)) < windows:
+        half += 1
+    mask = (1 << half) - 1
+    while True:
+        left, right = x >> half, x & mask
+        for r in range(4):
+            f = mix64(right ^ mix64((key + r) & ((1 << 64) - 1))) & mask
+            left, right = right, left ^ f
+        x = (left << half) | right
+        if x < windows:
+            return x
+
+
+def onebit_sign(x):
+    """DeepSpeed's x.sign().add_(1).bool().float().add_(-0.5).mul_(2.0): +1 for x >= 0 (and NaN), else -1."""
+    return x.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
+
+
+def onebit_padded(n, ranks):
+    """OnebitAdam's corrected_tensor_size: a multiple of ranks x lcm(ranks, 8)."""
+    import math
+    unit = ranks * (ranks * 8 // math.gcd(ranks, 8))
+    return (n + unit - 1) // unit * unit
+
+
+def compressed_allreduce(ms, worker_errors, server_errors):
+    """DeepSpeed's NcclBackend.compressed_allreduce over every rank at once (fp32, its order of
+    operations): ms[r] is rank r's flat buffer, worker_errors[r] its padded error, server_errors[r]
+    the error of its chunk. Returns the result every rank gets, and updates the errors."""
+    ranks, n = len(ms), ms[0].numel()
+    padded = worker_errors[0].numel()
+    chunk = padded // ranks
+    signs, scales = [], []
+    for r in range(ranks):
+        x = torch.cat([ms[r], torch.zeros(padded - n)]) + worker_errors[r]
+        scale = torch.linalg.norm(x) / (padded ** 0.5)
+        worker_errors[r].copy_(x - scale * onebit_sign(x))
+        signs.append(onebit_sign(x))
+        scales.append(scale)
+    weights = torch.stack(scales).mul_(1 / ranks)
+    out = torch.empty(padded)
+    for s in range(ranks):
+        part = (torch.stack([signs[r][s * chunk:(s + 1) * chunk] for r in range(ranks)]) * weights[:, None]).sum(0)
+        part.add_(server_errors[s])
+        scale = torch.linalg.norm(part) / (chunk ** 0.5)
+        server_errors[s].copy_(part - scale * onebit_sign(part))
+        out[s * chunk:(s + 1) * chunk] = scale * onebit_sign(part)
+    return out[:n]
+
+
+def onebit_weight_difference(a, b, T):
+    """|a - b| over two GPT-2 state dicts' weights, as its median, 99th percentile and largest
+    value, leaving out the attention's key bias (rounding noise over a variance frozen near 0) and
+    the position embeddings past a block of T (never used, their gradient 0)."""
+    def compared(key, t):
+        if key.endswith("wpe.weight"):
+            return t[:T]
+        if key.endswith(".attn.c_attn.bias"):
+            n = t.numel() // 3
+            return torch.cat([t[:n], t[2 * n:]])
+        return t
+    d = torch.cat([(compared(k, a[k]) - compared(k, b[k])).abs().flatten() for k in b])
+    return torch.quantile(d, torch.tensor([0.5, 0.99])).tolist() + [d.max().item()]
+
+
+def onebit_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, freeze_step, betas=(0.9, 0.999),
+                     eps=1e-8, max_norm=1.0, seed=42):
+    """DeepSpeed 0.19.6's OnebitAdam (deepspeed/runtime/fp16/onebit/adam.py) in fp32 on `ranks`
+    simulated ranks, each taking its contiguous slice of the global batch of `batch` samples drawn
+    as zerotrain's sampler draws them: step 1 only sets up (no update); until step freeze_step
+    the gradients are averaged over the ranks and clipped by their norm, and Adam steps without bias
+    correction; after it each rank's gradient stays its own, clipped by the mean of the ranks'
+    norms (DeepSpeed's clip_grad_norm_ averages them over the data-parallel group), updates the
+    rank's momentum, and the momenta go through compressed_allreduce (v frozen, errors from zero).
+    Returns the mean loss of each step and the final state dict."""
+    model = GPT2LMHeadModel.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
+    params = list(model.parameters())
+    b1, b2 = betas
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    errors = None
+    losses = []
+    per = batch // ranks
+    for step in range(1, steps + 1):
+        first = (step - 1) * batch
+        grads, step_losses = [], []
+        for r in range(ranks):
+            x = windows[[window_of(first + r * per + i, len(windows), seed) for i in range(per)]]
+            logits = model(x[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+            model.zero_grad()
+            loss.backward()
+            grads.append([p.grad.detach().clone() for p in params])
+            step_losses.append(loss.item())
+        losses.append(sum(step_losses) / ranks)
+        compressed = step >= max(3, freeze_step + 1)
+
+        def norm(gs):
+            return torch.norm(torch.stack([torch.norm(g.double()) for g in gs])).item()
+
+        def clipped(gs, total):
+            coef = max_norm / (total + 1e-6)
+            return [g * coef for g in gs] if max_norm > 0 and coef < 1 else gs
+        with torch.no_grad():
+            if step == 1:
+                continue
+            if not compressed:
+                g = [sum(grads[r][i] for r in range(ranks)) / ranks for i in range(len(params))]
+                g = clipped(g, norm(g))
+                for i, p in enumerate(params):
+                    m[i].mul_(b1).add_(g[i], alpha=1 - b1)
+                    v[i].mul_(b2).addcmul_(g[i], g[i], value=1 - b2)
+            else:
+                mean_norm = sum(norm(grads[r]) for r in range(ranks)) / ranks
+                local = [clipped(grads[r], mean_norm) for r in range(ranks)]
+                if errors is None:
+                    errors = [([torch.zeros(onebit_padded(p.numel(), ranks)) for _ in range(ranks)],
+                               [torch.zeros(onebit_padded(p.numel(), ranks) // ranks) for _ in range(ranks)])
+                              for p in params]
+                for i, p in enumerate(params):
+                    ms = [(m[i] * b1 + local[r][i] * (1 - b1)).flatten() for r in range(ranks)]
+                    if ranks > 1:
+                        m[i] = compressed_allreduce(ms, *errors[i]).reshape(p.shape)
+                    else:
+                        m[i] = ms[0].reshape(p.shape)
+            for i, p in enumerate(params):
+                update = m[i] / (v[i].sqrt() + eps)
+                if weight_decay > 0:
+                    update += weight_decay * p
+                p.add_(-lr * update)
+    state = {k: v for k, v in model.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    return losses, state

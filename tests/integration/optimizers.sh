@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lion, Adagrad, Lamb, Muon and Adafactor (issue 31) against their peers, with AdamW beside them as the control:
+# Lion, Adagrad, Lamb, Muon, Adafactor and OneBitAdam (issue 31) against their peers, with AdamW beside them as the control:
 # a GPT-2 written by transformers' save_pretrained, fine-tuned for 8 steps on one global batch
 # (the whole training set, so every step sees the same 8 windows) in fp32, with weight decay 0.1,
 # clipping at 1.0 and a constant learning rate. The peers train the same model on the same batch
@@ -61,6 +61,12 @@ train() {  # train NAME NP CONFIG STEPS FLAGS...
     --per_device_train_batch_size $((BATCH / np)) --weight_decay $WD --max_grad_norm 1.0 \
     --lr_scheduler_type constant --max_steps "$steps" --output_dir "$WORK/$name" --disable_tqdm "$@" \
     >>"$WORK/$name.log" 2>&1
+}
+
+tally() {  # tally RESULTS: prints a comparison's lines and counts its "ok:" and "FAILED:" ones
+  echo "$1"
+  passed=$((passed + $(grep -c '^ok: ' <<<"$1")))
+  failed=$((failed + $(grep -c '^FAILED: ' <<<"$1")))
 }
 
 runs=()
@@ -221,15 +227,139 @@ for name, kind, lr in runs:
         print(f"FAILED: {name}: {e}")
 PY
 ) || fail "the peer comparison did not run"
-echo "$results"
-passed=$((passed + $(grep -c '^ok: ' <<<"$results")))
-failed=$((failed + $(grep -c '^FAILED: ' <<<"$results")))
+tally "$results"
+
+# ---- OneBitAdam (DeepSpeed 0.19.6's block; stage 0 only, as DeepSpeed runs it) ----
+# Its peer is DeepSpeed 0.19.6's OnebitAdam and compressed_allreduce over simulated ranks, each
+# taking its slice of the batch as zerotrain's sampler deals it (optimizer_peers.onebit_fine_tune;
+# tests/bench/ds_onebit_peers.sh runs DeepSpeed's own code beside it). freeze_step 4 at lr 1e-4:
+# step 1 sets up, steps 2-4 are Adam without bias correction on the averaged gradient, steps 5-8
+# all-reduce the momentum in 1 bit. One rank compresses nothing (its frozen-variance steps alone);
+# at two, a sign is +-1 even for a momentum at rounding level, so the runs part by whole signs
+# where two reduction orders round differently: the losses and weights are held to 5x the peer's
+# own spread between one thread and two (as Adafactor's; the weights' median, 99th percentile and
+# largest difference each), the losses up to step 5 (the last not moved by a compressed step) to 1e-5. The weights leave out the key bias (rounding noise over a
+# variance frozen near 0) and the position embeddings past the block (never used: their gradient
+# is 0, so the compressed steps leave them, zerotrain's masked momentum and DeepSpeed's noise):
+# those must move by the decay alone here (< 1e-5) and by more than 1e-2 in the peer.
+# Saved at step 4 or 6 (compressing) and resumed at two ranks, the run equals the one that never
+# stopped: each rank's compression errors come back from its shard (DeepSpeed resets them, and
+# resumed at step 6 this run would end at 5.05 instead of 4.48). Resumed at one rank, it trains on.
+onebit_config() {  # onebit_config NAME -> path
+  config "$1" 0 OneBitAdam none ', "freeze_step": 4'
+}
+for np in 1 2; do
+  name=OneBitAdam_np$np
+  train "$name" $np "$(onebit_config $name)" $STEPS --learning_rate 1e-4 &&
+    "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
+done
+for save in 4 6; do
+  name=OneBitAdam_resume$save
+  train "$name" 2 "$(onebit_config $name)" $save --learning_rate 1e-4 --save_steps $save &&
+    train "$name" 2 "$(onebit_config $name)" $STEPS --learning_rate 1e-4 --resume_from_checkpoint auto ||
+    echo "exit code $?" >>"$WORK/$name.log"
+  grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
+done
+name=OneBitAdam_resume6_np1  # saved at two ranks, resumed at one
+train "$name" 2 "$(onebit_config $name)" 6 --learning_rate 1e-4 --save_steps 6 &&
+  train "$name" 1 "$(onebit_config $name)" $STEPS --learning_rate 1e-4 --resume_from_checkpoint auto ||
+  echo "exit code $?" >>"$WORK/$name.log"
+grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
+results=$(PYTHONPATH=$PYLIB:$ZT_SOURCE_DIR/tests/integration /usr/bin/python3 - "$WORK" $T $STEPS $WD <<'PY'
+import json, os, sys, torch
+from optimizer_peers import batch_windows, onebit_fine_tune, onebit_weight_difference
+from transformers import GPT2LMHeadModel
+work, T, steps, wd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+windows = batch_windows(os.path.join(work, "batch.bin"), T)
+
+def losses_of(name):
+    log = open(os.path.join(work, name + ".log")).read()
+    assert "exit code" not in log, log.strip().splitlines()[-1]
+    return [l["loss"] for l in map(json.loads, open(os.path.join(work, name, "metrics.jsonl"))) if l["event"] == "step"]
+
+def apart(a, b):
+    return onebit_weight_difference(a, b, T)
+
+for ranks in (1, 2):
+    name = f"OneBitAdam_np{ranks}"
+    try:
+        ours = losses_of(name)
+        assert len(ours) == steps, f"{len(ours)} step lines, wanted {steps}"
+        torch.set_num_threads(2)
+        ref = onebit_fine_tune(os.path.join(work, "hf"), windows, steps, ranks, 8, 1e-4, wd, 4)
+        torch.set_num_threads(1)
+        other = onebit_fine_tune(os.path.join(work, "hf"), windows, steps, ranks, 8, 1e-4, wd, 4)
+        loss_band = max(abs(a - b) / b for a, b in zip(other[0], ref[0]))
+        weight_band = apart(other[1], ref[1])
+        loss_tol = max(1e-5, 5 * loss_band)
+        first = max(abs(a - b) / b for a, b in zip(ours[:5], ref[0][:5]))
+        assert first <= 1e-5, f"losses of steps 1-5 {ours[:5]} vs the peer's {ref[0][:5]}"
+        loss_rel = max(abs(a - b) / b for a, b in zip(ours, ref[0]))
+        assert loss_rel <= loss_tol, f"losses {ours} vs the peer's {ref[0]} (worst rel {loss_rel:.1e}, its own spread {loss_band:.1e})"
+        assert ref[0][-1] < 0.98 * ref[0][0], f"the peer did not learn: {ref[0]}"
+        exported = GPT2LMHeadModel.from_pretrained(os.path.join(work, name + ".export"), torch_dtype=torch.float32).state_dict()
+        worst = apart(exported, ref[1])
+        # The median, 99th percentile and largest difference, each within 5x the peer's own
+        # (1e-5 at least): the weights moved by a median 5e-3 in these 8 steps.
+        assert all(w <= max(1e-5, 5 * b) for w, b in zip(worst, weight_band)), \
+            f"final weights differ from the peer's by (median, 99%, max) {worst} where its own spread is {weight_band}"
+        if ranks == 2:
+            # The position embeddings past the block never had a gradient, so their exp_avg_sq is
+            # 0: ours masks their momentum (only the decay moves them), DeepSpeed's steps them by
+            # its signs' noise over eps.
+            start = GPT2LMHeadModel.from_pretrained(os.path.join(work, "hf"), torch_dtype=torch.float32).state_dict()
+            moved = lambda s: (s["transformer.wpe.weight"][T:] - start["transformer.wpe.weight"][T:]).abs().max().item()
+            assert moved(exported) < 1e-5 < 1e-2 < moved(ref[1]), \
+                f"unused positions moved by {moved(exported):.1e} (ours) and {moved(ref[1]):.1e} (DeepSpeed's)"
+            extra = f"; unused positions moved {moved(exported):.1e} (DeepSpeed's {moved(ref[1]):.1e})"
+        else:
+            extra = ""
+        fmt = lambda q: "/".join(f"{x:.1e}" for x in q)
+        print(f"ok: {name}: {steps} losses within {loss_rel:.1e} of DeepSpeed's OnebitAdam at {ranks} rank(s) "
+              f"({ref[0][0]:.4f} -> {ref[0][-1]:.4f}; its own spread {loss_band:.1e}), weights within {fmt(worst)} "
+              f"(median/99%/max; its own spread {fmt(weight_band)}){extra}")
+    except Exception as e:
+        print(f"FAILED: {name}: {e}")
+whole = None
+try:
+    whole = losses_of("OneBitAdam_np2")
+    resumed = losses_of("OneBitAdam_resume4")
+    assert len(resumed) == steps, f"{len(resumed)} step lines, wanted {steps}"
+    assert all(abs(a - b) <= 1e-7 * b for a, b in zip(resumed, whole)), f"resumed {resumed} vs {whole}"
+    print(f"ok: OneBitAdam saved at step 4 (the warm-up's last) and resumed: the same {steps} losses as the run "
+          "that never stopped")
+except Exception as e:
+    print(f"FAILED: OneBitAdam_resume4: {e}")
+try:  # saved at step 6, compressing: each rank's errors come back from its own shard
+    resumed = losses_of("OneBitAdam_resume6")
+    assert len(resumed) == steps, f"{len(resumed)} step lines, wanted {steps}"
+    assert all(abs(a - b) <= 1e-7 * b for a, b in zip(resumed, whole)), f"resumed {resumed} vs {whole}"
+    print(f"ok: OneBitAdam saved at step 6 (compressing) and resumed at 2 ranks, its errors restored: the same "
+          f"{steps} losses as the run that never stopped")
+except Exception as e:
+    print(f"FAILED: OneBitAdam_resume6: {e}")
+try:  # ... and at one rank, where the errors mean nothing: resumed all the same, and learning
+    resumed = losses_of("OneBitAdam_resume6_np1")
+    assert len(resumed) == steps and resumed[:6] == whole[:6], f"resumed {resumed} vs {whole}"
+    assert all(x < resumed[0] for x in resumed[6:]), f"resumed {resumed}"
+    print(f"ok: OneBitAdam saved at step 6 at 2 ranks and resumed at 1: trains on ({resumed[-1]:.4f})")
+except Exception as e:
+    print(f"FAILED: OneBitAdam_resume6_np1: {e}")
+PY
+) || fail "the OneBitAdam comparison did not run"
+tally "$results"
 
 # ---- fp16 (loss scaling) trains with each; the reported model states ----
-for entry in "${OPTIMIZERS[@]}" "- Muon 0.02" "- Adafactor 1e-2"; do
+# (OneBitAdam at stage 0, the only one it runs at, with freeze_step 4: its compressed steps too;
+# and in bf16 besides.)
+for entry in "${OPTIMIZERS[@]}" "- Muon 0.02" "- Adafactor 1e-2" "- OneBitAdam 1e-4" "bf16 OneBitAdam 1e-4"; do
   read -r optim type lr <<<"$entry"
-  name=${type}_fp16
-  if train "$name" 2 "$(config "$name" 2 "$type" none)" $STEPS --learning_rate "$lr" --fp16 --save_strategy no &&
+  stage=2 params="" dtype=fp16
+  [[ $type == OneBitAdam ]] && stage=0 params=', "freeze_step": 4'
+  [[ $optim == bf16 ]] && dtype=bf16
+  name=${type}_$dtype
+  if train "$name" 2 "$(config "$name" $stage "$type" none "$params")" $STEPS --learning_rate "$lr" --$dtype \
+    --save_strategy no &&
     /usr/bin/python3 - "$WORK/$name/metrics.jsonl" "$type" <<'PY' >>"$WORK/$name.log" 2>&1
 import json, math, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
@@ -241,7 +371,8 @@ start = next(l for l in lines if l["event"] == "start")
 states = start["model_state_bytes"]
 moments = states["exp_avg"] + states["exp_avg_sq"]
 # ZeRO-2 at 2 ranks: the master and the moments are this rank's half; Adam's and Lamb's moments
-# are twice the master weights, Lion's and Adagrad's equal to them.
+# are twice the master weights (OneBitAdam's at stage 0 too, where every rank holds everything),
+# Lion's and Adagrad's equal to them.
 # Muon's exp_avg is as large as the master weights; its exp_avg_sq holds only the tensors its
 # AdamW steps (the embeddings, norms and biases), not the hidden matrices.
 # Adafactor (torch's, DeepSpeed's block) keeps no exp_avg, and for its matrices only a row and a
@@ -252,12 +383,12 @@ if sys.argv[2] == "Muon":
 elif sys.argv[2] == "Adafactor":
     assert states["exp_avg"] == 0 and 0 < states["exp_avg_sq"] < 0.1 * states["master"], states
 else:
-    want = 2 if sys.argv[2] in ("AdamW", "Lamb") else 1
+    want = 2 if sys.argv[2] in ("AdamW", "Lamb", "OneBitAdam") else 1
     assert abs(moments - want * states["master"]) <= 0.01 * states["master"], states
     assert (states["exp_avg"] == 0) == (sys.argv[2] == "Adagrad") and (states["exp_avg_sq"] == 0) == (sys.argv[2] == "Lion"), states
 PY
   then
-    pass "$name: fp16 trains ($type's model states as counted)"
+    pass "$name: $dtype trains ($type's model states as counted)"
   else
     fail "$name: $(tail -3 "$WORK/$name.log")"
   fi

@@ -217,6 +217,35 @@ TEST_P(ShmCommTest, BroadcastBarrierAndDoubles) {
   }
 }
 
+// Block q of rank r's input goes to rank q, at r's place: the same through this communicator and
+// MpiComm, blocks of 0, 1, odd and many-chunk sizes, bytes and wider elements.
+TEST_P(ShmCommTest, AllToAllDeliversEachBlockToItsRank) {
+  const int me = comm.rank(), p = comm.size();
+  MpiComm mpi(MPI_COMM_WORLD);
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (size_t count : {size_t(0), size_t(1), size_t(3), size_t(1000), size_t(9001)}) {
+      // Rank r's block for q is input(r * p + q): every block differs.
+      auto block = [&](int from, int to) { return input(dtype, from * p + to, count); };
+      Buffer send(dtype, count * size_t(p));
+      for (int q = 0; q < p; ++q) {
+        const Buffer b = block(me, q);
+        std::copy(b.bytes.begin(), b.bytes.end(), send.bytes.begin() + std::ptrdiff_t(size_t(q) * b.bytes.size()));
+      }
+      for (HostComm* c : {&comm, static_cast<HostComm*>(&mpi)}) {
+        Buffer recv(dtype, count * size_t(p));
+        c->all_to_all(send.data(), recv.data(), count, dtype)->wait();
+        for (int r = 0; r < p; ++r) {
+          const Buffer want = block(r, me);
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(recv.bits(size_t(r) * count + i), want.bits(i))
+                << c->name() << " " << dtype_name(dtype) << " count " << count << " from rank " << r << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Several collectives in flight at once, waited for in reverse: each completes in issue order.
 TEST_P(ShmCommTest, AsyncCollectivesInFlight) {
   const int p = comm.size();

@@ -13,6 +13,7 @@
 #include "config/model_config.h"
 #include "config/train_args.h"
 #include "core/error.h"
+#include "optim/optimizer.h"
 
 namespace zt {
 namespace {
@@ -78,8 +79,8 @@ TEST(DsConfig, WrongTypesAndRanges) {
 TEST(DsConfig, UnimplementedDeepSpeedKeysSaySo) {
   std::string e = error_of(R"({"flops_profiler": {"enabled": true}})");
   EXPECT_NE(e.find("ds.json: flops_profiler.enabled: true is not implemented: "), std::string::npos) << e;
-  e = error_of(R"({"optimizer": {"type": "OneBitAdam"}})");
-  EXPECT_NE(e.find("'OneBitAdam' is not implemented"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "ZeroOneAdam"}})");
+  EXPECT_NE(e.find("'ZeroOneAdam' is not implemented"), std::string::npos) << e;
   e = error_of(R"({"optimizer": {"type": "AdamX"}})");
   EXPECT_NE(e.find("unknown optimizer 'AdamX'"), std::string::npos) << e;
   e = error_of(R"({"scheduler": {"type": "WarmupCosine"}})");
@@ -935,6 +936,53 @@ TEST(AdafactorConfig, DeepSpeedsBlockIsTorchOptimAdafactor) {
   // transformers' keys are not torch's: DeepSpeed would hand them to torch.optim.Adafactor, which refuses them.
   EXPECT_NE(error_of(R"({"optimizer": {"type": "Adafactor", "params": {"scale_parameter": true}}})")
                 .find("optimizer.params.scale_parameter"), std::string::npos);
+}
+
+// DeepSpeed 0.19.6's OneBitAdam block: OnebitAdam's keyword arguments; no bias correction (it
+// takes the key and never applies it); refused under ZeRO, as DeepSpeed asserts.
+TEST(OneBitAdamConfig, DeepSpeedsBlock) {
+  const OptimizerConfig o = parse(R"({"optimizer": {"type": "OneBitAdam", "params": {"lr": 2e-4,
+      "freeze_step": 400, "betas": [0.8, 0.99], "eps": 1e-7, "weight_decay": 0.01, "bias_correction": true,
+      "eps_inside_sqrt": false, "cuda_aware": false, "comm_backend_name": "nccl"}}})").optimizer;
+  EXPECT_EQ(o.type, OptimizerConfig::Type::kOneBitAdam);
+  EXPECT_STREQ(optimizer_name(o.type), "OneBitAdam");
+  EXPECT_EQ(o.freeze_step, 400);
+  EXPECT_DOUBLE_EQ(o.lr, 2e-4);
+  EXPECT_DOUBLE_EQ(o.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(o.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(o.eps, 1e-7);
+  EXPECT_FALSE(o.bias_correction);
+  EXPECT_EQ(parse(R"({"optimizer": {"type": "onebitadam"}})").optimizer.freeze_step, 100000);  // OnebitAdam's default
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "OneBitAdam"}, "zero_optimization": {"stage": 2}})")
+                .find("zero_optimization.stage: 2 with optimizer OneBitAdam: 1-bit Adam is not compatible with ZeRO"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "OneBitAdam", "params": {"amsgrad": true}}})")
+                .find("optimizer.params.amsgrad"), std::string::npos);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "OneBitAdam", "params": {"comm_backend_name": "gloo"}}})")
+                .find("optimizer.params.comm_backend_name"), std::string::npos);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "OneBitAdam", "params": {"freeze_step": -1}}})")
+                .find("optimizer.params.freeze_step"), std::string::npos);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "OneBitAdam", "params": {"max_grad_norm": 1.0}}})")
+                .find("optimizer.params.max_grad_norm"), std::string::npos);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "OneBitAdam", "params": {"var_freeze_step": 10}}})")
+                .find("optimizer.params.var_freeze_step"), std::string::npos);  // ZeroOneAdam's key
+}
+
+// Compression starts after the step at which the count reaches freeze_step, never before step 3
+// (DeepSpeed's first step only sets up; its freeze check runs from the second).
+TEST(OneBitAdamConfig, CompressedSteps) {
+  OptimizerConfig o;
+  o.type = OptimizerConfig::Type::kOneBitAdam;
+  o.freeze_step = 4;
+  for (int64_t t = 1; t <= 4; ++t) EXPECT_FALSE(onebit_compressed(o, t)) << t;
+  EXPECT_TRUE(onebit_compressed(o, 5));
+  for (int64_t f : {0, 1, 2}) {
+    o.freeze_step = f;
+    EXPECT_FALSE(onebit_compressed(o, 2)) << f;
+    EXPECT_TRUE(onebit_compressed(o, 3)) << f;
+  }
+  o.type = OptimizerConfig::Type::kAdamW;
+  EXPECT_FALSE(onebit_compressed(o, 100));
 }
 
 }  // namespace

@@ -202,8 +202,13 @@ TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
   EXPECT_TRUE(back.bf16);
   // The estimate's optimizer and what makes its state and its rule, for each type.
   for (auto type : {OptimizerConfig::Type::kLion, OptimizerConfig::Type::kAdagrad, OptimizerConfig::Type::kLamb,
-                    OptimizerConfig::Type::kMuon}) {
+                    OptimizerConfig::Type::kMuon, OptimizerConfig::Type::kOneBitAdam}) {
     DsConfig other = chosen;
+    if (type == OptimizerConfig::Type::kOneBitAdam) {  // stage 0 only
+      other.zero.stage = 0;
+      other.zero.offload_optimizer = other.zero.offload_param = OffloadConfig{};
+      other.optimizer.freeze_step = 23;
+    }
     other.optimizer.type = type;
     other.optimizer.muon_lr = 0.03;
     other.optimizer.adam_lr = 2e-4;
@@ -225,7 +230,20 @@ TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
       EXPECT_DOUBLE_EQ(again.optimizer.adam_lr, 2e-4);
       EXPECT_DOUBLE_EQ(again.optimizer.eps, 1e-10);
       EXPECT_EQ(again.optimizer.ns_method, OptimizerConfig::NsMethod::kStandard);
+    } else if (type == OptimizerConfig::Type::kOneBitAdam) {
+      EXPECT_EQ(again.optimizer.freeze_step, 23);
     }
+  }
+  // OneBitAdam: the ladder is its stage 0 alone (the other rungs are configs it refuses).
+  {
+    DsConfig onebit = base;
+    onebit.optimizer.type = OptimizerConfig::Type::kOneBitAdam;
+    Hardware big = start;
+    big.gpu_memory = 80ull << 30;
+    const Recommendation only = recommend(m, onebit, run, big);
+    ASSERT_EQ(only.rungs.size(), 1u);
+    EXPECT_EQ(only.rungs[0].config.zero.stage, 0);
+    EXPECT_EQ(only.chosen, 0);
   }
   // Adam with L2 decay stays so.
   {

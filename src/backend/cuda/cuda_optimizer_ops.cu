@@ -292,6 +292,91 @@ struct MuonApplyOp {
   }
 };
 
+// 1-bit Adam. The worker's momentum (when there is a gradient) and sum((m + e)^2) over the
+// padded tensor, in double per thread, per block, one atomicAdd per block.
+template <typename G>
+__global__ void onebit_momentum_sums_kernel(float b1, float one_minus_b1, float scale, float* m, const G* grad,
+                                            size_t n, const float* error, size_t padded, double* sum) {
+  __shared__ double shared[kWarp];
+  double acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < padded; i += stride) {
+    float x = 0;
+    if (i < n) {
+      x = m[i];
+      if (grad) {
+        x = fmaf(b1, x, one_minus_b1 * (load_float(grad, i) * scale));
+        m[i] = x;
+      }
+    }
+    if (error) x += error[i];
+    acc += double(x) * x;
+  }
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) atomicAdd(sum, acc);
+}
+
+// The server's compensated chunk: every rank's sign times its scale / ranks, added in rank order.
+__global__ void onebit_server_sums_kernel(SignBlocks in, float inv_ranks, float* error, double* sum) {
+  __shared__ double shared[kWarp];
+  double acc = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t j = size_t(blockIdx.x) * blockDim.x + threadIdx.x; j < in.chunk; j += stride) {
+    float x = 0;
+    for (size_t q = 0; q < in.blocks; ++q) {
+      const float w = in.scales[q * in.scale_stride] * inv_ranks;
+      x += (in.words[q * in.block_words + in.word0 + j / 32] >> (j % 32)) & 1u ? w : -w;
+    }
+    const float e = x + error[j];
+    error[j] = e;
+    acc += double(e) * e;
+  }
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) atomicAdd(sum, acc);
+}
+
+// One thread per 32-bit word of signs: it reads its 32 elements, writes their errors and the word.
+__global__ void onebit_compress_kernel(const float* x, size_t n, float* error, size_t padded, const double* sum,
+                                       SignBlocks out) {
+  const float scale = float(sqrt(*sum) / sqrt(double(padded)));
+  const size_t words_per_chunk = (out.chunk + 31) / 32, words = out.blocks * words_per_chunk;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t k = size_t(blockIdx.x) * blockDim.x + threadIdx.x; k < words; k += stride) {
+    const size_t q = k / words_per_chunk, w = k % words_per_chunk;
+    const size_t first = q * out.chunk + w * 32, last = min(q * out.chunk + out.chunk, first + 32);
+    uint32_t word = 0;
+    for (size_t i = first; i < last; ++i) {
+      const float v = (x && i < n ? x[i] : 0.0f) + error[i];
+      const bool positive = !(v < 0);  // 0, -0 and NaN count as +1
+      error[i] = v - (positive ? scale : -scale);
+      word |= uint32_t(positive) << (i - first);
+    }
+    out.words[q * out.block_words + out.word0 + w] = word;
+    if (k < (out.scale_stride ? out.blocks : 1)) out.scales[k * out.scale_stride] = scale;  // one slot: one writer
+  }
+}
+
+// The decompressed momentum (where there are signs) and the step with exp_avg_sq frozen.
+template <typename P>
+__global__ void onebit_apply_kernel(float step, float wd, float eps, float* master, float* m, const float* v,
+                                    SignBlocks in, P* param, bool write_param, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float mi = m[i];
+    if (in.words) {
+      const size_t q = i / in.chunk, j = i % in.chunk;
+      const float s = in.scales[q * in.scale_stride];
+      mi = (in.words[q * in.block_words + in.word0 + j / 32] >> (j % 32)) & 1u ? s : -s;
+    }
+    if (v[i] == 0) mi = 0.0f;
+    m[i] = mi;
+    const float w = master[i];
+    const float updated = w + step * (mi / (sqrtf(v[i]) + eps) + wd * w);
+    master[i] = updated;
+    if (write_param) store_float(param, i, updated);
+  }
+}
+
 // y = a y + b x.
 struct AxpbyOp {
   float a, b;
@@ -602,6 +687,49 @@ class CudaOptimizerOps final : public OptimizerOps {
             static_cast<P*>(param), static_cast<void*>(param) != static_cast<void*>(master));
         ZT_CUDA_CHECK_LAUNCH("adafactor_apply_kernel");
       });
+    });
+  }
+
+  void onebit_momentum_sums(const OptimizerStepArgs& a, float* m, const void* grad, DType grad_dtype, size_t n,
+                            const float* error, size_t padded, double* sum) override {
+    if (padded == 0) return;
+    with_storage_type(grad_dtype, [&](auto* g) {
+      using G = std::remove_pointer_t<decltype(g)>;
+      constexpr int kThreads = 512;
+      onebit_momentum_sums_kernel<G><<<grid_for(padded, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
+          a.beta1, 1 - a.beta1, a.grad_scale, m, static_cast<const G*>(grad), n, error, padded, sum);
+      ZT_CUDA_CHECK_LAUNCH("onebit_momentum_sums_kernel");
+    });
+  }
+
+  void onebit_server_sums(const SignBlocks& in, float* error, double* sum) override {
+    if (in.chunk == 0) return;
+    constexpr int kThreads = 512;
+    onebit_server_sums_kernel<<<grid_for(in.chunk, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
+        in, 1.0f / float(in.blocks), error, sum);
+    ZT_CUDA_CHECK_LAUNCH("onebit_server_sums_kernel");
+  }
+
+  void onebit_compress(const float* x, size_t n, float* error, size_t padded, const double* sum,
+                       const SignBlocks& out) override {
+    const size_t words = out.blocks * ((out.chunk + 31) / 32);
+    if (words == 0) return;
+    constexpr int kThreads = 256;
+    onebit_compress_kernel<<<grid_for(words, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(x, n, error,
+                                                                                                     padded, sum, out);
+    ZT_CUDA_CHECK_LAUNCH("onebit_compress_kernel");
+  }
+
+  void onebit_apply(const OptimizerStepArgs& a, float* master, float* m, const float* v, const SignBlocks& in,
+                    void* param, DType param_dtype, size_t n) override {
+    if (n == 0) return;
+    with_storage_type(param_dtype, [&](auto* p) {
+      using P = std::remove_pointer_t<decltype(p)>;
+      constexpr int kThreads = 256;
+      onebit_apply_kernel<P><<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
+          -a.lr, a.weight_decay, a.eps, master, m, v, in, static_cast<P*>(param),
+          static_cast<void*>(param) != static_cast<void*>(master), n);
+      ZT_CUDA_CHECK_LAUNCH("onebit_apply_kernel");
     });
   }
 

@@ -268,6 +268,35 @@ class QueuedOptimizerOps final : public OptimizerOps {
     q_.enqueue_compute("muon_apply", std::move(a),
                        [=, this] { k_.muon_apply(args, master, update, param, pt, n); });
   }
+  void onebit_momentum_sums(const OptimizerStepArgs& args, float* m, const void* grad, DType gt, size_t n,
+                            const float* error, size_t padded, double* sum) override {
+    std::vector<Access> a{out(m, n), out(sum, 1)};
+    if (grad) a.push_back(in_raw(grad, gt, n));
+    if (error) a.push_back(in(error, padded));
+    q_.enqueue_compute("onebit_momentum_sums", std::move(a),
+                       [=, this] { k_.onebit_momentum_sums(args, m, grad, gt, n, error, padded, sum); });
+  }
+  void onebit_server_sums(const SignBlocks& in_blocks, float* error, double* sum) override {
+    std::vector<Access> a{out(error, in_blocks.chunk), out(sum, 1)};
+    add_blocks(a, in_blocks, false);
+    q_.enqueue_compute("onebit_server_sums", std::move(a), [=, this] { k_.onebit_server_sums(in_blocks, error, sum); });
+  }
+  void onebit_compress(const float* x, size_t n, float* error, size_t padded, const double* sum,
+                       const SignBlocks& out_blocks) override {
+    std::vector<Access> a{out(error, padded), in(sum, 1)};
+    if (x) a.push_back(in(x, n));
+    add_blocks(a, out_blocks, true);
+    q_.enqueue_compute("onebit_compress", std::move(a),
+                       [=, this] { k_.onebit_compress(x, n, error, padded, sum, out_blocks); });
+  }
+  void onebit_apply(const OptimizerStepArgs& args, float* master, float* m, const float* v, const SignBlocks& in_blocks,
+                    void* param, DType pt, size_t n) override {
+    std::vector<Access> a{out(m, n), in(v, n), out_raw(param, pt, n)};
+    if (static_cast<void*>(master) != param) a.push_back(out(master, n));
+    if (in_blocks.words) add_blocks(a, in_blocks, false);
+    q_.enqueue_compute("onebit_apply", std::move(a),
+                       [=, this] { k_.onebit_apply(args, master, m, v, in_blocks, param, pt, n); });
+  }
   void adafactor_sums(const OptimizerStepArgs& args, const void* grad, DType gt, size_t n, size_t first, size_t cols,
                       float* row_sums, float* col_sums) override {
     if (n == 0) return;
@@ -336,6 +365,16 @@ class QueuedOptimizerOps final : public OptimizerOps {
     const MatrixSpan s = matrix_span(v.first, n, v.cols);
     a.push_back(in(v.scaled_row + s.row0, s.rows));
     a.push_back(in(v.col + s.col0, s.cols));
+  }
+
+  // 1-bit Adam's signs of one tensor: its words in every block, and the blocks' scales.
+  static void add_blocks(std::vector<Access>& a, const SignBlocks& b, bool writes) {
+    const size_t words = (b.chunk + 31) / 32;
+    for (size_t q = 0; q < b.blocks; ++q) {
+      uint32_t* w = b.words + q * b.block_words + b.word0;
+      a.push_back(writes ? out(w, words) : in(w, words));
+      a.push_back(writes ? out(b.scales + q * b.scale_stride, 1) : in(b.scales + q * b.scale_stride, 1));
+    }
   }
 
   ComputeQueue& q_;

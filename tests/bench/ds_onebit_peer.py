@@ -1,0 +1,67 @@
+"""One rank of DeepSpeed 0.19.6's OnebitAdam fine-tuning the HF GPT-2 of ds_onebit_peers.sh, over
+gloo, as DeepSpeed's engine drives it at stage 0 in fp32: the gradients all-reduced and averaged
+while the optimizer leaves enable_backward_allreduce on (allreduce_gradients), clipped by
+deepspeed.runtime.utils.clip_grad_norm_ (clip_fp32_gradients: the ranks' norms averaged), then
+OnebitAdam.step with its NcclBackend (cupy: tests/bench/cupy_shim). Each rank takes its slice of
+every global batch as zerotrain's sampler deals it (optimizer_peers.window_of).
+Arguments: HF_DIR BATCH_BIN T BATCH STEPS LR WD FREEZE_STEP THREADS OUT (rank 0 writes OUT.json
+with the mean loss of each step and OUT.pt with the final state dict)."""
+import json
+import os
+import sys
+import types
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
+from optimizer_peers import batch_windows, window_of  # noqa: E402
+
+import deepspeed  # noqa: E402
+from deepspeed import comm as dist  # noqa: E402
+from deepspeed.runtime.fp16.onebit.adam import OnebitAdam  # noqa: E402
+from deepspeed.runtime.utils import clip_grad_norm_  # noqa: E402
+from transformers import GPT2LMHeadModel  # noqa: E402
+
+hf, batch_bin, T, B, steps, lr, wd, freeze, threads, out = sys.argv[1:]
+T, B, steps, lr, wd, freeze, threads = int(T), int(B), int(steps), float(lr), float(wd), int(freeze), int(threads)
+torch.set_num_threads(threads)
+deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+rank, world = dist.get_rank(), dist.get_world_size()
+
+# NCCL moves bytes: NcclBackend all-gathers a 0-d scale into buffers of shape (1,), which gloo
+# refuses by shape alone. The same bytes, shaped as the receiving buffers.
+_all_gather = dist.all_gather
+
+
+def all_gather_as_nccl(tensor_list, tensor, *args, **kwargs):
+    if tensor_list and tensor.shape != tensor_list[0].shape and tensor.numel() == tensor_list[0].numel():
+        tensor = tensor.reshape(tensor_list[0].shape)
+    return _all_gather(tensor_list, tensor, *args, **kwargs)
+
+
+dist.all_gather = all_gather_as_nccl
+
+windows = batch_windows(batch_bin, T)
+model = GPT2LMHeadModel.from_pretrained(hf, torch_dtype=torch.float32).eval()
+engine = types.SimpleNamespace(mpu=None, local_rank=rank, enable_backward_allreduce=True)
+opt = OnebitAdam(model.parameters(), engine, lr=lr, weight_decay=wd, freeze_step=freeze, comm_backend_name="nccl")
+per = B // world
+losses = []
+for step in range(steps):
+    x = windows[[window_of(step * B + rank * per + i, len(windows)) for i in range(per)]]
+    logits = model(x[:, :-1]).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    if engine.enable_backward_allreduce:
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad.div_(world)
+    clip_grad_norm_(list(model.parameters()), 1.0)
+    opt.step()
+    mean = torch.tensor([loss.item()])
+    dist.all_reduce(mean)
+    losses.append(mean.item() / world)
+if rank == 0:
+    json.dump({"losses": losses}, open(out + ".json", "w"))
+    torch.save(model.state_dict(), out + ".pt")
