@@ -425,6 +425,7 @@ void ShmComm::run_all_gather(const unsigned char* send, unsigned char* recv, con
 }
 
 void ShmComm::run_all_to_all(const unsigned char* send, unsigned char* recv, size_t bytes) {
+  if (bytes == 0) return;  // no step, no barrier (on every rank alike: the count is everyone's)
   const size_t p = size_t(size_), me = size_t(rank_);
   std::memcpy(recv + me * bytes, send + me * bytes, bytes);
   // Round d pairs each rank with the one d places on: every rank stages and reads one block a

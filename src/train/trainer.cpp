@@ -529,7 +529,8 @@ void write_step_metrics(const Trainer& t, const TrainerState& state, int64_t ste
                            {"pool_peak_bytes", pool_json(pool_peaks_max_over_ranks(t.comm))},
                            {"comm_bytes",
                             {{"all_reduce", cs.all_reduce}, {"reduce_scatter", cs.reduce_scatter},
-                             {"all_gather", cs.all_gather}, {"broadcast", cs.broadcast}}}};
+                             {"all_gather", cs.all_gather}, {"broadcast", cs.broadcast},
+                             {"all_to_all", cs.all_to_all}}}};
   if (t.engine.stage() == 3) line["live_parameters_peak"] = t.engine.peak_live_parameters();
   if (t.ds.wall_clock_breakdown) {
     for (const auto& [name, ms] : r.timers.totals()) line[name + "_ms"] = ms;  // forward, backward, optimizer_step

@@ -312,6 +312,16 @@ for ranks in (1, 2):
             assert moved(exported) < 1e-5 < 1e-2 < moved(ref[1]), \
                 f"unused positions moved by {moved(exported):.1e} (ours) and {moved(ref[1]):.1e} (DeepSpeed's)"
             extra = f"; unused positions moved {moved(exported):.1e} (DeepSpeed's {moved(ref[1]):.1e})"
+            # What the steps hand the collectives: the warm-up all-reduces the fp32 gradient, the
+            # compressed steps (5-8) no gradient, only 1-bit signs and a few scales.
+            lines = [l for l in map(json.loads, open(os.path.join(work, name, "metrics.jsonl"))) if l["event"] == "step"]
+            warm = lines[3]["comm_bytes"]["all_reduce"]
+            for l in lines[4:]:
+                c = l["comm_bytes"]
+                assert c["all_reduce"] == 0 and c["all_to_all"] > 0, f"step {l['step']}: {c}"
+                assert 10 * (c["all_to_all"] + c["all_gather"]) < warm, f"step {l['step']}: {c}, warm-up {warm}"
+            c = lines[-1]["comm_bytes"]
+            extra += f"; bytes a step {warm} (warm-up) -> {c['all_to_all'] + c['all_gather']} (compressed)"
         else:
             extra = ""
         fmt = lambda q: "/".join(f"{x:.1e}" for x in q)
