@@ -214,8 +214,8 @@ void ZeroEngine::onebit_step(const OptimizerStepArgs& args, bool compressed) {
   if (!compressed) return optimizer_.step(args);  // the warm-up: Adam on the averaged gradient
   auto* exp_avg = static_cast<float*>(optimizer_.exp_avg());
   if (onebit_) {
-    // DeepSpeed starts the errors afresh where compression starts.
-    if (!onebit_compressed(config_.optimizer, t - 1)) onebit_->reset_errors();
+    // The errors are zero where compression starts, as DeepSpeed's: only compressed steps write
+    // them, and load() restores or zeroes them.
     onebit_->all_reduce(args, exp_avg, buffers_.grad_at(0), plan_.grad_dtype);
   } else {  // one rank: the momentum is the all-reduce's result already
     backend_.optimizer_ops().onebit_momentum_sums(args, exp_avg, buffers_.grad_at(0), plan_.grad_dtype,

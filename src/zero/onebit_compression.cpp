@@ -14,22 +14,19 @@ static_assert(sizeof(uint32_t) == sizeof(float));
 
 size_t words_for(size_t chunk) { return (chunk + 31) / 32; }
 
-// Elements of each allocation, in the order device_allocations lists them.
-struct Extent {
-  size_t worker_error = 0, server_error = 0, block_words = 0;
-};
-Extent extent(const std::vector<std::pair<size_t, size_t>>& tensors, int ranks) {
-  Extent e;
-  for (const auto& [lo, hi] : tensors) {
-    const size_t padded = OneBitCompression::padded_size(hi - lo, ranks);
-    e.worker_error += padded;
-    e.server_error += padded / size_t(ranks);
-    e.block_words += words_for(padded / size_t(ranks));
-  }
-  return e;
-}
-
 }  // namespace
+
+OneBitCompression::Plan OneBitCompression::plan(const std::vector<std::pair<size_t, size_t>>& tensors, int ranks) {
+  Plan p;
+  for (const auto& [lo, hi] : tensors) {
+    const size_t padded = padded_size(hi - lo, ranks), chunk = padded / size_t(ranks);
+    p.tensors.push_back({hi - lo, padded, chunk, p.worker_error, p.server_error, p.block_words});
+    p.worker_error += padded;
+    p.server_error += chunk;
+    p.block_words += words_for(chunk);
+  }
+  return p;
+}
 
 size_t OneBitCompression::padded_size(size_t n, int ranks) {
   // DeepSpeed's divider lcm(ranks, 8): every chunk packs into whole bytes there.
@@ -40,7 +37,7 @@ size_t OneBitCompression::padded_size(size_t n, int ranks) {
 std::vector<size_t> OneBitCompression::device_allocations(const std::vector<std::pair<size_t, size_t>>& tensors,
                                                           int ranks) {
   if (ranks <= 1) return {};  // nothing is compressed on one rank
-  const Extent e = extent(tensors, ranks);
+  const Plan e = plan(tensors, ranks);
   const size_t p = size_t(ranks), t = tensors.size();
   std::vector<size_t> bytes{e.worker_error * sizeof(float), e.server_error * sizeof(float)};
   for (int k = 0; k < 3; ++k) bytes.push_back(p * e.block_words * sizeof(uint32_t));  // sent, received, gathered
@@ -59,18 +56,12 @@ OneBitCompression::OneBitCompression(Backend& backend, DataComm& comm,
     : backend_(backend), comm_(comm), compute_(backend.compute_stream()), ops_(backend.optimizer_ops()),
       ranks_(comm.size()), rank_(comm.rank()), tensors_(tensors) {
   ZT_CHECK(ranks_ > 1, "a 1-bit compressed all-reduce over one rank");
-  size_t error_at = 0, server_at = 0, word0 = 0;
-  for (const auto& [lo, hi] : tensors_) {
-    const size_t padded = padded_size(hi - lo, ranks_), chunk = padded / size_t(ranks_);
-    layout_.push_back({hi - lo, padded, chunk, error_at, server_at, word0});
-    error_at += padded;
-    server_at += chunk;
-    word0 += words_for(chunk);
-  }
-  block_words_ = word0;
+  Plan sizes = plan(tensors_, ranks_);
+  layout_ = std::move(sizes.tensors);
+  block_words_ = sizes.block_words;
   const size_t p = size_t(ranks_), t = tensors_.size();
-  worker_error_ = DeviceArray<float>(backend, error_at);
-  server_error_ = DeviceArray<float>(backend, server_at);
+  worker_error_ = DeviceArray<float>(backend, sizes.worker_error);
+  server_error_ = DeviceArray<float>(backend, sizes.server_error);
   send_ = DeviceArray<uint32_t>(backend, p * block_words_);
   recv_ = DeviceArray<uint32_t>(backend, p * block_words_);
   server_signs_ = DeviceArray<uint32_t>(backend, p * block_words_);

@@ -57,9 +57,17 @@ class OneBitCompression {
   void load_errors(const float* in);
 
  private:
+  /// Where each tensor's errors and signs lie, and the totals: the one definition that both the
+  /// allocations and device_allocations (zero_estimate) read.
   struct Layout {
     size_t n, padded, chunk, error_at, server_at, word0;
   };
+  struct Plan {
+    std::vector<Layout> tensors;
+    size_t worker_error = 0, server_error = 0, block_words = 0;  // floats, floats, words a block
+  };
+  static Plan plan(const std::vector<std::pair<size_t, size_t>>& tensors, int ranks);
+
   Backend& backend_;
   DataComm& comm_;
   Stream& compute_;
