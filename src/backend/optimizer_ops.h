@@ -19,6 +19,7 @@ enum class UpdateRule {
   kMuon,     ///< Muon: momentum, Newton-Schulz per matrix, then the update (two passes); AdamW for the rest
   kAdafactor,  ///< Adafactor: factored second moments, an RMS clip per tensor (three passes)
   kOneBitAdam,  ///< 1-bit Adam: Adam until freeze_step, then a 1-bit compressed momentum all-reduce
+  kZeroOneAdam,  ///< 0/1 Adam: Adam on variance steps, 1-bit compressed gradients between, then local steps
 };
 
 /// Where 1-bit Adam's signs of one tensor sit: a tensor padded to `padded` elements is cut into
@@ -32,6 +33,31 @@ struct SignBlocks {
   size_t scale_stride = 0;
   size_t chunk = 0;
   size_t blocks = 1;
+};
+
+/// 0/1 Adam's element-wise passes (DeepSpeed's ZeroOneAdam, exp_avg_sq v not written), with
+/// d = sqrt(v) + eps and D the decompressed all-reduce (OptimizerOps::onebit_apply's). Where
+/// v = 0, D and m are taken as 0 (onebit_apply's momentum mask: DeepSpeed's exp_avg_mask built
+/// from the frozen variance), so such an element moves by weight decay alone.
+enum class ZeroOnePass {
+  /// Between variance steps: m = b1 m + (1 - b1) D, D the all-reduced gradient (one rank:
+  /// grad_scale g); w -= lr (m / d + wd w).
+  kCompressedGrad,
+  /// Past var_freeze_step, each rank on its own gradient: m = b1 m + (1 - b1) grad_scale g;
+  /// U = m / d + wd w; w -= lr U; u -= lr U, u (the momentum accumulator) starting at 0 when
+  /// `fresh` (the first step since the ranks last met).
+  kLocal,
+  /// Before u's compressed all-reduce: w -= u (the weights where the ranks last met), u *= d.
+  kSyncPrepare,
+  /// After it: m = -D / lrs (lrs: the lrs summed since the ranks last met; 0 where that sum is 0,
+  /// which DeepSpeed divides by), w += D / d, u = 0. On one rank (no signs) the preparation runs
+  /// first and D = u d.
+  kSync,
+};
+struct ZeroOneArgs {
+  ZeroOnePass pass = ZeroOnePass::kLocal;
+  float lrs = 0;
+  bool fresh = false;
 };
 
 /// The rows [row0, row0 + rows) and columns [col0, col0 + cols) that elements [first, first + n)
@@ -169,6 +195,12 @@ class OptimizerOps {
   /// steps do.
   virtual void onebit_apply(const OptimizerStepArgs& args, float* master, float* exp_avg, const float* exp_avg_sq,
                             const SignBlocks& in, void* param, DType param_dtype, size_t n) = 0;
+  /// One of 0/1 Adam's passes (ZeroOnePass) over one tensor: `in` holds the decompressed
+  /// all-reduce where the pass reads D (in.words null on one rank); `grad` is read by the
+  /// gradient passes alone; the parameter is written in `param_dtype` wherever w changes.
+  virtual void zero_one_pass(const ZeroOneArgs& z, const OptimizerStepArgs& args, float* master, float* exp_avg,
+                             const float* exp_avg_sq, float* accumulator, const void* grad, DType grad_dtype,
+                             const SignBlocks& in, void* param, DType param_dtype, size_t n) = 0;
 
   // Newton-Schulz's element-wise steps between its GEMMs (optim/newton_schulz.h), fp32.
   /// y = a y + b x (x may alias y).
@@ -189,6 +221,7 @@ class OptimizerOps {
       case UpdateRule::kAdagrad:
         return adagrad_step(args, master, exp_avg_sq, grad, grad_dtype, param, param_dtype, n);
       case UpdateRule::kOneBitAdam:  // its warm-up: Adam without bias correction
+      case UpdateRule::kZeroOneAdam:  // its variance steps: the same
         return adam_step(args, master, exp_avg, exp_avg_sq, grad, grad_dtype, param, param_dtype, n);
       case UpdateRule::kLamb:
       case UpdateRule::kMuon:

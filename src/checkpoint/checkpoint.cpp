@@ -37,6 +37,10 @@ constexpr uint64_t kMaxLatestBytes = 4096;
 
 // OnebitAdam's compression errors of the shard's own rank (OneBitCompression's layout).
 constexpr const char* kOneBitErrors = "onebit_errors";
+// ZeroOneAdam's state of the shard's own rank between two meetings of the ranks (its master
+// weights, exp_avg and momentum accumulator over its optimizer range), and the lrs summed since.
+constexpr const char* kZeroOneLocal = "zero_one_local";
+constexpr const char* kZeroOneLrs = "zero_one_lrs";
 // Adafactor's factors in every shard (rows, then columns, of every matrix in the model's order).
 constexpr const char* kFactorRows = "exp_avg_sq_row";
 constexpr const char* kFactorCols = "exp_avg_sq_col";
@@ -156,7 +160,8 @@ std::string prepare_checkpoint_dir(const std::string& dir, const ZeroEngine& eng
   const int writers = placement.node_local ? (world + placement.num_nodes - 1) / placement.num_nodes : world;
   const double field_bytes = 4.0 * double(engine.state_fields().size());
   const double needed = 1.02 * ((double(engine.partition().partition_size) * field_bytes +
-                                 4.0 * double(engine.onebit_error_count())) * writers +
+                                 4.0 * double(engine.onebit_error_count() + engine.zero_one_local_count())) *
+                                    writers +
                                 double(layout.flat_size() * dtype_size(engine.param_dtype())));
   const fs::space_info space = fs::space(dir, ec);
   if (ec || double(space.available) >= needed) return "";  // a file system that cannot say: try
@@ -207,6 +212,12 @@ void write_shard(const std::string& path, ZeroEngine& engine, const ModelLayout&
       std::vector<float> errors(n);
       engine.read_onebit_errors(errors.data());
       f.write(kOneBitErrors, errors.data(), n);
+    }
+    // ZeroOneAdam between meetings: each rank's weights moved by its own gradients.
+    if (const size_t n = engine.zero_one_local_count(); n > 0) {
+      std::vector<float> local(n);
+      f.set_attribute(kZeroOneLrs, engine.read_zero_one_local(local.data()));
+      f.write(kZeroOneLocal, local.data(), n);
     }
     f.set_attribute("format_version", int64_t(kFormatVersion));
     f.set_attribute("rank", int64_t(rank));
@@ -630,6 +641,16 @@ bool CheckpointReader::read_onebit_errors(int rank, int world, float* out, size_
   if (!f.has(kOneBitErrors) || f.length(kOneBitErrors) != count) return false;
   f.read(kOneBitErrors, 0, count, out);
   return true;
+}
+
+std::optional<double> CheckpointReader::read_zero_one_local(int rank, int world, float* out, size_t count) {
+  if (world != world_size_ || rank >= world_size_ || !local_[size_t(rank)]) return std::nullopt;
+  const H5File& f = shard(rank);
+  if (!f.has(kZeroOneLocal)) return std::nullopt;
+  ZT_USAGE_CHECK(f.length(kZeroOneLocal) == count, f.path(), ": ", kZeroOneLocal, " holds ", f.length(kZeroOneLocal),
+                 " elements where this run's rank ", rank, " keeps ", count);
+  f.read(kZeroOneLocal, 0, count, out);
+  return f.double_attribute(kZeroOneLrs);
 }
 
 void CheckpointReader::read(StateField field, size_t lo, size_t hi, float* out) {

@@ -124,6 +124,9 @@ class CheckpointReader {
   /// OnebitAdam's errors of `rank` (ErrorReader): from its own shard when the checkpoint was
   /// written at `world` ranks and holds `count` of them; false otherwise (they start afresh).
   bool read_onebit_errors(int rank, int world, float* out, size_t count);
+  /// ZeroOneAdam's state of `rank` between meetings (LocalStateReader): from its own shard when
+  /// the checkpoint was written at `world` ranks and holds it; nothing otherwise.
+  std::optional<double> read_zero_one_local(int rank, int world, float* out, size_t count);
   /// Elements [lo, hi) of a field over the flat layout, read from the shards that hold them.
   void read(StateField field, size_t lo, size_t hi, float* out);
   /// With node-local storage only this node's shards are here: throws UsageError naming the

@@ -275,7 +275,8 @@ Manifest parse_manifest(std::string_view text, const std::string& path) {
   if (std::string optimizer; top.read("optimizer", optimizer)) {
     using T = OptimizerConfig::Type;
     bool known = false;
-    for (T t : {T::kAdam, T::kAdamW, T::kLion, T::kAdagrad, T::kLamb, T::kMuon, T::kAdafactor, T::kOneBitAdam}) {
+    for (T t : {T::kAdam, T::kAdamW, T::kLion, T::kAdagrad, T::kLamb, T::kMuon, T::kAdafactor, T::kOneBitAdam,
+              T::kZeroOneAdam}) {
       if (optimizer == optimizer_name(t)) {
         out.optimizer = t;
         known = true;

@@ -162,23 +162,38 @@ void parse_lamb_params(JsonSection& p, OptimizerConfig& o, const AutoValues& aut
   p.neutral("max_grad_norm", {}, "DeepSpeed refuses it too; use gradient_clipping");
 }
 
-// DeepSpeed's OneBitAdam block (deepspeed/runtime/fp16/onebit/adam.py, which DeepSpeed 0.19.6
-// builds and 0.19.8 no longer has): OnebitAdam's keyword arguments.
-void parse_onebit_adam_params(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
+// The keyword arguments DeepSpeed's 1-bit optimizers (deepspeed/runtime/fp16/onebit/, which
+// DeepSpeed 0.19.6 builds and 0.19.8 no longer has) share; `name` is the class that takes them.
+void read_onebit_common(JsonSection& p, OptimizerConfig& o, const AutoValues& autos, const std::string& name) {
   read_betas(p, o, autos);
   read_auto(p, "eps", o.eps, autos.adam_epsilon, "--adam_epsilon", 0.0);
-  p.read("freeze_step", o.freeze_step, int64_t(0));
   o.bias_correction = false;
-  p.neutral("bias_correction", {true, false}, "OnebitAdam takes it and never applies it: its steps are not bias-corrected");
-  p.neutral("eps_inside_sqrt", {true, false}, "OnebitAdam takes it and never reads it: eps is added to sqrt(exp_avg_sq)");
+  p.neutral("bias_correction", {true, false}, name + " takes it and never applies it: its steps are not bias-corrected");
+  p.neutral("eps_inside_sqrt", {true, false}, name + " takes it and never reads it: eps is added to sqrt(exp_avg_sq)");
   p.neutral("cuda_aware", {true, false},
             "it picks a CUDA-aware MPI in DeepSpeed's mpi backend; zerotrain's data communicator moves device "
             "buffers itself");
   p.neutral("comm_backend_name", {"nccl", "mpi", "hccl", "compressed"},
             "DeepSpeed's transports for the compressed all-reduce; zerotrain's is its data communicator (NCCL on GPUs, "
             "MPI or shared memory on the CPU)");
-  p.neutral("amsgrad", {false}, "OnebitAdam raises for it: 1-bit Adam has no AMSGrad variant");
+  p.neutral("amsgrad", {false}, name + " raises for it: the 1-bit optimizers have no AMSGrad variant");
   p.neutral("max_grad_norm", {}, "DeepSpeed refuses it too; use gradient_clipping");
+}
+
+// DeepSpeed's OneBitAdam block (onebit/adam.py's OnebitAdam).
+void parse_onebit_adam_params(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
+  read_onebit_common(p, o, autos, "OnebitAdam");
+  p.read("freeze_step", o.freeze_step, int64_t(0));
+}
+
+// DeepSpeed's ZeroOneAdam block (onebit/zoadam.py). Its intervals are counts of steps that
+// DeepSpeed divides by (step % interval): 0 or less is out of range.
+void parse_zero_one_adam_params(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
+  read_onebit_common(p, o, autos, "ZeroOneAdam");
+  p.read("var_freeze_step", o.var_freeze_step, int64_t(0));
+  p.read("var_update_scaler", o.var_update_scaler, int64_t(1));
+  p.read("local_step_scaler", o.local_step_scaler, int64_t(1));
+  p.read("local_step_clipper", o.local_step_clipper, int64_t(1));
 }
 
 // DeepSpeed's Muon block (MuonWithAuxAdam): its engine hands "lr", "momentum", "weight_decay",
@@ -328,7 +343,7 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
 
   std::string type;
   if (!s.read("type", type)) {
-    s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion, Adagrad, Lamb, Muon, Adafactor or OneBitAdam)");
+    s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion, Adagrad, Lamb, Muon, Adafactor, OneBitAdam or ZeroOneAdam)");
   }
   std::string lower = type;
   std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
@@ -336,20 +351,20 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   const std::vector<std::pair<std::string, T>> kTypes = {
       {"adam", T::kAdam},       {"adamw", T::kAdamW}, {"lion", T::kLion},
       {"adagrad", T::kAdagrad}, {"lamb", T::kLamb},   {"muon", T::kMuon}, {"adafactor", T::kAdafactor},
-      {"onebitadam", T::kOneBitAdam}};
+      {"onebitadam", T::kOneBitAdam}, {"zerooneadam", T::kZeroOneAdam}};
   const auto it = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto& t) { return t.first == lower; });
   if (it == kTypes.end()) {
-    static const char* kDeepSpeedOptimizers[] = {"zerooneadam", "onebitlamb",
+    static const char* kDeepSpeedOptimizers[] = {"onebitlamb",
                                                  "sgd", "muadam", "muadamw",
                                                  "musgd", "cpu_adam", "fusedadam"};
     for (const char* known : kDeepSpeedOptimizers) {
       if (lower == known) {
         s.fail("type", cat("optimizer '", type,
-                           "' is not implemented by zerotrain (Adam, AdamW, Lion, Adagrad, Lamb, Muon, Adafactor and OneBitAdam are)"));
+                           "' is not implemented by zerotrain (Adam, AdamW, Lion, Adagrad, Lamb, Muon, Adafactor, OneBitAdam and ZeroOneAdam are)"));
       }
     }
     s.fail("type", cat("unknown optimizer '", type, "'; did you mean '",
-                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad", "Lamb", "Muon", "Adafactor", "OneBitAdam"}), "'?"));
+                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad", "Lamb", "Muon", "Adafactor", "OneBitAdam", "ZeroOneAdam"}), "'?"));
   }
   o.type = it->second;
   const bool adam_family = o.type == T::kAdam || o.type == T::kAdamW;
@@ -374,6 +389,8 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
     parse_torch_adafactor_params(p, o);
   } else if (o.type == T::kOneBitAdam) {
     parse_onebit_adam_params(p, o, autos);
+  } else if (o.type == T::kZeroOneAdam) {
+    parse_zero_one_adam_params(p, o, autos);
   } else {
     parse_adagrad_params(p, o, autos);
   }
@@ -1111,6 +1128,7 @@ const char* optimizer_name(OptimizerConfig::Type type) {
     case OptimizerConfig::Type::kMuon: return "Muon";
     case OptimizerConfig::Type::kAdafactor: return "Adafactor";
     case OptimizerConfig::Type::kOneBitAdam: return "OneBitAdam";
+    case OptimizerConfig::Type::kZeroOneAdam: return "ZeroOneAdam";
   }
   return "?";
 }
@@ -1132,10 +1150,13 @@ DsConfig parse_ds_config(const boost::json::value& json, const std::string& sour
   parse_bf16(top, autos, c);
   if (c.fp16.enabled && c.bf16) top.fail("bf16", "fp16 and bf16 cannot both be enabled");
   c.zero = parse_zero(top.child("zero_optimization"), autos);
-  if (c.optimizer.type == OptimizerConfig::Type::kOneBitAdam && c.zero.stage > 0) {
-    // DeepSpeed asserts the same: its OnebitAdam all-reduces whole momenta where ZeRO partitions them.
-    top.fail("zero_optimization.stage", cat(c.zero.stage, " with optimizer OneBitAdam: 1-bit Adam is not compatible "
-                                            "with ZeRO (DeepSpeed refuses it too); use stage 0"));
+  if (c.optimizer.onebit() && c.zero.stage > 0) {
+    // DeepSpeed asserts the same: its 1-bit optimizers all-reduce whole momenta where ZeRO
+    // partitions them.
+    const bool zero_one = c.optimizer.type == OptimizerConfig::Type::kZeroOneAdam;
+    top.fail("zero_optimization.stage",
+             cat(c.zero.stage, " with optimizer ", zero_one ? "ZeroOneAdam: 0/1 Adam" : "OneBitAdam: 1-bit Adam",
+                 " is not compatible with ZeRO (DeepSpeed refuses it too); use stage 0"));
   }
   c.communication_data_type = read_ds_dtype(top, "communication_data_type");
   parse_checkpoint(top.child("checkpoint"), c);

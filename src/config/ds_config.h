@@ -18,7 +18,7 @@ namespace zt {
 
 struct OptimizerConfig {
   /// DeepSpeed's optimizer.type names (HF's --optim names map onto them).
-  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb, kMuon, kAdafactor, kOneBitAdam };
+  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb, kMuon, kAdafactor, kOneBitAdam, kZeroOneAdam };
   Type type = Type::kAdamW;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;  ///< Adam's moments; Lion's interpolation (beta1) and momentum (beta2)
@@ -55,6 +55,17 @@ struct OptimizerConfig {
   /// step freeze_step; after it exp_avg_sq is frozen, gradients stay local, and each step's
   /// exp_avg goes through an error-compensated 1-bit all-reduce instead.
   int64_t freeze_step = 100000;
+  /// 0/1 Adam (DeepSpeed's ZeroOneAdam, arXiv 2202.06009): Adam without bias correction whose
+  /// exp_avg_sq is updated, from all-reduced gradients, on steps ever further apart (every
+  /// step at first; the interval doubles after each var_update_scaler such steps); between them
+  /// the momentum takes the gradients through the 1-bit all-reduce. Past var_freeze_step
+  /// exp_avg_sq is frozen and each rank steps on its own gradient, the ranks meeting every
+  /// local_step_interval steps (1 at first, doubled every local_step_scaler steps up to
+  /// local_step_clipper) to all-reduce, compressed, what they moved since they last met.
+  int64_t var_freeze_step = 100000;
+  int64_t var_update_scaler = 16;
+  int64_t local_step_scaler = 32678;
+  int64_t local_step_clipper = 16;
 
   /// Whether this optimizer keeps exp_avg (Adam's first moment, Lion's momentum) and exp_avg_sq
   /// (Adam's second moment; Adagrad's running sum of squared gradients, torch's "sum").
@@ -68,6 +79,8 @@ struct OptimizerConfig {
   bool aux_exp_avg_sq() const { return type == Type::kMuon || type == Type::kAdafactor; }
   /// Adafactor: the matrices' second moments are row and column factors (AdafactorFactors).
   bool factored() const { return type == Type::kAdafactor; }
+  /// OneBitAdam and ZeroOneAdam: momenta all-reduced through 1-bit compression (stage 0 only).
+  bool onebit() const { return type == Type::kOneBitAdam || type == Type::kZeroOneAdam; }
   /// fp32 state elements per parameter beside the master weights, as ZeRO-Offload stores them
   /// (Adam and Lamb 2, Lion and Adagrad 1; Muon 1 for its matrices, 2 for the rest; Adafactor 0,
   /// or 1 with beta1: its 1-D tensors' exp_avg_sq lives apart, packed).

@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "optim/adafactor.h"
@@ -14,6 +15,7 @@ UpdateRule update_rule(OptimizerConfig::Type type) {
     case OptimizerConfig::Type::kMuon: return UpdateRule::kMuon;
     case OptimizerConfig::Type::kAdafactor: return UpdateRule::kAdafactor;
     case OptimizerConfig::Type::kOneBitAdam: return UpdateRule::kOneBitAdam;
+    case OptimizerConfig::Type::kZeroOneAdam: return UpdateRule::kZeroOneAdam;
     case OptimizerConfig::Type::kAdam:
     case OptimizerConfig::Type::kAdamW: break;
   }
@@ -54,9 +56,9 @@ OptimizerStepArgs Optimizer::begin_step(double lr, double beta1, double beta2, d
     a.eps_floor = config_.adafactor_torch ? float(config_.adafactor_eps1) : 0.0f;
     a.lr = float(adafactor_rho(config_, lr, step_));
   }
-  // OnebitAdam: decay is always decoupled, w -= lr (m / (sqrt(v) + eps) + wd w), and no step is
-  // bias-corrected (the config's bias_correction is false).
-  if (a.rule == UpdateRule::kOneBitAdam) a.adamw_mode = true;
+  // OnebitAdam and ZeroOneAdam: decay is always decoupled, w -= lr (m / (sqrt(v) + eps) + wd w),
+  // and no step is bias-corrected (the config's bias_correction is false).
+  if (a.rule == UpdateRule::kOneBitAdam || a.rule == UpdateRule::kZeroOneAdam) a.adamw_mode = true;
   // torch.optim.Adagrad's decayed rate: lr / (1 + (t - 1) lr_decay).
   if (a.rule == UpdateRule::kAdagrad) a.lr = float(lr / (1.0 + double(step_ - 1) * config_.lr_decay));
   a.grad_scale = float(grad_scale);
@@ -66,6 +68,52 @@ OptimizerStepArgs Optimizer::begin_step(double lr, double beta1, double beta2, d
 bool onebit_compressed(const OptimizerConfig& config, int64_t step) {
   // step - 1 >= freeze_step, written so that no freeze_step overflows.
   return config.type == OptimizerConfig::Type::kOneBitAdam && step >= 3 && step - 1 >= config.freeze_step;
+}
+
+ZeroOnePhase zero_one_phase(const OptimizerConfig& config, int64_t step) {
+  if (step <= 1) return ZeroOnePhase::kSetUp;
+  // DeepSpeed freezes the variance after the step whose count passes var_freeze_step (its
+  // first step returns before that test): local steps from max(3, var_freeze_step + 2).
+  if (step >= 3 && step - 2 >= config.var_freeze_step) return ZeroOnePhase::kLocal;
+  return step % zero_one_var_interval(config, step) == 0 ? ZeroOnePhase::kVariance : ZeroOnePhase::kCompressedGrad;
+}
+
+int64_t zero_one_var_interval(const OptimizerConfig& config, int64_t step) {
+  // DeepSpeed counts the variance steps (step % interval == 0, from step 2) and doubles the
+  // interval after every var_update_scaler of them: level by level, each level's steps are the
+  // next var_update_scaler multiples of its interval.
+  int64_t interval = 1, last = 1;
+  constexpr int64_t kLimit = int64_t(1) << 61;
+  while (interval < kLimit) {
+    const int64_t first = (last / interval + 1) * interval, scaler = config.var_update_scaler;
+    if (step < first) return interval;
+    // Whether step <= the level's last variance step, first + (scaler - 1) interval, unoverflowed.
+    const int64_t k = (step - first) / interval, r = (step - first) % interval;
+    if (k < scaler - 1 || (k == scaler - 1 && r == 0)) return interval;
+    last = first + (scaler - 1) * interval;
+    interval *= 2;
+  }
+  return interval;
+}
+
+int64_t zero_one_local_interval(const OptimizerConfig& config, int64_t step) {
+  // The local_step_counter counts the local steps before this one; the interval doubles, up
+  // to local_step_clipper, each time it reaches local_step_scaler.
+  const int64_t first_local = std::max<int64_t>(3, config.var_freeze_step + 2);
+  const int64_t doublings = step > first_local ? (step - first_local) / config.local_step_scaler : 0;
+  int64_t interval = 1;
+  for (int64_t k = 0; k < doublings && interval < config.local_step_clipper; ++k) {
+    interval = std::min(config.local_step_clipper, interval * 2);
+  }
+  return interval;
+}
+
+bool local_gradients(const OptimizerConfig& config, int64_t step) {
+  if (config.type == OptimizerConfig::Type::kZeroOneAdam) {
+    const ZeroOnePhase phase = zero_one_phase(config, step);
+    return phase == ZeroOnePhase::kCompressedGrad || phase == ZeroOnePhase::kLocal;
+  }
+  return onebit_compressed(config, step);
 }
 
 double clip_coefficient(double grad_norm, double max_norm) {

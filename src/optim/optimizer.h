@@ -36,6 +36,24 @@ class Optimizer {
 /// step at which the count reaches freeze_step, and never before step 3.
 bool onebit_compressed(const OptimizerConfig& config, int64_t step);
 
+/// ZeroOneAdam's kind of step `step` (1-based), as DeepSpeed's zoadam.py runs it.
+enum class ZeroOnePhase {
+  kSetUp,           ///< step 1: DeepSpeed only sets up its buffers
+  kVariance,        ///< Adam without bias correction on the averaged gradient, exp_avg_sq updated
+  kCompressedGrad,  ///< the momentum from the 1-bit all-reduced gradient, exp_avg_sq as it is
+  kLocal,           ///< past var_freeze_step: each rank steps on its own gradient (ZeroOnePass::kLocal)
+};
+ZeroOnePhase zero_one_phase(const OptimizerConfig& config, int64_t step);
+/// The variance interval at step `step` (variance steps are its multiples): 1, doubled after
+/// every var_update_scaler variance steps.
+int64_t zero_one_var_interval(const OptimizerConfig& config, int64_t step);
+/// The local-step interval at step `step` (of the local phase): the ranks meet at its
+/// multiples. 1, doubled every local_step_scaler local steps up to local_step_clipper.
+int64_t zero_one_local_interval(const OptimizerConfig& config, int64_t step);
+/// Whether step `step` keeps each rank's gradient its own (DeepSpeed's enable_backward_allreduce
+/// false): OnebitAdam's compressed steps, ZeroOneAdam's compressed and local ones.
+bool local_gradients(const OptimizerConfig& config, int64_t step);
+
 /// The global-norm clipping coefficient: max_norm / (norm + 1e-6) when that is below 1, else 1
 /// (no clipping when max_norm is 0), as torch.nn.utils.clip_grad_norm_ and DeepSpeed compute it.
 double clip_coefficient(double grad_norm, double max_norm);

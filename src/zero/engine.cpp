@@ -28,11 +28,15 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
       factors_(config.optimizer.factored()
                    ? std::make_unique<AdafactorFactors>(backend, layout.tensor_shapes(), plan_.offloaded > 0)
                    : nullptr),
-      onebit_(config.optimizer.type == OptimizerConfig::Type::kOneBitAdam && comm.size() > 1
+      onebit_(config.optimizer.onebit() && comm.size() > 1
                   ? std::make_unique<OneBitCompression>(backend, comm, layout.tensor_ranges())
                   : nullptr),
       reducer_(plan_, config.zero, backend, comm, buffers_), norm_sq_(backend, 1), norm_sq_host_(backend, 1, Pool::kPinned),
       optimizer_rule_(config.optimizer), scheduler_(config.scheduler, config.optimizer.lr), scaler_(config.fp16) {
+  if (config.optimizer.type == OptimizerConfig::Type::kZeroOneAdam) {
+    accumulator_ = DeviceArray<float>(backend, plan_.device_count);
+    backend.zero_async(accumulator_.data(), accumulator_.bytes(), compute_);
+  }
   // A reduced range is final on the last micro-step: ZeRO-Offload sends it to the host at once
   // (during backward at stages 2, 3).
   reducer_.on_reduced([this](size_t lo, size_t hi) {
@@ -49,7 +53,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
 
 StateSource init_source(const ParamLayout& layout, uint64_t seed) {
   return {[&layout, seed](StateField, size_t lo, size_t hi, float* out) { layout.init(seed, out, lo, hi); },
-          false, std::nullopt, nullptr, nullptr};
+          false, std::nullopt, nullptr, nullptr, nullptr};
 }
 
 double ZeroEngine::backward_scale() const {
@@ -129,9 +133,10 @@ void ZeroEngine::share_parameters() {
 StepOutcome ZeroEngine::step() {
   StepOutcome out;
   out.loss_scale = scaler_.scale();
-  // OnebitAdam past its warm-up keeps each rank's gradient its own (DeepSpeed's
-  // enable_backward_allreduce = False): what it all-reduces is the momentum, compressed.
-  const bool compressed = onebit_compressed(config_.optimizer, optimizer_rule_.step_count() + 1);
+  // OnebitAdam past its warm-up, and ZeroOneAdam between its variance steps, keep each rank's
+  // gradient its own (DeepSpeed's enable_backward_allreduce = False): what they all-reduce is
+  // compressed, the momentum or the gradient or the weights' motion.
+  const bool compressed = local_gradients(config_.optimizer, optimizer_rule_.step_count() + 1);
   const double ranks_summed = compressed ? 1.0 : double(plan_.world);
   if (!compressed) reducer_.reduce_at_step();
   micro_step_ = 0;
@@ -179,6 +184,8 @@ StepOutcome ZeroEngine::step() {
     muon_step(args);
   } else if (args.rule == UpdateRule::kOneBitAdam) {
     onebit_step(args, compressed);
+  } else if (args.rule == UpdateRule::kZeroOneAdam) {
+    zero_one_step(args, sched.lr);
   } else if (args.rule == UpdateRule::kAdafactor) {
     adafactor_step(args, sched.lr);
     if (config_.optimizer.relative_step && !config_.optimizer.adafactor_torch) out.lr = args.lr;  // the schedule's is unused
@@ -222,6 +229,41 @@ void ZeroEngine::onebit_step(const OptimizerStepArgs& args, bool compressed) {
                                                   layout_.flat_size(), nullptr, layout_.flat_size(), norm_sq_.data());
   }
   optimizer_.onebit_apply(args, onebit_.get());
+}
+
+void ZeroEngine::zero_one_step(const OptimizerStepArgs& args, double lr) {
+  const OptimizerConfig& o = config_.optimizer;
+  const int64_t t = optimizer_rule_.step_count();
+  float* u = accumulator_.data();
+  switch (zero_one_phase(o, t)) {
+    case ZeroOnePhase::kSetUp: return;  // DeepSpeed's first step only sets up its buffers
+    case ZeroOnePhase::kVariance: return optimizer_.step(args);  // Adam without bias correction
+    case ZeroOnePhase::kCompressedGrad:
+      if (onebit_) {
+        // The gradient goes through the compression from the accumulator (unused until the
+        // local phase, which starts it afresh): u = grad_scale g, beta1 0.
+        OptimizerStepArgs gradient = args;
+        gradient.beta1 = 0;
+        onebit_->all_reduce(gradient, u, buffers_.grad_at(0), plan_.grad_dtype);
+      }
+      return optimizer_.zero_one_pass({ZeroOnePass::kCompressedGrad}, args, u, onebit_.get());
+    case ZeroOnePhase::kLocal: break;
+  }
+  // DeepSpeed zeroes the errors once, where the local phase starts: from then on they are the
+  // motions', no longer the gradients'.
+  if (onebit_ && t == std::max<int64_t>(3, o.var_freeze_step + 2)) onebit_->reset_errors();
+  optimizer_.zero_one_pass({ZeroOnePass::kLocal, 0.0f, !apart_}, args, u, nullptr);
+  lrs_ += lr;
+  apart_ = t % zero_one_local_interval(o, t) != 0;
+  if (apart_) return;
+  // The ranks meet: each one's motion since they last met, scaled by its d, all-reduced
+  // compressed, becomes everyone's momentum and the weights' common motion.
+  if (onebit_) {
+    optimizer_.zero_one_pass({ZeroOnePass::kSyncPrepare}, args, u, nullptr);
+    onebit_->all_reduce(args, u, nullptr, plan_.grad_dtype);
+  }
+  optimizer_.zero_one_pass({ZeroOnePass::kSync, float(lrs_)}, args, u, onebit_.get());
+  lrs_ = 0;
 }
 
 void ZeroEngine::muon_step(const OptimizerStepArgs& args) {
@@ -324,7 +366,36 @@ BufferBytes ZeroEngine::buffer_bytes() const {
   if (factors_ && plan_.offloaded > 0) b.offload += AdafactorFactors::host_copy_bytes(layout_.tensor_shapes());
   b.optimizer = muon_ ? muon_->bytes() : factors_ ? AdafactorFactors::buffer_bytes(layout_.tensor_shapes()) : 0;
   if (onebit_) b.optimizer = OneBitCompression::device_bytes(layout_.tensor_ranges(), plan_.world);
+  b.optimizer += accumulator_.bytes();  // ZeroOneAdam's momentum accumulator
   return b;
+}
+
+void ZeroEngine::load_zero_one_local(const StateSource& source) {
+  // Between two meetings each rank's weights, exp_avg and accumulator are its own: restored
+  // whole from its shard at the same world size, over what the shards' partitions gave.
+  // Otherwise the checkpoint's weights and momentum are everyone's, as just met.
+  lrs_ = 0;
+  apart_ = false;
+  backend_.zero_async(accumulator_.data(), accumulator_.bytes(), compute_);
+  if (!source.with_moments || !source.read_zero_one_local) return;
+  const size_t n = accumulator_.size();
+  std::vector<float> local(3 * n);
+  const std::optional<double> lrs = source.read_zero_one_local(plan_.rank, plan_.world, local.data(), local.size());
+  if (!lrs) return;
+  optimizer_.load_range(local.data(), local.data() + n);
+  backend_.copy_from_host(accumulator_.data(), local.data() + 2 * n, n * sizeof(float));
+  lrs_ = *lrs;
+  apart_ = true;
+}
+
+size_t ZeroEngine::zero_one_local_count() const { return apart_ ? 3 * accumulator_.size() : 0; }
+
+double ZeroEngine::read_zero_one_local(float* out) {
+  const size_t n = accumulator_.size();
+  optimizer_.read_field(StateField::kMaster, plan_.opt_begin, n, out);
+  optimizer_.read_field(StateField::kExpAvg, plan_.opt_begin, n, out + n);
+  backend_.copy_to_host(out + 2 * n, accumulator_.data(), n * sizeof(float));
+  return lrs_;
 }
 
 EngineState ZeroEngine::state() const {
@@ -392,6 +463,7 @@ void ZeroEngine::load(const StateSource& source) {
     all_gather_partitions(comm_, compute_, plan_.partition, buffers_.params(), plan_.dtype,
                           allgather_chunk());
   }
+  if (accumulator_.size() > 0) load_zero_one_local(source);
   buffers_.zero_grads();
   micro_step_ = 0;
   if (coordinator_) coordinator_->invalidate();

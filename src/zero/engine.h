@@ -113,10 +113,16 @@ class ZeroEngine final : public ParamSource<float> {
   /// checkpoint holds beside the flat fields; {0, 0} for any other optimizer.
   std::pair<size_t, size_t> factor_extent() const;
   void read_factors(float* rows, float* cols) { factors_->read(rows, cols); }
-  /// OnebitAdam past one rank: this rank's compression errors (OneBitCompression::read_errors),
+  /// OnebitAdam and ZeroOneAdam past one rank: this rank's compression errors (OneBitCompression::read_errors),
   /// which a checkpoint holds per rank; 0 floats for any other optimizer.
   size_t onebit_error_count() const { return onebit_ ? onebit_->error_count() : 0; }
   void read_onebit_errors(float* out) { onebit_->read_errors(out); }
+  /// ZeroOneAdam between two meetings of the ranks: the floats of this rank's own state (its
+  /// master weights, exp_avg and momentum accumulator over its optimizer range), which a
+  /// checkpoint holds per rank; 0 where the ranks have just met, and for any other optimizer.
+  size_t zero_one_local_count() const;
+  /// Copies that state into `out` and returns the lrs summed since the ranks met.
+  double read_zero_one_local(float* out);
   /// The optimizer's DeepSpeed name ("AdamW", "Lion", ...).
   const char* optimizer_type() const { return optimizer_name(config_.optimizer.type); }
   /// Elements [lo, hi) of the parameters in param_dtype(), assembled from every rank's partition
@@ -161,6 +167,13 @@ class ZeroEngine final : public ParamSource<float> {
   /// until freeze_step, then the momentum from the local gradient, all-reduced compressed, and
   /// the step with exp_avg_sq frozen (`compressed`).
   void onebit_step(const OptimizerStepArgs& args, bool compressed);
+  /// ZeroOneAdam's step (zero_one_phase): nothing at step 1, Adam on the variance steps, the
+  /// momentum from the compressed all-reduced gradient between them; past var_freeze_step each
+  /// rank's own step, and where the ranks meet, the compressed all-reduce of their motions.
+  /// `lr`: the schedule's (DeepSpeed sums it as lrs).
+  void zero_one_step(const OptimizerStepArgs& args, double lr);
+  /// ZeroOneAdam's accumulator and lrs from `source` (LocalStateReader), or afresh.
+  void load_zero_one_local(const StateSource& source);
   /// After the optimizer wrote this rank's range: every rank's updated parameters where the
   /// stage keeps them whole (stages 1, 2), and no stale copy anywhere.
   void share_parameters();
@@ -198,7 +211,10 @@ class ZeroEngine final : public ParamSource<float> {
   OptimizerPartition optimizer_;
   std::unique_ptr<MuonMatrices> muon_;  // Muon only
   std::unique_ptr<AdafactorFactors> factors_;  // Adafactor only
-  std::unique_ptr<OneBitCompression> onebit_;  // OnebitAdam on more than one rank only
+  std::unique_ptr<OneBitCompression> onebit_;  // OnebitAdam and ZeroOneAdam on more than one rank only
+  DeviceArray<float> accumulator_;             // ZeroOneAdam's momentum accumulator (its comm_buffer)
+  double lrs_ = 0;                             // ZeroOneAdam: the lrs summed since the ranks last met
+  bool apart_ = false;                         // ZeroOneAdam: local steps taken since the ranks last met
   GradientReducer reducer_;
   DeviceArray<double> norm_sq_, norm_sq_host_;  // device / pinned: the step's sum of squares
   int64_t micro_step_ = 0;                      // backward passes since the last step

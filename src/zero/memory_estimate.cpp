@@ -208,9 +208,13 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
     est.optimizer = factors[2] + factors[3];
     list_devices(factors);
   }
-  if (config.optimizer.type == OptimizerConfig::Type::kOneBitAdam) {  // its errors, signs and scales
+  if (config.optimizer.onebit()) {  // its errors, signs and scales
     est.optimizer = OneBitCompression::device_bytes(layout->tensor_ranges(), run.world_size);
     list_devices(OneBitCompression::device_allocations(layout->tensor_ranges(), run.world_size));
+  }
+  if (config.optimizer.type == OptimizerConfig::Type::kZeroOneAdam) {  // its momentum accumulator
+    est.optimizer += plan.device_count * sizeof(float);
+    list_devices({plan.device_count * sizeof(float)});
   }
   add(Pool::kDevice, est.buckets + est.working + est.gather + est.optimizer);
   list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective));

@@ -63,10 +63,18 @@ inline bool keeps_exp_avg_sq(const OptimizerConfig& optimizer, const TensorShape
 /// then all columns); null: they start at zero.
 using FactorReader = std::function<void(float* rows, size_t row_count, float* cols, size_t col_count)>;
 
-/// OnebitAdam's compression errors of `rank` of `world` (`count` floats, OneBitCompression's
+/// OnebitAdam's and ZeroOneAdam's compression errors of `rank` of `world` (`count` floats, OneBitCompression's
 /// layout), as a checkpoint written at the same world size holds them: fills `out` and returns
 /// true, or returns false (another world size, or none saved: they start at zero, as DeepSpeed's).
 using ErrorReader = std::function<bool(int rank, int world, float* out, size_t count)>;
+
+/// ZeroOneAdam's state of `rank` of `world` between two meetings of the ranks, which is each
+/// rank's own (its weights, exp_avg and momentum accumulator moved by its own gradients: `count`
+/// floats, 3 x its optimizer range), as a checkpoint written at the same world size holds it:
+/// fills `out` and returns the lrs summed since the ranks met, or nothing (another world size,
+/// or saved where the ranks had just met: the shared fields are the state, and the accumulator
+/// starts at zero).
+using LocalStateReader = std::function<std::optional<double>(int rank, int world, float* out, size_t count)>;
 
 /// Fills out[0, hi - lo) with elements [lo, hi) of a field (hi <= the model's flat size).
 using StateReader = std::function<void(StateField field, size_t lo, size_t hi, float* out)>;
@@ -81,7 +89,8 @@ struct StateSource {
   bool with_moments = false;            ///< false: exp_avg and exp_avg_sq start at zero
   std::optional<EngineState> counters;  ///< empty: step 0, the schedule's start, the config's loss scale
   FactorReader read_factors;            ///< Adafactor's factors when with_moments (a checkpoint holds them)
-  ErrorReader read_onebit_errors;       ///< OnebitAdam's errors when with_moments (null: they start at zero)
+  ErrorReader read_onebit_errors;       ///< 1-bit optimizers' errors when with_moments (null: they start at zero)
+  LocalStateReader read_zero_one_local; ///< ZeroOneAdam's local state when with_moments (null: none)
 };
 
 }  // namespace zt

@@ -468,6 +468,26 @@ void OptimizerPartition::onebit_apply(const OptimizerStepArgs& args, OneBitCompr
   });
 }
 
+void OptimizerPartition::zero_one_pass(const ZeroOneArgs& z, const OptimizerStepArgs& args, float* accumulator,
+                                       OneBitCompression* compression) {
+  ZT_CHECK(!offload_ && plan_.optimizer_replicated(), "0/1 Adam steps at stage 0 only");
+  const size_t base = plan_.opt_begin;
+  for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) {
+    ops_.zero_one_pass(z, args, master_at(a), exp_avg_.data() + (a - base), exp_avg_sq_.data() + (a - base),
+                       accumulator + (a - base), buffers_.grad_at(a), plan_.grad_dtype,
+                       compression ? compression->gathered(t) : SignBlocks{}, buffers_.param_at(a), plan_.dtype,
+                       b - a);
+  });
+}
+
+void OptimizerPartition::load_range(const float* master, const float* exp_avg) {
+  ZT_CHECK(!offload_, "load_range: an offloaded optimizer");
+  const size_t lo = plan_.opt_begin, n = plan_.device_count;
+  backend_.copy_from_host(master_at(lo), master, n * sizeof(float));
+  backend_.copy_from_host(exp_avg_.data(), exp_avg, n * sizeof(float));
+  if (plan_.has_master()) backend_.cast_async(master_at(lo), DType::kF32, buffers_.param_at(lo), plan_.dtype, n, compute_);
+}
+
 std::vector<size_t> OptimizerPartition::aux_partition_counts() const {
   std::vector<size_t> counts;
   for (int r = 0; r < plan_.world; ++r) {

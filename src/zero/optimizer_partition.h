@@ -113,6 +113,14 @@ class OptimizerPartition {
   /// compressed all-reduce (`compression`; null on one rank, where exp_avg is already the
   /// momentum), and the step with exp_avg_sq frozen.
   void onebit_apply(const OptimizerStepArgs& args, OneBitCompression* compression);
+  /// One of ZeroOneAdam's passes over every tensor (stage 0, nothing offloaded): `accumulator`
+  /// is its momentum accumulator (device memory over the range), `compression` holds the
+  /// all-reduce's result where the pass reads one (null on one rank, or for the local passes).
+  void zero_one_pass(const ZeroOneArgs& z, const OptimizerStepArgs& args, float* accumulator,
+                     OneBitCompression* compression);
+  /// Replaces the master weights and exp_avg of the whole range from host memory (a rank's own
+  /// state, ZeroOneAdam's between meetings) and the parameters rounded from them.
+  void load_range(const float* master, const float* exp_avg);
   /// Muon at stage 0: each rank's partition of the packed exp_avg_sq, in elements, in rank order
   /// (the counts that all-gather it).
   std::vector<size_t> aux_partition_counts() const;

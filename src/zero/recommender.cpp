@@ -46,8 +46,8 @@ Recommendation recommend(const ModelConfig& model, const DsConfig& base, const R
     // --delayed_param_update runs with the optimizer offloaded and the parameters not: the other
     // rungs' configs would refuse the flag, so they are not offered.
     if (base.zero.delayed_param_update_after >= 0 && (spec.optimizer == kNone || spec.params != kNone)) continue;
-    // OneBitAdam runs at stage 0 only (DeepSpeed's too): no other rung is a config it accepts.
-    if (base.optimizer.type == OptimizerConfig::Type::kOneBitAdam && spec.stage > 0) continue;
+    // The 1-bit optimizers run at stage 0 only (DeepSpeed's too): no other rung is a config they accept.
+    if (base.optimizer.onebit() && spec.stage > 0) continue;
     RungVerdict v;
     v.name = spec.name;
     v.config = base;
@@ -160,6 +160,12 @@ boost::json::object optimizer_params_json(const OptimizerConfig& o) {
     params["lr_decay"] = o.lr_decay;
   }
   if (o.type == OptimizerConfig::Type::kOneBitAdam) params["freeze_step"] = o.freeze_step;
+  if (o.type == OptimizerConfig::Type::kZeroOneAdam) {
+    params["var_freeze_step"] = o.var_freeze_step;
+    params["var_update_scaler"] = o.var_update_scaler;
+    params["local_step_scaler"] = o.local_step_scaler;
+    params["local_step_clipper"] = o.local_step_clipper;
+  }
   if (o.type == OptimizerConfig::Type::kLamb) {
     params["max_coeff"] = o.max_coeff;
     params["min_coeff"] = o.min_coeff;

@@ -1,11 +1,15 @@
-"""One rank of DeepSpeed 0.19.6's OnebitAdam fine-tuning the HF GPT-2 of ds_onebit_peers.sh, over
-gloo, as DeepSpeed's engine drives it at stage 0 in fp32: the gradients all-reduced and averaged
-while the optimizer leaves enable_backward_allreduce on (allreduce_gradients), clipped by
-deepspeed.runtime.utils.clip_grad_norm_ (clip_fp32_gradients: the ranks' norms averaged), then
-OnebitAdam.step with its NcclBackend (cupy: tests/bench/cupy_shim). Each rank takes its slice of
-every global batch as zerotrain's sampler deals it (optimizer_peers.window_of).
-Arguments: HF_DIR BATCH_BIN T BATCH STEPS LR WD FREEZE_STEP THREADS OUT (rank 0 writes OUT.json
-with the mean loss of each step and OUT.pt with the final state dict)."""
+"""One rank of DeepSpeed 0.19.6's OnebitAdam or ZeroOneAdam fine-tuning the HF GPT-2 of
+ds_onebit_peers.sh, over gloo, as DeepSpeed's engine drives them at stage 0 in fp32: the gradients
+all-reduced and averaged while the optimizer leaves enable_backward_allreduce on
+(allreduce_gradients), clipped by deepspeed.runtime.utils.clip_grad_norm_ (clip_fp32_gradients:
+the ranks' norms averaged), then the optimizer's step with its NcclBackend (cupy:
+tests/bench/cupy_shim). Each rank takes its slice of every global batch as zerotrain's sampler
+deals it (optimizer_peers.window_of). ZeroOneAdam's position embeddings sit in a group of their
+own with an exp_avg_mask of the rows the block uses (DeepSpeed's BERT recipe; zerotrain masks the
+momentum wherever exp_avg_sq is 0).
+Arguments: HF_DIR BATCH_BIN T BATCH STEPS LR WD THREADS OUT OPTIMIZER [KEY=INT ...] (rank 0
+writes OUT.json with the mean loss of each step and OUT.pt with its final state dict; the keys
+are the optimizer's, e.g. freeze_step=4)."""
 import json
 import os
 import sys
@@ -19,11 +23,13 @@ from optimizer_peers import batch_windows, window_of  # noqa: E402
 import deepspeed  # noqa: E402
 from deepspeed import comm as dist  # noqa: E402
 from deepspeed.runtime.fp16.onebit.adam import OnebitAdam  # noqa: E402
+from deepspeed.runtime.fp16.onebit.zoadam import ZeroOneAdam  # noqa: E402
 from deepspeed.runtime.utils import clip_grad_norm_  # noqa: E402
 from transformers import GPT2LMHeadModel  # noqa: E402
 
-hf, batch_bin, T, B, steps, lr, wd, freeze, threads, out = sys.argv[1:]
-T, B, steps, lr, wd, freeze, threads = int(T), int(B), int(steps), float(lr), float(wd), int(freeze), int(threads)
+hf, batch_bin, T, B, steps, lr, wd, threads, out, kind = sys.argv[1:11]
+T, B, steps, lr, wd, threads = int(T), int(B), int(steps), float(lr), float(wd), int(threads)
+keys = {k: int(v) for k, v in (a.split("=") for a in sys.argv[11:])}
 torch.set_num_threads(threads)
 deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -44,7 +50,14 @@ dist.all_gather = all_gather_as_nccl
 windows = batch_windows(batch_bin, T)
 model = GPT2LMHeadModel.from_pretrained(hf, torch_dtype=torch.float32).eval()
 engine = types.SimpleNamespace(mpu=None, local_rank=rank, enable_backward_allreduce=True)
-opt = OnebitAdam(model.parameters(), engine, lr=lr, weight_decay=wd, freeze_step=freeze, comm_backend_name="nccl")
+if kind == "OneBitAdam":
+    opt = OnebitAdam(model.parameters(), engine, lr=lr, weight_decay=wd, comm_backend_name="nccl", **keys)
+else:
+    wpe = model.transformer.wpe.weight
+    mask = torch.zeros_like(wpe)
+    mask[:T] = 1
+    groups = [{"params": [p for p in model.parameters() if p is not wpe]}, {"params": [wpe], "exp_avg_mask": mask}]
+    opt = ZeroOneAdam(groups, engine, lr=lr, weight_decay=wd, comm_backend_name="nccl", **keys)
 per = B // world
 losses = []
 for step in range(steps):

@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# OneBitAdam against DeepSpeed 0.19.6's own OnebitAdam (issue 31), run on this CPU: DeepSpeed's
-# code unchanged, its compressed all-reduce (NcclBackend) over gloo with numpy standing in for cupy
-# (tests/bench/cupy_shim: packbits, unpackbits, split) and its engine's fp32 stage-0 steps written
-# out around it (tests/bench/ds_onebit_peer.py: gradient averaging while enable_backward_allreduce
-# is on, clip_grad_norm_, OnebitAdam.step). DeepSpeed 0.19.8 no longer has the 1-bit optimizers
-# (its PR 8490 removed them), so 0.19.6 is installed beside it.
+# OneBitAdam and ZeroOneAdam against DeepSpeed 0.19.6's own OnebitAdam and ZeroOneAdam (issue 31),
+# run on this CPU: DeepSpeed's code unchanged, its compressed all-reduce (NcclBackend) over gloo
+# with numpy standing in for cupy (tests/bench/cupy_shim: packbits, unpackbits, split) and its
+# engine's fp32 stage-0 steps written out around it (tests/bench/ds_onebit_peer.py: gradient
+# averaging while enable_backward_allreduce is on, clip_grad_norm_, the optimizer's step).
+# DeepSpeed 0.19.8 no longer has the 1-bit optimizers (its PR 8490 removed them), so 0.19.6 is
+# installed beside it.
 #
-# The same HF GPT-2, batch and data order as tests/integration/optimizers.sh's OneBitAdam runs,
-# 10 steps, freeze_step 4, lr 1e-4, weight decay 0.1, clipping 1.0, at 1 and 2 ranks. Three runs
-# each: zerotrain (mpirun, stage 0), DeepSpeed on 2 threads a rank and on 1 (its own spread: two
-# reduction orders part by whole signs once the momentum goes through 1 bit), and the fp32
-# transcription the CI test compares against (optimizer_peers.onebit_fine_tune).
+# The same HF GPT-2, batch and data order as tests/integration/optimizers.sh's runs: OneBitAdam 10
+# steps, freeze_step 4, at 1 and 2 ranks; ZeroOneAdam 12 steps with the test's schedule (every kind
+# of its steps) at 2 ranks (at one, DeepSpeed adds nothing to the momentum between variance steps,
+# where zerotrain adds the gradient); lr 1e-4, weight decay 0.1, clipping 1.0. Each: zerotrain
+# (mpirun, stage 0), DeepSpeed on 2 threads a rank and on 1, 3 and 4 (its own spread: two reduction
+# orders part by whole signs once anything goes through 1 bit), and the fp32 transcription the CI
+# test compares against (optimizer_peers.onebit_fine_tune, zero_one_fine_tune).
 #
 # The checks (exit 1 when one fails), against DeepSpeed on 2 threads:
 #  - the losses of steps 1-5 (before any compressed step moved a weight) within 1e-5;
-#  - every loss within 5x DeepSpeed's own spread (1e-5 at least), for zerotrain and for the
-#    transcription;
+#  - every loss within 5x DeepSpeed's own spread (the largest of 1, 3 and 4 threads; 1e-5 at least),
+#    for zerotrain and for the transcription;
 #  - the final weights' median, 99th percentile and largest difference each within 5x DeepSpeed's
 #    own (1e-5 at least), leaving out the attention's key bias (rounding noise over a variance
-#    frozen near 0) and the position embeddings past the block (never used: DeepSpeed moves them
-#    by its signs' noise over eps, zerotrain masks their momentum, DeepSpeed's exp_avg_mask).
+#    frozen near 0) and the position embeddings past the block (never used: DeepSpeed's OnebitAdam
+#    moves them by its signs' noise over eps, zerotrain masks their momentum; ZeroOneAdam's run
+#    gives DeepSpeed an exp_avg_mask for them).
 #
 # Needs the bench venv (ds_optimizer_peers.sh's header) and DeepSpeed 0.19.6 in build/ds0196:
 #   DS_BUILD_OPS=0 build/bench-venv/bin/pip install --no-deps --target build/ds0196 deepspeed==0.19.6
@@ -37,6 +41,9 @@ source tests/integration/lib.sh  # one_batch_shard, $WORK (removed at exit)
 work=$WORK
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 T=32 BATCH=8 STEPS=10 LR=1e-4 WD=0.1 FREEZE=4
+# ZeroOneAdam: every kind of its steps in 12 (tests/integration/optimizers.sh's schedule).
+ZO_STEPS=12 ZO_KEYS="var_freeze_step=6 var_update_scaler=2 local_step_scaler=1 local_step_clipper=2"
+ZO_JSON=', "var_freeze_step": 6, "var_update_scaler": 2, "local_step_scaler": 1, "local_step_clipper": 2'
 lscpu | grep -m1 "Model name" || true
 
 one_batch_shard "$work/batch.bin" $T $BATCH
@@ -47,44 +54,55 @@ torch.manual_seed(0)
 GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=64, vocab_size=256)).save_pretrained(
     sys.argv[1], safe_serialization=True)
 PY
-cat >"$work/onebit.json" <<JSON
+port=29600
+run_case() {  # run_case OPTIMIZER NP STEPS 'JSON_PARAMS' KEY=INT...: zerotrain, then DeepSpeed on 2, 1, 3 and 4 threads
+  local opt=$1 np=$2 steps=$3 params=$4 name=$1_np$2
+  shift 4
+  cat >"$work/$name.json" <<JSON
 {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
- "optimizer": {"type": "OneBitAdam", "params": {"lr": "auto", "weight_decay": "auto", "freeze_step": $FREEZE}},
+ "optimizer": {"type": "$opt", "params": {"lr": "auto", "weight_decay": "auto"$params}},
  "zero_optimization": {"stage": 0}}
 JSON
-
-port=29600
-for np in 1 2; do
-  mpirun -np $np --oversubscribe -x OMP_NUM_THREADS=$((2 / np)) "$build/src/zerotrain" --deepspeed "$work/onebit.json" \
+  mpirun -np $np --oversubscribe -x OMP_NUM_THREADS=$((2 / np)) "$build/src/zerotrain" --deepspeed "$work/$name.json" \
     --model_name_or_path "$work/hf" --train_data "$work/batch.bin" --block_size $T \
     --per_device_train_batch_size $((BATCH / np)) --weight_decay $WD --max_grad_norm 1.0 --lr_scheduler_type constant \
-    --learning_rate $LR --max_steps $STEPS --output_dir "$work/ours_np$np" --disable_tqdm >"$work/ours_np$np.log" 2>&1
-  "$build/tools/zero_to_fp32" "$work/ours_np$np" "$work/ours_np$np.export" >>"$work/ours_np$np.log" 2>&1
-  for threads in 2 1; do
+    --learning_rate $LR --max_steps $steps --output_dir "$work/ours_$name" --disable_tqdm >"$work/ours_$name.log" 2>&1
+  "$build/tools/zero_to_fp32" "$work/ours_$name" "$work/ours_$name.export" >>"$work/ours_$name.log" 2>&1
+  for threads in 2 1 3 4; do
     port=$((port + 1))
     pids=()
     for ((r = 0; r < np; ++r)); do
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=$np LOCAL_RANK=$r DS_ACCELERATOR=cpu \
         PYTHONPATH=tests/bench/cupy_shim:$ds timeout 600 "$py" tests/bench/ds_onebit_peer.py "$work/hf" \
-        "$work/batch.bin" $T $BATCH $STEPS $LR $WD $FREEZE $threads "$work/ds_np${np}_t$threads" \
-        >"$work/ds_np${np}_t${threads}_r$r.log" 2>&1 &
+        "$work/batch.bin" $T $BATCH $steps $LR $WD $threads "$work/ds_${name}_t$threads" $opt "$@" \
+        >"$work/ds_${name}_t${threads}_r$r.log" 2>&1 &
       pids+=($!)
     done
     for pid in "${pids[@]}"; do
-      wait "$pid" || { echo "DeepSpeed's run failed:"; tail -5 "$work/ds_np${np}_t${threads}_r0.log"; exit 1; }
+      wait "$pid" || { echo "DeepSpeed's run failed:"; tail -5 "$work/ds_${name}_t${threads}_r0.log"; exit 1; }
     done
   done
+}
+for np in 1 2; do
+  run_case OneBitAdam $np $STEPS ", \"freeze_step\": $FREEZE" freeze_step=$FREEZE
 done
+# ZeroOneAdam at two ranks only: at one, DeepSpeed skips the momentum of the steps between
+# variance updates (it compresses nothing there and adds nothing), where zerotrain adds the gradient.
+run_case ZeroOneAdam 2 $ZO_STEPS "$ZO_JSON" $ZO_KEYS
 
-PYTHONPATH=tests/integration:$ds "$py" - "$work" $T $BATCH $STEPS $LR $WD $FREEZE <<'PY'
+PYTHONPATH=tests/integration:$ds "$py" - "$work" $T $BATCH $STEPS $LR $WD $FREEZE $ZO_STEPS $ZO_KEYS <<'PY'
 import json, os, sys, torch
 import deepspeed
-from optimizer_peers import batch_windows, onebit_fine_tune, onebit_weight_difference
+from optimizer_peers import batch_windows, onebit_fine_tune, onebit_weight_difference, zero_one_fine_tune
 from transformers import GPT2LMHeadModel
-work, T, B, steps, lr, wd, freeze = sys.argv[1], *map(int, sys.argv[2:5]), *map(float, sys.argv[5:7]), int(sys.argv[7])
+work, T, B, steps, lr, wd, freeze, zo_steps = sys.argv[1], *map(int, sys.argv[2:5]), *map(float, sys.argv[5:7]), \
+    int(sys.argv[7]), int(sys.argv[8])
+zo = {k: int(v) for k, v in (a.split("=") for a in sys.argv[9:])}
 torch.set_num_threads(2)
-print(f"# DeepSpeed {deepspeed.__version__}, torch {torch.__version__}, {steps} steps, freeze_step {freeze}, lr {lr}")
+print(f"# DeepSpeed {deepspeed.__version__}, torch {torch.__version__}, lr {lr}; OneBitAdam {steps} steps, "
+      f"freeze_step {freeze}; ZeroOneAdam {zo_steps} steps, {zo}")
 windows = batch_windows(os.path.join(work, "batch.bin"), T)
+hf = os.path.join(work, "hf")
 failed = []
 
 def apart(a, b):
@@ -94,26 +112,35 @@ def rel(a, b):
     return max(abs(x - y) / y for x, y in zip(a, b))
 
 fmt = lambda q: "/".join(f"{x:.1e}" for x in q)
-print(f"{'ranks':<6} {'run':<28} {'losses: worst rel':>18} {'weights: median/99%/max':>28}")
-for np_ in (1, 2):
-    ds = json.load(open(f"{work}/ds_np{np_}_t2.json"))["losses"], torch.load(f"{work}/ds_np{np_}_t2.pt")
-    ds1 = json.load(open(f"{work}/ds_np{np_}_t1.json"))["losses"], torch.load(f"{work}/ds_np{np_}_t1.pt")
-    ours_model = GPT2LMHeadModel.from_pretrained(f"{work}/ours_np{np_}.export", torch_dtype=torch.float32)
-    ours = [l["loss"] for l in map(json.loads, open(f"{work}/ours_np{np_}/metrics.jsonl")) if l["event"] == "step"], \
+cases = [("OneBitAdam", 1, lambda: onebit_fine_tune(hf, windows, steps, 1, B, lr, wd, freeze)),
+         ("OneBitAdam", 2, lambda: onebit_fine_tune(hf, windows, steps, 2, B, lr, wd, freeze)),
+         ("ZeroOneAdam", 2, lambda: zero_one_fine_tune(hf, windows, zo_steps, 2, B, lr, wd, zo["var_freeze_step"],
+                                                       zo["var_update_scaler"], zo["local_step_scaler"],
+                                                       zo["local_step_clipper"]))]
+print(f"{'optimizer':<12} {'ranks':<6} {'run':<33} {'losses: worst rel':>18} {'weights: median/99%/max':>28}")
+for opt, np_, transcribe in cases:
+    name = f"{opt}_np{np_}"
+    ds = json.load(open(f"{work}/ds_{name}_t2.json"))["losses"], torch.load(f"{work}/ds_{name}_t2.pt")
+    others = [(json.load(open(f"{work}/ds_{name}_t{t}.json"))["losses"], torch.load(f"{work}/ds_{name}_t{t}.pt"))
+              for t in (1, 3, 4)]
+    ours_model = GPT2LMHeadModel.from_pretrained(f"{work}/ours_{name}.export", torch_dtype=torch.float32)
+    ours = [l["loss"] for l in map(json.loads, open(f"{work}/ours_{name}/metrics.jsonl")) if l["event"] == "step"], \
         ours_model.state_dict()
-    transcription = onebit_fine_tune(os.path.join(work, "hf"), windows, steps, np_, B, lr, wd, freeze)
-    band = rel(ds1[0], ds[0]), apart(ds1[1], ds[1])
-    print(f"{np_:<6} {'DeepSpeed, 1 thread (spread)':<28} {band[0]:>18.1e} {fmt(band[1]):>28}")
-    for name, (losses, state) in (("zerotrain", ours), ("optimizer_peers transcription", transcription)):
+    # DeepSpeed's own spread: the largest of 1, 3 and 4 threads against 2, statistic by statistic (one
+    # flipped sign over a small sqrt(v) + eps makes the largest difference, so one other run alone
+    # understates it).
+    band = max(rel(o[0], ds[0]) for o in others), [max(q) for q in zip(*(apart(o[1], ds[1]) for o in others))]
+    print(f"{opt:<12} {np_:<6} {'DeepSpeed, 1|3|4 threads (spread)':<33} {band[0]:>18.1e} {fmt(band[1]):>28}")
+    for run, (losses, state) in (("zerotrain", ours), ("optimizer_peers transcription", transcribe())):
         loss_rel, weights = rel(losses, ds[0]), apart(state, ds[1])
-        print(f"{np_:<6} {name:<28} {loss_rel:>18.1e} {fmt(weights):>28}")
+        print(f"{opt:<12} {np_:<6} {run:<33} {loss_rel:>18.1e} {fmt(weights):>28}")
         if rel(losses[:5], ds[0][:5]) > 1e-5:
-            failed.append(f"{np_} rank(s): {name}'s losses of steps 1-5 {losses[:5]} vs DeepSpeed's {ds[0][:5]}")
+            failed.append(f"{name}: {run}'s losses of steps 1-5 {losses[:5]} vs DeepSpeed's {ds[0][:5]}")
         if loss_rel > max(1e-5, 5 * band[0]):
-            failed.append(f"{np_} rank(s): {name}'s losses {losses} vs DeepSpeed's {ds[0]}")
+            failed.append(f"{name}: {run}'s losses {losses} vs DeepSpeed's {ds[0]}")
         if any(w > max(1e-5, 5 * b) for w, b in zip(weights, band[1])):
-            failed.append(f"{np_} rank(s): {name}'s weights {fmt(weights)} from DeepSpeed's, whose own spread is {fmt(band[1])}")
-    print(f"{np_:<6} DeepSpeed's losses {[round(x, 5) for x in ds[0]]}")
+            failed.append(f"{name}: {run}'s weights {fmt(weights)} from DeepSpeed's, whose own spread is {fmt(band[1])}")
+    print(f"{opt:<12} {np_:<6} DeepSpeed's losses {[round(x, 5) for x in ds[0]]}")
 for f in failed:
     print("FAILED:", f)
 print("OK" if not failed else "FAILED")

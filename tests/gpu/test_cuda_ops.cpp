@@ -699,6 +699,60 @@ TEST_F(CudaOps, OneBitPasses) {
   }
 }
 
+// 0/1 Adam's passes one after another on a 1000-element tensor with some variances 0 (masked),
+// fp32 and bf16 gradients and parameters: the momentum from the all-reduced gradient (from the
+// signs of OneBitPasses' layout, and on one rank from the gradient), two local steps (the first
+// starting the accumulator afresh), the meeting's preparation and the meeting from signs, and
+// the one-rank meeting. Element-wise: the CPU's values within a rounding.
+TEST_F(CudaOps, ZeroOnePasses) {
+  const size_t n = 1000, ranks = 4, chunk = 256, block_words = 13, word0 = 3;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const std::vector<float> g_host = randn(n, 131, 1e-2f);
+    auto g32 = twin(g_host);
+    auto g16 = twin(dtype == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(g_host, dtype));
+    auto p16 = twin(std::vector<uint16_t>(n, 0xffff));
+    std::vector<float> m_host = randn(n, 133, 1e-3f), v_host = randn(n, 134, 1e-3f);
+    for (size_t i = 0; i < n; ++i) v_host[i] = i % 97 == 5 ? 0.0f : v_host[i] * v_host[i];
+    for (size_t i = 5; i < n; i += 97) m_host[i] = 0.0f;  // a masked element's momentum is 0 already
+    auto master = twin(randn(n, 132, 0.02f)), m = twin(m_host), v = twin(v_host);
+    auto u = twin(std::vector<float>(n, std::nanf("")));  // a fresh local step never reads it
+    std::vector<uint32_t> words_host(ranks * block_words);
+    for (size_t k = 0; k < words_host.size(); ++k) words_host[k] = uint32_t(0x9e3779b9u * (k + 1));
+    auto words = twin(words_host);
+    std::vector<float> scales_host = randn(ranks, 135, 1e-3f);
+    for (float& s : scales_host) s = std::fabs(s) + 1e-4f;
+    auto scales = twin(scales_host);
+    OptimizerStepArgs args;
+    args.rule = UpdateRule::kZeroOneAdam;
+    args.beta1 = 0.9f, args.grad_scale = 0.5f, args.lr = 1e-3f, args.eps = 1e-8f, args.weight_decay = 0.1f;
+    on_both([&](Backend& b) {
+      OptimizerOps& ops = b.optimizer_ops();
+      const void* grad = dtype == DType::kF32 ? static_cast<const void*>(g32.on(b)) : g16.on(b);
+      void* param = dtype == DType::kF32 ? static_cast<void*>(master.on(b)) : p16.on(b);
+      const SignBlocks all{words.on(b), block_words, word0, scales.on(b), 1, chunk, ranks};
+      const auto pass = [&](ZeroOneArgs z, const SignBlocks& in) {
+        ops.zero_one_pass(z, args, master.on(b), m.on(b), v.on(b), u.on(b), grad, dtype, in, param, dtype, n);
+      };
+      pass({ZeroOnePass::kCompressedGrad}, all);
+      pass({ZeroOnePass::kCompressedGrad}, SignBlocks{});
+      pass({ZeroOnePass::kLocal, 0.0f, true}, SignBlocks{});
+      pass({ZeroOnePass::kLocal, 0.0f, false}, SignBlocks{});
+      pass({ZeroOnePass::kSyncPrepare}, SignBlocks{});
+      pass({ZeroOnePass::kSync, 2e-3f}, all);
+      pass({ZeroOnePass::kLocal, 0.0f, true}, SignBlocks{});
+      pass({ZeroOnePass::kSync, 1e-3f}, SignBlocks{});
+    });
+    expect_close(m, kReductionTol, "exp_avg");
+    expect_close(master, kReductionTol, "master");
+    expect_close(u, kReductionTol, "the accumulator");
+    expect_param_is_master(*gpu, master, master, p16, dtype, dtype == DType::kF32, 0, n);
+    const auto mg = read(*gpu, m.g), ug = read(*gpu, u.g);
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(ug[i], 0.0f) << "element " << i << ": the meeting empties the accumulator";
+    for (size_t i = 5; i < n; i += 97) EXPECT_EQ(mg[i], 0.0f) << "element " << i << ": variance 0, momentum masked";
+  }
+}
+
 TEST_F(CudaOps, SumSquares) {
   const size_t n = 5001;
   const std::vector<float> host = randn(n, 90, 3.0f);

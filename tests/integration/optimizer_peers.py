@@ -2,9 +2,11 @@
 tests/bench/ds_optimizer_peers.sh): the batch both sides train on, the optimizers no installed
 package provides on a CPU (Lion as its paper writes it, Lamb as DeepSpeed's FusedLamb computes it,
 Muon as DeepSpeed's MuonWithAuxAdam in float64, torch 2.x's Adafactor for Debian's torch 1.13,
-DeepSpeed 0.19.6's OnebitAdam over simulated ranks), and the fine-tuning loops zerotrain's runs
+DeepSpeed 0.19.6's OnebitAdam and ZeroOneAdam over simulated ranks), and the fine-tuning loops zerotrain's runs
 are compared with. Plain torch: runs under Debian's 1.13
 and the bench venv's 2.x alike."""
+import json
+import os
 import struct
 
 import torch
@@ -223,6 +225,25 @@ def window_of(g, windows, seed=42):
             return x
 
 
+def step_lines(work, name):
+    """The step lines of run `name`'s metrics.jsonl in `work`; fails with the last line of its log
+    where the run failed (the test scripts append "exit code")."""
+    log = open(os.path.join(work, name + ".log")).read()
+    assert "exit code" not in log, log.strip().splitlines()[-1]
+    return [l for l in map(json.loads, open(os.path.join(work, name, "metrics.jsonl"))) if l["event"] == "step"]
+
+
+def rank_gradient(model, params, windows, first, r, per, seed):
+    """Simulated rank r's gradients (in params' order) and loss over its slice of the global batch
+    that starts at sample `first`, `per` samples a rank, dealt as zerotrain's sampler deals them."""
+    x = windows[[window_of(first + r * per + i, len(windows), seed) for i in range(per)]]
+    logits = model(x[:, :-1]).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+    model.zero_grad()
+    loss.backward()
+    return [p.grad.detach().clone() for p in params], loss.item()
+
+
 def onebit_sign(x):
     """DeepSpeed's x.sign().add_(1).bool().float().add_(-0.5).mul_(2.0): +1 for x >= 0 (and NaN), else -1."""
     return x.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
@@ -275,6 +296,38 @@ def onebit_weight_difference(a, b, T):
     return torch.quantile(d, torch.tensor([0.5, 0.99])).tolist() + [d.max().item()]
 
 
+def onebit_agreement(ours, exported, peer, thread_counts, T, early=5):
+    """A 1-bit optimizer's run (its losses `ours`, its exported state dict) against its peer:
+    `peer()` -> (losses, state dict) runs on 2 threads (the reference) and on each of
+    `thread_counts` (the peer's own spread: two reduction orders part by whole signs once anything
+    goes through 1 bit; the largest of them, statistic by statistic). The first `early` losses
+    (before any compressed step moved a weight) within 1e-5; every loss, and the final weights'
+    median, 99th percentile and largest difference (onebit_weight_difference), within 5x the
+    spread (1e-5 at least); the peer must learn. Returns the reference and a summary; raises
+    AssertionError otherwise."""
+    torch.set_num_threads(2)
+    ref = peer()
+    others = []
+    for threads in thread_counts:
+        torch.set_num_threads(threads)
+        others.append(peer())
+    rel = lambda a, b: max(abs(x - y) / y for x, y in zip(a, b))
+    loss_band = max(rel(o[0], ref[0]) for o in others)
+    weight_band = [max(q) for q in zip(*(onebit_weight_difference(o[1], ref[1], T) for o in others))]
+    assert len(ours) == len(ref[0]), f"{len(ours)} step lines, wanted {len(ref[0])}"
+    assert rel(ours[:early], ref[0][:early]) <= 1e-5, f"losses of steps 1-{early} {ours[:early]} vs the peer's {ref[0][:early]}"
+    loss_rel = rel(ours, ref[0])
+    assert loss_rel <= max(1e-5, 5 * loss_band), \
+        f"losses {ours} vs the peer's {ref[0]} (worst rel {loss_rel:.1e}, its own spread {loss_band:.1e})"
+    assert ref[0][-1] < 0.98 * ref[0][0], f"the peer did not learn: {ref[0]}"
+    worst = onebit_weight_difference(exported, ref[1], T)
+    assert all(w <= max(1e-5, 5 * b) for w, b in zip(worst, weight_band)), \
+        f"final weights differ from the peer's by (median, 99%, max) {worst} where its own spread is {weight_band}"
+    fmt = lambda q: "/".join(f"{x:.1e}" for x in q)
+    return ref, (f"{len(ours)} losses within {loss_rel:.1e} ({ref[0][0]:.4f} -> {ref[0][-1]:.4f}; its own spread "
+                 f"{loss_band:.1e}), weights within {fmt(worst)} (median/99%/max; its own spread {fmt(weight_band)})")
+
+
 def onebit_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, freeze_step, betas=(0.9, 0.999),
                      eps=1e-8, max_norm=1.0, seed=42):
     """DeepSpeed 0.19.6's OnebitAdam (deepspeed/runtime/fp16/onebit/adam.py) in fp32 on `ranks`
@@ -297,13 +350,9 @@ def onebit_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, fre
         first = (step - 1) * batch
         grads, step_losses = [], []
         for r in range(ranks):
-            x = windows[[window_of(first + r * per + i, len(windows), seed) for i in range(per)]]
-            logits = model(x[:, :-1]).logits
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
-            model.zero_grad()
-            loss.backward()
-            grads.append([p.grad.detach().clone() for p in params])
-            step_losses.append(loss.item())
+            g, loss = rank_gradient(model, params, windows, first, r, per, seed)
+            grads.append(g)
+            step_losses.append(loss)
         losses.append(sum(step_losses) / ranks)
         compressed = step >= max(3, freeze_step + 1)
 
@@ -340,5 +389,125 @@ def onebit_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, fre
                 if weight_decay > 0:
                     update += weight_decay * p
                 p.add_(-lr * update)
+    state = {k: v for k, v in model.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    return losses, state
+
+
+def zero_one_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, var_freeze_step, var_update_scaler,
+                       local_step_scaler, local_step_clipper, betas=(0.9, 0.999), eps=1e-8, max_norm=1.0, seed=42):
+    """DeepSpeed 0.19.6's ZeroOneAdam (deepspeed/runtime/fp16/onebit/zoadam.py) in fp32 on `ranks`
+    simulated ranks, each with its own copy of the weights (they part between meetings), its
+    counters kept as zoadam.py keeps them, and exp_avg_mask = (exp_avg_sq != 0) wherever DeepSpeed
+    applies its mask (zerotrain's momentum mask). Step 1 only sets up; variance steps (step %
+    var_interval == 0, the interval doubled after every var_update_scaler of them) average and
+    clip the gradients and update both moments; between them each rank's gradient, clipped by the
+    ranks' mean norm, goes through compressed_allreduce into the momentum; past var_freeze_step
+    (the errors zeroed once) each rank steps on its own gradient, accumulating its motion, and every
+    local_step_interval steps the motions scaled by sqrt(v) + eps go through compressed_allreduce
+    to become the momentum (divided by the lrs since the last meeting) and the common motion.
+    On one rank nothing is compressed: the gradient itself feeds the momentum (DeepSpeed skips
+    that momentum update at one rank). Returns the mean loss of each step and rank 0's final
+    state dict."""
+    model = GPT2LMHeadModel.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
+    params = list(model.parameters())
+    n_par = len(params)
+    b1, b2 = betas
+    weights = [[p.detach().clone() for p in params] for _ in range(ranks)]
+    m = [[torch.zeros_like(p) for p in params] for _ in range(ranks)]
+    u = [[torch.zeros_like(p) for p in params] for _ in range(ranks)]
+    v = [torch.zeros_like(p) for p in params]
+    errors = [([torch.zeros(onebit_padded(p.numel(), ranks)) for _ in range(ranks)],
+               [torch.zeros(onebit_padded(p.numel(), ranks) // ranks) for _ in range(ranks)]) for p in params]
+    var_interval, var_counter, local_interval, local_counter, lrs = 1, 0, 1, 0, 0.0
+    freeze_key, errors_reset = False, False
+    losses = []
+    per = batch // ranks
+
+    def norm(gs):
+        return torch.norm(torch.stack([torch.norm(g.double()) for g in gs])).item()
+
+    def clipped(gs, total):
+        coef = max_norm / (total + 1e-6)
+        return [g * coef for g in gs] if max_norm > 0 and coef < 1 else gs
+
+    def all_reduced(i, xs):
+        if ranks == 1:
+            return xs[0].clone()
+        return compressed_allreduce([x.flatten() for x in xs], *errors[i]).reshape(xs[0].shape)
+
+    for step in range(1, steps + 1):
+        first = (step - 1) * batch
+        grads, step_losses = [], []
+        for r in range(ranks):
+            with torch.no_grad():
+                for p, w in zip(params, weights[r]):
+                    p.copy_(w)
+            g, loss = rank_gradient(model, params, windows, first, r, per, seed)
+            grads.append(g)
+            step_losses.append(loss)
+        losses.append(sum(step_losses) / ranks)
+        if step == 1:
+            continue
+        with torch.no_grad():
+            variance_step = not freeze_key and step % var_interval == 0
+            if variance_step:
+                g = [sum(grads[r][i] for r in range(ranks)) / ranks for i in range(n_par)]
+                g = clipped(g, norm(g))
+                for i in range(n_par):
+                    v[i].mul_(b2).addcmul_(g[i], g[i], value=1 - b2)
+                    for r in range(ranks):
+                        m[r][i].mul_(b1).add_(g[i], alpha=1 - b1)
+            else:
+                mean_norm = sum(norm(grads[r]) for r in range(ranks)) / ranks
+                local = [clipped(grads[r], mean_norm) for r in range(ranks)]
+                for i in range(n_par):
+                    if freeze_key:
+                        for r in range(ranks):
+                            m[r][i].mul_(b1).add_(local[r][i], alpha=1 - b1)
+                    else:
+                        onebit = all_reduced(i, [local[r][i] for r in range(ranks)]) * (v[i] != 0)
+                        for r in range(ranks):
+                            m[r][i].mul_(b1).add_(onebit, alpha=1 - b1)
+                if freeze_key:
+                    lrs += lr
+            for r in range(ranks):
+                for i in range(n_par):
+                    update = m[r][i] / (v[i].sqrt() + eps)
+                    if weight_decay > 0:
+                        update += weight_decay * weights[r][i]
+                    weights[r][i].add_(-lr * update)
+                    if freeze_key:
+                        u[r][i].add_(-lr * update)
+            if freeze_key and step % local_interval == 0:
+                for i in range(n_par):
+                    d = v[i].sqrt() + eps
+                    for r in range(ranks):
+                        weights[r][i].add_(-1 * u[r][i])
+                        u[r][i].mul_(d)
+                    met = all_reduced(i, [u[r][i] for r in range(ranks)]) * (v[i] != 0)
+                    for r in range(ranks):
+                        m[r][i] = torch.zeros_like(m[r][i]).add_(met / lrs, alpha=-1)
+                        weights[r][i].add_(met / d)
+                        u[r][i].zero_()
+                lrs = 0.0
+            if not freeze_key:
+                if step % var_interval == 0:
+                    var_counter += 1
+                    if var_counter == var_update_scaler:
+                        var_counter, var_interval = 0, var_interval * 2
+            else:
+                local_counter += 1
+                if local_counter == local_step_scaler:
+                    local_counter, local_interval = 0, min(local_step_clipper, local_interval * 2)
+            if step > var_freeze_step:
+                freeze_key = True
+            if freeze_key and not errors_reset:
+                for worker, server in errors:
+                    for e in worker + server:
+                        e.zero_()
+                errors_reset = True
+    with torch.no_grad():
+        for p, w in zip(params, weights[0]):
+            p.copy_(w)
     state = {k: v for k, v in model.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
     return losses, state

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lion, Adagrad, Lamb, Muon, Adafactor and OneBitAdam (issue 31) against their peers, with AdamW beside them as the control:
+# Lion, Adagrad, Lamb, Muon, Adafactor, OneBitAdam and ZeroOneAdam (issue 31) against their peers, with AdamW beside them as the control:
 # a GPT-2 written by transformers' save_pretrained, fine-tuned for 8 steps on one global batch
 # (the whole training set, so every step sees the same 8 windows) in fp32, with weight decay 0.1,
 # clipping at 1.0 and a constant learning rate. The peers train the same model on the same batch
@@ -253,56 +253,36 @@ for np in 1 2; do
   train "$name" $np "$(onebit_config $name)" $STEPS --learning_rate 1e-4 &&
     "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
 done
-for save in 4 6; do
-  name=OneBitAdam_resume$save
-  train "$name" 2 "$(onebit_config $name)" $save --learning_rate 1e-4 --save_steps $save &&
-    train "$name" 2 "$(onebit_config $name)" $STEPS --learning_rate 1e-4 --resume_from_checkpoint auto ||
+resumed() {  # resumed NAME CONFIG SAVE STEPS NP: 2 ranks to step SAVE, saved there, resumed at NP ranks to STEPS
+  local name=$1 cfg=$2 save=$3 steps=$4 np=$5
+  train "$name" 2 "$cfg" "$save" --learning_rate 1e-4 --save_steps "$save" &&
+    train "$name" "$np" "$cfg" "$steps" --learning_rate 1e-4 --resume_from_checkpoint auto ||
     echo "exit code $?" >>"$WORK/$name.log"
   grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
+}
+for save in 4 6; do
+  resumed OneBitAdam_resume$save "$(onebit_config OneBitAdam_resume$save)" $save $STEPS 2
 done
-name=OneBitAdam_resume6_np1  # saved at two ranks, resumed at one
-train "$name" 2 "$(onebit_config $name)" 6 --learning_rate 1e-4 --save_steps 6 &&
-  train "$name" 1 "$(onebit_config $name)" $STEPS --learning_rate 1e-4 --resume_from_checkpoint auto ||
-  echo "exit code $?" >>"$WORK/$name.log"
-grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
+resumed OneBitAdam_resume6_np1 "$(onebit_config OneBitAdam_resume6_np1)" 6 $STEPS 1  # saved at two ranks, resumed at one
 results=$(PYTHONPATH=$PYLIB:$ZT_SOURCE_DIR/tests/integration /usr/bin/python3 - "$WORK" $T $STEPS $WD <<'PY'
 import json, os, sys, torch
-from optimizer_peers import batch_windows, onebit_fine_tune, onebit_weight_difference
+from optimizer_peers import batch_windows, onebit_agreement, onebit_fine_tune, step_lines
 from transformers import GPT2LMHeadModel
 work, T, steps, wd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 windows = batch_windows(os.path.join(work, "batch.bin"), T)
 
 def losses_of(name):
-    log = open(os.path.join(work, name + ".log")).read()
-    assert "exit code" not in log, log.strip().splitlines()[-1]
-    return [l["loss"] for l in map(json.loads, open(os.path.join(work, name, "metrics.jsonl"))) if l["event"] == "step"]
-
-def apart(a, b):
-    return onebit_weight_difference(a, b, T)
+    return [l["loss"] for l in step_lines(work, name)]
 
 for ranks in (1, 2):
     name = f"OneBitAdam_np{ranks}"
     try:
-        ours = losses_of(name)
-        assert len(ours) == steps, f"{len(ours)} step lines, wanted {steps}"
-        torch.set_num_threads(2)
-        ref = onebit_fine_tune(os.path.join(work, "hf"), windows, steps, ranks, 8, 1e-4, wd, 4)
-        torch.set_num_threads(1)
-        other = onebit_fine_tune(os.path.join(work, "hf"), windows, steps, ranks, 8, 1e-4, wd, 4)
-        loss_band = max(abs(a - b) / b for a, b in zip(other[0], ref[0]))
-        weight_band = apart(other[1], ref[1])
-        loss_tol = max(1e-5, 5 * loss_band)
-        first = max(abs(a - b) / b for a, b in zip(ours[:5], ref[0][:5]))
-        assert first <= 1e-5, f"losses of steps 1-5 {ours[:5]} vs the peer's {ref[0][:5]}"
-        loss_rel = max(abs(a - b) / b for a, b in zip(ours, ref[0]))
-        assert loss_rel <= loss_tol, f"losses {ours} vs the peer's {ref[0]} (worst rel {loss_rel:.1e}, its own spread {loss_band:.1e})"
-        assert ref[0][-1] < 0.98 * ref[0][0], f"the peer did not learn: {ref[0]}"
+        ours = losses_of(name)  # first: a failed run says why here
         exported = GPT2LMHeadModel.from_pretrained(os.path.join(work, name + ".export"), torch_dtype=torch.float32).state_dict()
-        worst = apart(exported, ref[1])
-        # The median, 99th percentile and largest difference, each within 5x the peer's own
-        # (1e-5 at least): the weights moved by a median 5e-3 in these 8 steps.
-        assert all(w <= max(1e-5, 5 * b) for w, b in zip(worst, weight_band)), \
-            f"final weights differ from the peer's by (median, 99%, max) {worst} where its own spread is {weight_band}"
+        # The weights moved by a median 5e-3 in these 8 steps.
+        ref, summary = onebit_agreement(ours, exported,
+                                        lambda: onebit_fine_tune(os.path.join(work, "hf"), windows, steps, ranks, 8,
+                                                                 1e-4, wd, 4), (1,), T)
         if ranks == 2:
             # The position embeddings past the block never had a gradient, so their exp_avg_sq is
             # 0: ours masks their momentum (only the decay moves them), DeepSpeed's steps them by
@@ -314,7 +294,7 @@ for ranks in (1, 2):
             extra = f"; unused positions moved {moved(exported):.1e} (DeepSpeed's {moved(ref[1]):.1e})"
             # What the steps hand the collectives: the warm-up all-reduces the fp32 gradient, the
             # compressed steps (5-8) no gradient, only 1-bit signs and a few scales.
-            lines = [l for l in map(json.loads, open(os.path.join(work, name, "metrics.jsonl"))) if l["event"] == "step"]
+            lines = step_lines(work, name)
             warm = lines[3]["comm_bytes"]["all_reduce"]
             for l in lines[4:]:
                 c = l["comm_bytes"]
@@ -324,10 +304,7 @@ for ranks in (1, 2):
             extra += f"; bytes a step {warm} (warm-up) -> {c['all_to_all'] + c['all_gather']} (compressed)"
         else:
             extra = ""
-        fmt = lambda q: "/".join(f"{x:.1e}" for x in q)
-        print(f"ok: {name}: {steps} losses within {loss_rel:.1e} of DeepSpeed's OnebitAdam at {ranks} rank(s) "
-              f"({ref[0][0]:.4f} -> {ref[0][-1]:.4f}; its own spread {loss_band:.1e}), weights within {fmt(worst)} "
-              f"(median/99%/max; its own spread {fmt(weight_band)}){extra}")
+        print(f"ok: {name} against DeepSpeed's OnebitAdam at {ranks} rank(s): {summary}{extra}")
     except Exception as e:
         print(f"FAILED: {name}: {e}")
 whole = None
@@ -359,13 +336,110 @@ PY
 ) || fail "the OneBitAdam comparison did not run"
 tally "$results"
 
+# ---- ZeroOneAdam (DeepSpeed 0.19.6's block; stage 0 only) ----
+# Its peer is DeepSpeed 0.19.6's ZeroOneAdam over simulated ranks, each with its own weights
+# (optimizer_peers.zero_one_fine_tune, its counters kept as zoadam.py keeps them, and the momentum
+# mask as an exp_avg_mask), 12 steps at lr 1e-4 with var_freeze_step 6, var_update_scaler 2,
+# local_step_scaler 1 and local_step_clipper 2, so that every kind of step runs: 1 sets up; 2, 3,
+# 4 and 6 are variance steps (the interval doubles after 3 and after 6); 5 and 7 take the
+# gradient 1-bit all-reduced into the momentum; 8-12 are local, the ranks meeting at 8 (interval
+# 1), 10 and 12 (interval 2) and stepping apart at 9 and 11. Tolerances as OneBitAdam's (5x the
+# peer's own spread, here the larger of one and three threads against two: a meeting moves an
+# element by its sign times scale / (sqrt(v) + eps), so the largest difference is one flipped sign
+# over the smallest variance; the losses to step 5, before any compressed step moved the
+# weights, to 1e-5). Saved at step 5 (compressing gradients) or 9 (the ranks
+# apart: each rank's weights, momentum and accumulator in its own shard) and resumed at two
+# ranks, the run equals the one that never stopped; saved at 9 and resumed at one rank, it
+# trains on from the checkpoint's weights.
+ZO_STEPS=12
+zero_one_config() {  # zero_one_config NAME -> path
+  config "$1" 0 ZeroOneAdam none \
+    ', "var_freeze_step": 6, "var_update_scaler": 2, "local_step_scaler": 1, "local_step_clipper": 2'
+}
+for np in 1 2; do
+  name=ZeroOneAdam_np$np
+  train "$name" $np "$(zero_one_config $name)" $ZO_STEPS --learning_rate 1e-4 &&
+    "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
+done
+for save in 5 9; do
+  resumed ZeroOneAdam_resume$save "$(zero_one_config ZeroOneAdam_resume$save)" $save $ZO_STEPS 2
+done
+# saved at two ranks between meetings, resumed at one
+resumed ZeroOneAdam_resume9_np1 "$(zero_one_config ZeroOneAdam_resume9_np1)" 9 $ZO_STEPS 1
+results=$(PYTHONPATH=$PYLIB:$ZT_SOURCE_DIR/tests/integration /usr/bin/python3 - "$WORK" $T $ZO_STEPS $WD <<'PY'
+import json, os, sys, torch
+from optimizer_peers import batch_windows, onebit_agreement, step_lines, zero_one_fine_tune
+from transformers import GPT2LMHeadModel
+work, T, steps, wd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+windows = batch_windows(os.path.join(work, "batch.bin"), T)
+
+def losses_of(name):
+    return [l["loss"] for l in step_lines(work, name)]
+
+def peer(ranks):
+    return zero_one_fine_tune(os.path.join(work, "hf"), windows, steps, ranks, 8, 1e-4, wd, 6, 2, 1, 2)
+
+for ranks in (1, 2):
+    name = f"ZeroOneAdam_np{ranks}"
+    try:
+        ours = losses_of(name)  # first: a failed run says why here
+        exported = GPT2LMHeadModel.from_pretrained(os.path.join(work, name + ".export"), torch_dtype=torch.float32).state_dict()
+        # The peer's own spread over 1 and 3 threads against 2: the largest difference is one
+        # element whose whole sign flipped over a tiny sqrt(v) + eps (0.09 and 0.23 apart in the
+        # weights here), so one other run alone would understate it.
+        ref, summary = onebit_agreement(ours, exported, lambda: peer(ranks), (1, 3), T)
+        extra = ""
+        if ranks == 2:
+            # What crosses: the variance steps all-reduce the fp32 gradient; steps 5 and 7 the
+            # gradient's signs; the meetings (8, 10, 12) the motions' signs; 9 and 11 nothing.
+            c = {l["step"]: l["comm_bytes"] for l in step_lines(work, name)}
+            full = c[4]["all_reduce"]
+            assert full > 0 and c[6]["all_reduce"] == full, c
+            for s in (5, 7, 8, 10, 12):
+                assert c[s]["all_reduce"] == 0 and c[s]["all_to_all"] > 0, f"step {s}: {c[s]}"
+                assert 10 * (c[s]["all_to_all"] + c[s]["all_gather"]) < full, f"step {s}: {c[s]}, full {full}"
+            for s in (9, 11):
+                assert sum(c[s].values()) == 0, f"step {s}: {c[s]}"
+            extra = f"; bytes a step {full} (variance) -> {c[8]['all_to_all'] + c[8]['all_gather']} (1-bit) -> 0 (local)"
+        print(f"ok: {name} against DeepSpeed's ZeroOneAdam at {ranks} rank(s): {summary}{extra}")
+    except Exception as e:
+        print(f"FAILED: {name}: {e}")
+whole = None
+try:
+    whole = losses_of("ZeroOneAdam_np2")
+except Exception as e:
+    print(f"FAILED: ZeroOneAdam_np2's losses: {e}")
+for save, what in ((5, "compressing gradients, its errors restored"),
+                   (9, "the ranks apart, each one's weights, momentum and accumulator restored")):
+    try:
+        resumed = losses_of(f"ZeroOneAdam_resume{save}")
+        assert len(resumed) == steps, f"{len(resumed)} step lines, wanted {steps}"
+        assert all(abs(a - b) <= 1e-7 * b for a, b in zip(resumed, whole)), f"resumed {resumed} vs {whole}"
+        print(f"ok: ZeroOneAdam saved at step {save} ({what}) and resumed at 2 ranks: the same {steps} losses as "
+              "the run that never stopped")
+    except Exception as e:
+        print(f"FAILED: ZeroOneAdam_resume{save}: {e}")
+try:
+    resumed = losses_of("ZeroOneAdam_resume9_np1")
+    assert len(resumed) == steps and resumed[:9] == whole[:9], f"resumed {resumed} vs {whole}"
+    assert all(x < resumed[0] for x in resumed[9:]), f"resumed {resumed}"
+    print(f"ok: ZeroOneAdam saved at step 9 at 2 ranks and resumed at 1: trains on ({resumed[-1]:.4f})")
+except Exception as e:
+    print(f"FAILED: ZeroOneAdam_resume9_np1: {e}")
+PY
+) || fail "the ZeroOneAdam comparison did not run"
+tally "$results"
+
 # ---- fp16 (loss scaling) trains with each; the reported model states ----
-# (OneBitAdam at stage 0, the only one it runs at, with freeze_step 4: its compressed steps too;
-# and in bf16 besides.)
-for entry in "${OPTIMIZERS[@]}" "- Muon 0.02" "- Adafactor 1e-2" "- OneBitAdam 1e-4" "bf16 OneBitAdam 1e-4"; do
+# (OneBitAdam and ZeroOneAdam at stage 0, the only one they run at, with freeze_step 4 and
+# var_freeze_step 4: their compressed and local steps too; and in bf16 besides.)
+for entry in "${OPTIMIZERS[@]}" "- Muon 0.02" "- Adafactor 1e-2" "- OneBitAdam 1e-4" "bf16 OneBitAdam 1e-4" \
+  "- ZeroOneAdam 1e-4" "bf16 ZeroOneAdam 1e-4"; do
   read -r optim type lr <<<"$entry"
   stage=2 params="" dtype=fp16
   [[ $type == OneBitAdam ]] && stage=0 params=', "freeze_step": 4'
+  [[ $type == ZeroOneAdam ]] && stage=0 \
+    params=', "var_freeze_step": 4, "var_update_scaler": 2, "local_step_scaler": 1, "local_step_clipper": 2'
   [[ $optim == bf16 ]] && dtype=bf16
   name=${type}_$dtype
   if train "$name" 2 "$(config "$name" $stage "$type" none "$params")" $STEPS --learning_rate "$lr" --$dtype \
@@ -393,7 +467,7 @@ if sys.argv[2] == "Muon":
 elif sys.argv[2] == "Adafactor":
     assert states["exp_avg"] == 0 and 0 < states["exp_avg_sq"] < 0.1 * states["master"], states
 else:
-    want = 2 if sys.argv[2] in ("AdamW", "Lamb", "OneBitAdam") else 1
+    want = 2 if sys.argv[2] in ("AdamW", "Lamb", "OneBitAdam", "ZeroOneAdam") else 1
     assert abs(moments - want * states["master"]) <= 0.01 * states["master"], states
     assert (states["exp_avg"] == 0) == (sys.argv[2] == "Adagrad") and (states["exp_avg_sq"] == 0) == (sys.argv[2] == "Lion"), states
 PY

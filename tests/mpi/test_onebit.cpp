@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -135,6 +136,30 @@ TEST(OneBitCompression, MatchesDeepSpeedsCompressedAllReduce) {
 // The tiny model with OneBitAdam at stage 0: the warm-up (10 steps) and the compressed steps after
 // it train (the loss falls, stays finite), and every rank ends with the same weights bit for bit:
 // the decompressed momentum is the same everywhere, so the replicas never part.
+// How far every rank's final weights lie from rank 0's, over all ranks: how many elements differ,
+// and the largest difference relative to the weight (at least 1: the attention's key bias, whose
+// exact gradient is 0, has a variance of rounding noise squared, and a compressed step moves it by
+// a whole sign over that, to |w| ~ 50 here, as DeepSpeed's).
+struct ReplicaGap {
+  double differing = 0, largest = 0;
+};
+
+// Trains `cfg` over the harness's steps (the loss finite and falling) and measures the replicas.
+ReplicaGap train_replicas(MpiComm& world, const DsConfig& cfg) {
+  std::vector<float> master;
+  const std::vector<double> losses = train(world, cfg, nullptr, nullptr, &master);
+  for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_LT(losses.back(), 0.9 * losses.front());
+  std::vector<float> first = master;
+  MPI_Bcast(first.data(), int(first.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  ReplicaGap gap;
+  for (size_t i = 0; i < master.size(); ++i) {
+    gap.differing += master[i] != first[i];
+    gap.largest = std::max(gap.largest, std::fabs(double(master[i]) - first[i]) / std::max(1.0, std::fabs(double(first[i]))));
+  }
+  return {world.all_reduce_sum(gap.differing), world.all_reduce_max(gap.largest)};
+}
+
 TEST(OneBitAdamEngine, TrainsAndKeepsEveryReplicaAlike) {
   MpiComm world(MPI_COMM_WORLD);
   DsConfig cfg = make_config(0, DType::kF32, world.size(), 1);
@@ -142,42 +167,64 @@ TEST(OneBitAdamEngine, TrainsAndKeepsEveryReplicaAlike) {
   cfg.optimizer.bias_correction = false;
   cfg.optimizer.freeze_step = 10;
   cfg.optimizer.lr = 3e-4;
-  std::vector<float> master;
-  const std::vector<double> losses = train(world, cfg, nullptr, nullptr, &master);
-  for (double l : losses) ASSERT_TRUE(std::isfinite(l));
-  EXPECT_LT(losses.back(), 0.9 * losses.front());
-  // Rank 0's weights against every rank's.
-  std::vector<float> first = master;
-  MPI_Bcast(first.data(), int(first.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
-  size_t differ = 0;
-  for (size_t i = 0; i < master.size(); ++i) differ += master[i] != first[i];
-  EXPECT_EQ(world.all_reduce_sum(double(differ)), 0.0);
+  EXPECT_EQ(train_replicas(world, cfg).differing, 0.0);
+}
+
+// The tiny model with ZeroOneAdam at stage 0 over the harness's 30 steps: variance steps and
+// 1-bit all-reduced gradients until step 11, then local steps, the ranks meeting every step, then
+// every other (local_step_scaler 4, clipper 2). It trains, the replicas part between meetings
+// (each rank's own gradients move its weights) and come back together at each meeting, the last
+// (step 30) included: apart by rounding alone there, where a missed meeting leaves them their
+// local steps apart.
+TEST(ZeroOneAdamEngine, TrainsAndTheReplicasMeet) {
+  MpiComm world(MPI_COMM_WORLD);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    DsConfig cfg = make_config(0, dtype, world.size(), 1);
+    cfg.optimizer.type = OptimizerConfig::Type::kZeroOneAdam;
+    cfg.optimizer.bias_correction = false;
+    cfg.optimizer.lr = 3e-4;
+    cfg.optimizer.var_freeze_step = 10;
+    cfg.optimizer.var_update_scaler = 2;
+    cfg.optimizer.local_step_scaler = 4;
+    cfg.optimizer.local_step_clipper = 2;
+    ASSERT_EQ(zero_one_local_interval(cfg.optimizer, kSteps), 2);
+    // Measured: 1.2e-6 after the meeting (each rank's own rounding of w - u, meeting after
+    // meeting), 0.1 with the interval 4, where step 30 is not one.
+    EXPECT_LE(train_replicas(world, cfg).largest, 1e-4) << "the replicas after the last meeting";
+  }
 }
 
 // zero_estimate counts the compression's errors, signs, scales and sums (nothing on one rank,
-// where nothing is compressed), and Adam's two moments beside the weights.
+// where nothing is compressed), ZeroOneAdam's momentum accumulator (4 bytes a parameter), and
+// Adam's two moments beside the weights.
 TEST(OneBitAdamEngine, EstimateCountsWhatTheEngineHolds) {
   MpiComm world(MPI_COMM_WORLD);
   const ModelConfig model = tiny_model();
   const std::unique_ptr<ModelLayout> layout = make_model_layout(model);
   auto backend = test_backend();
   auto engine_comm = make_data_comm(*backend, world);
-  DsConfig cfg = make_config(0, DType::kBF16, world.size(), 1);
-  cfg.optimizer.type = OptimizerConfig::Type::kOneBitAdam;
-  RunShape run;
-  run.world_size = world.size();
-  const MemoryEstimate e = estimate_memory(model, cfg, run);
-  ZeroEngine engine(*layout, *backend, *engine_comm, world, cfg);
-  EXPECT_EQ(engine.buffer_bytes().optimizer, e.optimizer);
-  EXPECT_EQ(engine.model_state_bytes().exp_avg, e.device_states.exp_avg);
-  EXPECT_EQ(engine.model_state_bytes().exp_avg_sq, e.device_states.exp_avg_sq);
-  EXPECT_EQ(engine.model_state_bytes().exp_avg, engine.model_state_bytes().exp_avg_sq);
-  if (world.size() == 1) {
-    EXPECT_EQ(e.optimizer, 0u);
-  } else {
-    // At least the worker's error (the padded model) and the server's (its 1/N).
+  for (auto type : {OptimizerConfig::Type::kOneBitAdam, OptimizerConfig::Type::kZeroOneAdam}) {
+    SCOPED_TRACE(optimizer_name(type));
+    DsConfig cfg = make_config(0, DType::kBF16, world.size(), 1);
+    cfg.optimizer.type = type;
+    RunShape run;
+    run.world_size = world.size();
+    const MemoryEstimate e = estimate_memory(model, cfg, run);
+    ZeroEngine engine(*layout, *backend, *engine_comm, world, cfg);
+    EXPECT_EQ(engine.buffer_bytes().optimizer, e.optimizer);
+    EXPECT_EQ(engine.model_state_bytes().exp_avg, e.device_states.exp_avg);
+    EXPECT_EQ(engine.model_state_bytes().exp_avg_sq, e.device_states.exp_avg_sq);
+    EXPECT_EQ(engine.model_state_bytes().exp_avg, engine.model_state_bytes().exp_avg_sq);
     const size_t params = layout->num_params();
-    EXPECT_GE(e.optimizer, (params + params / size_t(world.size())) * sizeof(float));
+    const size_t accumulator = type == OptimizerConfig::Type::kZeroOneAdam ? params * sizeof(float) : 0;
+    if (world.size() == 1) {
+      EXPECT_GE(e.optimizer, accumulator);  // over the flat buffer, its padding too
+      EXPECT_EQ(e.optimizer == 0, accumulator == 0);
+    } else {
+      // At least the worker's error (the padded model) and the server's (its 1/N).
+      EXPECT_GE(e.optimizer, accumulator + (params + params / size_t(world.size())) * sizeof(float));
+    }
   }
 }
 

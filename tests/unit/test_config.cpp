@@ -985,5 +985,87 @@ TEST(OneBitAdamConfig, CompressedSteps) {
   EXPECT_FALSE(onebit_compressed(o, 100));
 }
 
+TEST(ZeroOneAdamConfig, DeepSpeedsBlock) {
+  const OptimizerConfig o = parse(R"({"optimizer": {"type": "ZeroOneAdam", "params": {"lr": 2e-4,
+      "var_freeze_step": 300, "var_update_scaler": 8, "local_step_scaler": 1000, "local_step_clipper": 4,
+      "betas": [0.8, 0.99], "eps": 1e-7, "weight_decay": 0.01, "bias_correction": true, "cuda_aware": false,
+      "comm_backend_name": "mpi"}}})").optimizer;
+  EXPECT_EQ(o.type, OptimizerConfig::Type::kZeroOneAdam);
+  EXPECT_STREQ(optimizer_name(o.type), "ZeroOneAdam");
+  EXPECT_TRUE(o.onebit());
+  EXPECT_EQ(o.var_freeze_step, 300);
+  EXPECT_EQ(o.var_update_scaler, 8);
+  EXPECT_EQ(o.local_step_scaler, 1000);
+  EXPECT_EQ(o.local_step_clipper, 4);
+  EXPECT_DOUBLE_EQ(o.beta1, 0.8);
+  EXPECT_FALSE(o.bias_correction);
+  // zoadam.py's defaults.
+  const OptimizerConfig d = parse(R"({"optimizer": {"type": "zerooneadam"}})").optimizer;
+  EXPECT_EQ(d.var_freeze_step, 100000);
+  EXPECT_EQ(d.var_update_scaler, 16);
+  EXPECT_EQ(d.local_step_scaler, 32678);
+  EXPECT_EQ(d.local_step_clipper, 16);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "ZeroOneAdam"}, "zero_optimization": {"stage": 1}})")
+                .find("zero_optimization.stage: 1 with optimizer ZeroOneAdam: 0/1 Adam is not compatible with ZeRO"),
+            std::string::npos);
+  for (const char* key : {"var_update_scaler", "local_step_scaler", "local_step_clipper"}) {
+    EXPECT_NE(error_of(cat(R"({"optimizer": {"type": "ZeroOneAdam", "params": {")", key, R"(": 0}}})"))
+                  .find(cat("optimizer.params.", key)),
+              std::string::npos)
+        << key;
+  }
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "ZeroOneAdam", "params": {"amsgrad": true}}})")
+                .find("optimizer.params.amsgrad: true is not implemented: ZeroOneAdam raises for it"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "ZeroOneAdam", "params": {"freeze_step": 10}}})")
+                .find("optimizer.params.freeze_step"), std::string::npos);  // OnebitAdam's key
+}
+
+// zoadam.py's counters, kept step by step as it keeps them, against the closed forms the engine
+// asks at any step (a resume included).
+TEST(ZeroOneAdamConfig, PhasesFollowDeepSpeedsCounters) {
+  struct Case {
+    int64_t var_freeze, var_scaler, local_scaler, clipper;
+  };
+  for (const Case c : {Case{100000, 16, 32678, 16}, Case{6, 2, 1, 2}, Case{0, 1, 1, 3}, Case{40, 3, 2, 16},
+                       Case{1, 16, 5, 5}, Case{200, 1, 3, 7}}) {
+    OptimizerConfig o;
+    o.type = OptimizerConfig::Type::kZeroOneAdam;
+    o.var_freeze_step = c.var_freeze;
+    o.var_update_scaler = c.var_scaler;
+    o.local_step_scaler = c.local_scaler;
+    o.local_step_clipper = c.clipper;
+    int64_t var_interval = 1, var_counter = 0, local_interval = 1, local_counter = 0;
+    bool freeze = false;
+    for (int64_t step = 1; step <= 600; ++step) {
+      const ZeroOnePhase phase = zero_one_phase(o, step);
+      SCOPED_TRACE(cat("var_freeze_step ", c.var_freeze, ", scalers ", c.var_scaler, "/", c.local_scaler, ", clipper ",
+                       c.clipper, ", step ", step));
+      if (step == 1) {  // DeepSpeed's initialisation step returns before any counter moves
+        EXPECT_EQ(phase, ZeroOnePhase::kSetUp);
+        continue;
+      }
+      if (!freeze) {
+        EXPECT_EQ(zero_one_var_interval(o, step), var_interval);
+        EXPECT_EQ(phase, step % var_interval == 0 ? ZeroOnePhase::kVariance : ZeroOnePhase::kCompressedGrad);
+        EXPECT_EQ(local_gradients(o, step), step % var_interval != 0);
+        if (step % var_interval == 0 && ++var_counter == c.var_scaler) {
+          var_counter = 0;
+          var_interval *= 2;
+        }
+      } else {
+        EXPECT_EQ(phase, ZeroOnePhase::kLocal);
+        EXPECT_TRUE(local_gradients(o, step));
+        EXPECT_EQ(zero_one_local_interval(o, step), local_interval);
+        if (++local_counter == c.local_scaler) {
+          local_counter = 0;
+          local_interval = std::min(c.clipper, local_interval * 2);
+        }
+      }
+      if (step > c.var_freeze) freeze = true;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zt

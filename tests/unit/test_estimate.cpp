@@ -202,12 +202,17 @@ TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
   EXPECT_TRUE(back.bf16);
   // The estimate's optimizer and what makes its state and its rule, for each type.
   for (auto type : {OptimizerConfig::Type::kLion, OptimizerConfig::Type::kAdagrad, OptimizerConfig::Type::kLamb,
-                    OptimizerConfig::Type::kMuon, OptimizerConfig::Type::kOneBitAdam}) {
+                    OptimizerConfig::Type::kMuon, OptimizerConfig::Type::kOneBitAdam,
+                    OptimizerConfig::Type::kZeroOneAdam}) {
     DsConfig other = chosen;
-    if (type == OptimizerConfig::Type::kOneBitAdam) {  // stage 0 only
+    if (type == OptimizerConfig::Type::kOneBitAdam || type == OptimizerConfig::Type::kZeroOneAdam) {  // stage 0 only
       other.zero.stage = 0;
       other.zero.offload_optimizer = other.zero.offload_param = OffloadConfig{};
       other.optimizer.freeze_step = 23;
+      other.optimizer.var_freeze_step = 24;
+      other.optimizer.var_update_scaler = 3;
+      other.optimizer.local_step_scaler = 25;
+      other.optimizer.local_step_clipper = 4;
     }
     other.optimizer.type = type;
     other.optimizer.muon_lr = 0.03;
@@ -232,16 +237,21 @@ TEST(Recommender, WalksTheLadderToTheFirstThatFits) {
       EXPECT_EQ(again.optimizer.ns_method, OptimizerConfig::NsMethod::kStandard);
     } else if (type == OptimizerConfig::Type::kOneBitAdam) {
       EXPECT_EQ(again.optimizer.freeze_step, 23);
+    } else if (type == OptimizerConfig::Type::kZeroOneAdam) {
+      EXPECT_EQ(again.optimizer.var_freeze_step, 24);
+      EXPECT_EQ(again.optimizer.var_update_scaler, 3);
+      EXPECT_EQ(again.optimizer.local_step_scaler, 25);
+      EXPECT_EQ(again.optimizer.local_step_clipper, 4);
     }
   }
-  // OneBitAdam: the ladder is its stage 0 alone (the other rungs are configs it refuses).
-  {
+  // The 1-bit optimizers: the ladder is their stage 0 alone (the other rungs are configs they refuse).
+  for (auto type : {OptimizerConfig::Type::kOneBitAdam, OptimizerConfig::Type::kZeroOneAdam}) {
     DsConfig onebit = base;
-    onebit.optimizer.type = OptimizerConfig::Type::kOneBitAdam;
+    onebit.optimizer.type = type;
     Hardware big = start;
     big.gpu_memory = 80ull << 30;
     const Recommendation only = recommend(m, onebit, run, big);
-    ASSERT_EQ(only.rungs.size(), 1u);
+    ASSERT_EQ(only.rungs.size(), 1u) << optimizer_name(type);
     EXPECT_EQ(only.rungs[0].config.zero.stage, 0);
     EXPECT_EQ(only.chosen, 0);
   }

@@ -377,6 +377,55 @@ __global__ void onebit_apply_kernel(float step, float wd, float eps, float* mast
   }
 }
 
+// 0/1 Adam's passes (OptimizerOps::zero_one_pass), one kernel per pass.
+struct ZeroOneScalars {
+  float b1, one_minus_b1, wd, eps, step, scale, lrs;
+  bool fresh;
+};
+template <ZeroOnePass kPass, typename P, typename G>
+__global__ void zero_one_kernel(ZeroOneScalars k, float* master, float* m, const float* v, float* u, const G* grad,
+                                SignBlocks in, P* param, bool write_param, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const bool masked = v[i] == 0;
+    const float d = sqrtf(v[i]) + k.eps;
+    float decompressed = 0;
+    if (in.words) {
+      const size_t q = i / in.chunk, j = i % in.chunk;
+      const float s = in.scales[q * in.scale_stride];
+      decompressed = (in.words[q * in.block_words + in.word0 + j / 32] >> (j % 32)) & 1u ? s : -s;
+    }
+    float w = master[i];
+    if constexpr (kPass == ZeroOnePass::kCompressedGrad) {
+      const float g = in.words ? decompressed : load_float(grad, i) * k.scale;
+      const float mi = m[i] * k.b1 + k.one_minus_b1 * (masked ? 0.0f : g);
+      m[i] = mi;
+      w = w + k.step * (mi / d + k.wd * w);
+    } else if constexpr (kPass == ZeroOnePass::kLocal) {
+      const float mi = masked ? 0.0f : m[i] * k.b1 + k.one_minus_b1 * (load_float(grad, i) * k.scale);
+      m[i] = mi;
+      const float moved = k.step * (mi / d + k.wd * w);
+      w = w + moved;
+      u[i] = (k.fresh ? 0.0f : u[i]) + moved;
+    } else if constexpr (kPass == ZeroOnePass::kSyncPrepare) {
+      w = w - u[i];
+      u[i] = u[i] * d;
+    } else {
+      float met = decompressed;
+      if (!in.words) {
+        w = w - u[i];
+        met = u[i] * d;
+      }
+      if (masked) met = 0.0f;
+      m[i] = k.lrs > 0 ? -(met / k.lrs) : 0.0f;  // lrs 0: every lr since the meeting was 0
+      w = w + met / d;
+      u[i] = 0.0f;
+    }
+    master[i] = w;
+    if (write_param) store_float(param, i, w);
+  }
+}
+
 // y = a y + b x.
 struct AxpbyOp {
   float a, b;
@@ -730,6 +779,32 @@ class CudaOptimizerOps final : public OptimizerOps {
           -a.lr, a.weight_decay, a.eps, master, m, v, in, static_cast<P*>(param),
           static_cast<void*>(param) != static_cast<void*>(master), n);
       ZT_CUDA_CHECK_LAUNCH("onebit_apply_kernel");
+    });
+  }
+
+  void zero_one_pass(const ZeroOneArgs& z, const OptimizerStepArgs& a, float* master, float* m, const float* v,
+                     float* u, const void* grad, DType grad_dtype, const SignBlocks& in, void* param,
+                     DType param_dtype, size_t n) override {
+    if (n == 0) return;
+    const ZeroOneScalars k{a.beta1, 1 - a.beta1, a.weight_decay, a.eps, -a.lr, a.grad_scale, z.lrs, z.fresh};
+    with_storage_type(param_dtype, [&](auto* p) {
+      with_storage_type(grad ? grad_dtype : DType::kF32, [&](auto* g) {
+        using P = std::remove_pointer_t<decltype(p)>;
+        using G = std::remove_pointer_t<decltype(g)>;
+        const auto launch = [&](auto kernel) {
+          constexpr int kThreads = 256;
+          kernel<<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
+              k, master, m, v, u, static_cast<const G*>(grad), in, static_cast<P*>(param),
+              static_cast<void*>(param) != static_cast<void*>(master), n);
+          ZT_CUDA_CHECK_LAUNCH("zero_one_kernel");
+        };
+        switch (z.pass) {
+          case ZeroOnePass::kCompressedGrad: return launch(zero_one_kernel<ZeroOnePass::kCompressedGrad, P, G>);
+          case ZeroOnePass::kLocal: return launch(zero_one_kernel<ZeroOnePass::kLocal, P, G>);
+          case ZeroOnePass::kSyncPrepare: return launch(zero_one_kernel<ZeroOnePass::kSyncPrepare, P, G>);
+          case ZeroOnePass::kSync: return launch(zero_one_kernel<ZeroOnePass::kSync, P, G>);
+        }
+      });
     });
   }
 

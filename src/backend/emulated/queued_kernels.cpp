@@ -297,6 +297,17 @@ class QueuedOptimizerOps final : public OptimizerOps {
     q_.enqueue_compute("onebit_apply", std::move(a),
                        [=, this] { k_.onebit_apply(args, master, m, v, in_blocks, param, pt, n); });
   }
+  void zero_one_pass(const ZeroOneArgs& z, const OptimizerStepArgs& args, float* master, float* m, const float* v,
+                     float* u, const void* grad, DType gt, const SignBlocks& in_blocks, void* param, DType pt,
+                     size_t n) override {
+    std::vector<Access> a{out(m, n), in(v, n), out(u, n), out_raw(param, pt, n)};
+    if (static_cast<void*>(master) != param) a.push_back(out(master, n));
+    if (grad) a.push_back(in_raw(grad, gt, n));
+    if (in_blocks.words) add_blocks(a, in_blocks, false);
+    q_.enqueue_compute("zero_one_pass", std::move(a), [=, this] {
+      k_.zero_one_pass(z, args, master, m, v, u, grad, gt, in_blocks, param, pt, n);
+    });
+  }
   void adafactor_sums(const OptimizerStepArgs& args, const void* grad, DType gt, size_t n, size_t first, size_t cols,
                       float* row_sums, float* col_sums) override {
     if (n == 0) return;
