@@ -282,9 +282,9 @@ def compressed_allreduce(ms, worker_errors, server_errors):
 
 
 def onebit_weight_difference(a, b, T):
-    """|a - b| over two GPT-2 state dicts' weights, as its median, 99th percentile and largest
-    value, leaving out the attention's key bias (rounding noise over a variance frozen near 0) and
-    the position embeddings past a block of T (never used, their gradient 0)."""
+    """|a - b| over two GPT-2 state dicts' weights, as its median, 99th and 99.9th percentiles and
+    largest value, leaving out the attention's key bias (rounding noise over a variance frozen near
+    0) and the position embeddings past a block of T (never used, their gradient 0)."""
     def compared(key, t):
         if key.endswith("wpe.weight"):
             return t[:T]
@@ -293,18 +293,35 @@ def onebit_weight_difference(a, b, T):
             return torch.cat([t[:n], t[2 * n:]])
         return t
     d = torch.cat([(compared(k, a[k]) - compared(k, b[k])).abs().flatten() for k in b])
-    return torch.quantile(d, torch.tensor([0.5, 0.99])).tolist() + [d.max().item()]
+    return torch.quantile(d, torch.tensor([0.5, 0.99, 0.999])).tolist() + [d.max().item()]
 
 
-def onebit_agreement(ours, exported, peer, thread_counts, T, early=5):
+def ds_clip(rank_grads, max_norm):
+    """DeepSpeed's clip_grad_norm_ (runtime/utils.py) on each simulated rank's gradients, in its
+    float32 order: each rank's norm (its tensors' norms, squared, summed, square-rooted),
+    averaged over the ranks as its all-reduce of norm / ranks does, then every gradient times
+    min(1, max_norm / (norm + 1e-6)). With max_norm 0 DeepSpeed's engine does not clip."""
+    if max_norm <= 0:
+        return rank_grads
+    ranks = len(rank_grads)
+    totals = [torch.stack([g.float().norm(2) for g in gs]).square().sum().float().pow(0.5) for gs in rank_grads]
+    mean = sum(t * 1.0 / float(ranks) for t in totals)
+    coef = torch.min(torch.tensor([1.0]), torch.tensor([float(max_norm)]) / (mean + 1e-6))
+    return [[g * coef for g in gs] for gs in rank_grads]
+
+
+def onebit_agreement(ours, exported, peer, thread_counts, T, check_largest, early=5):
     """A 1-bit optimizer's run (its losses `ours`, its exported state dict) against its peer:
     `peer()` -> (losses, state dict) runs on 2 threads (the reference) and on each of
     `thread_counts` (the peer's own spread: two reduction orders part by whole signs once anything
     goes through 1 bit; the largest of them, statistic by statistic). The first `early` losses
     (before any compressed step moved a weight) within 1e-5; every loss, and the final weights'
-    median, 99th percentile and largest difference (onebit_weight_difference), within 5x the
-    spread (1e-5 at least); the peer must learn. Returns the reference and a summary; raises
-    AssertionError otherwise."""
+    median, 99th and 99.9th percentile difference (onebit_weight_difference), within 5x the spread
+    (1e-5 at least), the largest difference too with `check_largest`; the peer must learn.
+    Past one rank the largest difference is one element whose whole sign flipped over the smallest
+    sqrt(v) + eps, in the peer's reruns as in ours (from 0.09 to 0.95 here, run to run): a check of
+    5x one rerun's would pass or fail by which element flipped, so it is reported, not checked.
+    Returns the reference and a summary; raises AssertionError otherwise."""
     torch.set_num_threads(2)
     ref = peer()
     others = []
@@ -321,11 +338,13 @@ def onebit_agreement(ours, exported, peer, thread_counts, T, early=5):
         f"losses {ours} vs the peer's {ref[0]} (worst rel {loss_rel:.1e}, its own spread {loss_band:.1e})"
     assert ref[0][-1] < 0.98 * ref[0][0], f"the peer did not learn: {ref[0]}"
     worst = onebit_weight_difference(exported, ref[1], T)
-    assert all(w <= max(1e-5, 5 * b) for w, b in zip(worst, weight_band)), \
-        f"final weights differ from the peer's by (median, 99%, max) {worst} where its own spread is {weight_band}"
+    checked = 4 if check_largest else 3
+    assert all(w <= max(1e-5, 5 * b) for w, b in zip(worst[:checked], weight_band)), \
+        f"final weights differ from the peer's by (median, 99%, 99.9%, max) {worst} where its own spread is {weight_band}"
     fmt = lambda q: "/".join(f"{x:.1e}" for x in q)
     return ref, (f"{len(ours)} losses within {loss_rel:.1e} ({ref[0][0]:.4f} -> {ref[0][-1]:.4f}; its own spread "
-                 f"{loss_band:.1e}), weights within {fmt(worst)} (median/99%/max; its own spread {fmt(weight_band)})")
+                 f"{loss_band:.1e}), weights within {fmt(worst)} (median/99%/99.9%/max; its own spread "
+                 f"{fmt(weight_band)})")
 
 
 def onebit_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, freeze_step, betas=(0.9, 0.999),
@@ -356,30 +375,23 @@ def onebit_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, fre
         losses.append(sum(step_losses) / ranks)
         compressed = step >= max(3, freeze_step + 1)
 
-        def norm(gs):
-            return torch.norm(torch.stack([torch.norm(g.double()) for g in gs])).item()
-
-        def clipped(gs, total):
-            coef = max_norm / (total + 1e-6)
-            return [g * coef for g in gs] if max_norm > 0 and coef < 1 else gs
         with torch.no_grad():
             if step == 1:
                 continue
             if not compressed:
                 g = [sum(grads[r][i] for r in range(ranks)) / ranks for i in range(len(params))]
-                g = clipped(g, norm(g))
+                g = ds_clip([g] * ranks, max_norm)[0]
                 for i, p in enumerate(params):
                     m[i].mul_(b1).add_(g[i], alpha=1 - b1)
                     v[i].mul_(b2).addcmul_(g[i], g[i], value=1 - b2)
             else:
-                mean_norm = sum(norm(grads[r]) for r in range(ranks)) / ranks
-                local = [clipped(grads[r], mean_norm) for r in range(ranks)]
+                local = ds_clip(grads, max_norm)
                 if errors is None:
                     errors = [([torch.zeros(onebit_padded(p.numel(), ranks)) for _ in range(ranks)],
                                [torch.zeros(onebit_padded(p.numel(), ranks) // ranks) for _ in range(ranks)])
                               for p in params]
                 for i, p in enumerate(params):
-                    ms = [(m[i] * b1 + local[r][i] * (1 - b1)).flatten() for r in range(ranks)]
+                    ms = [m[i].mul(b1).add_(local[r][i], alpha=1 - b1).flatten() for r in range(ranks)]
                     if ranks > 1:
                         m[i] = compressed_allreduce(ms, *errors[i]).reshape(p.shape)
                     else:
@@ -423,13 +435,6 @@ def zero_one_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, v
     losses = []
     per = batch // ranks
 
-    def norm(gs):
-        return torch.norm(torch.stack([torch.norm(g.double()) for g in gs])).item()
-
-    def clipped(gs, total):
-        coef = max_norm / (total + 1e-6)
-        return [g * coef for g in gs] if max_norm > 0 and coef < 1 else gs
-
     def all_reduced(i, xs):
         if ranks == 1:
             return xs[0].clone()
@@ -452,14 +457,13 @@ def zero_one_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, v
             variance_step = not freeze_key and step % var_interval == 0
             if variance_step:
                 g = [sum(grads[r][i] for r in range(ranks)) / ranks for i in range(n_par)]
-                g = clipped(g, norm(g))
+                g = ds_clip([g] * ranks, max_norm)[0]
                 for i in range(n_par):
                     v[i].mul_(b2).addcmul_(g[i], g[i], value=1 - b2)
                     for r in range(ranks):
                         m[r][i].mul_(b1).add_(g[i], alpha=1 - b1)
             else:
-                mean_norm = sum(norm(grads[r]) for r in range(ranks)) / ranks
-                local = [clipped(grads[r], mean_norm) for r in range(ranks)]
+                local = ds_clip(grads, max_norm)
                 for i in range(n_par):
                     if freeze_key:
                         for r in range(ranks):

@@ -16,6 +16,7 @@
 #include "backend/device_array.h"
 #include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
+#include "core/error.h"
 #include "model/causal_lm.h"
 #include "zero/engine.h"
 #include "zero/memory_estimate.h"
@@ -178,9 +179,10 @@ TEST(OneBitAdamEngine, TrainsAndKeepsEveryReplicaAlike) {
 // local steps apart.
 TEST(ZeroOneAdamEngine, TrainsAndTheReplicasMeet) {
   MpiComm world(MPI_COMM_WORLD);
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(dtype_name(dtype));
-    DsConfig cfg = make_config(0, dtype, world.size(), 1);
+  // fp32, and bf16 with 2 micro-steps a step (each rank's gradient accumulated, never reduced).
+  for (const auto& [dtype, accumulation] : {std::pair{DType::kF32, 1}, std::pair{DType::kBF16, 2}}) {
+    SCOPED_TRACE(cat(dtype_name(dtype), ", accumulation ", accumulation));
+    DsConfig cfg = make_config(0, dtype, world.size(), accumulation);
     cfg.optimizer.type = OptimizerConfig::Type::kZeroOneAdam;
     cfg.optimizer.bias_correction = false;
     cfg.optimizer.lr = 3e-4;

@@ -79,8 +79,8 @@ TEST(DsConfig, WrongTypesAndRanges) {
 TEST(DsConfig, UnimplementedDeepSpeedKeysSaySo) {
   std::string e = error_of(R"({"flops_profiler": {"enabled": true}})");
   EXPECT_NE(e.find("ds.json: flops_profiler.enabled: true is not implemented: "), std::string::npos) << e;
-  e = error_of(R"({"optimizer": {"type": "ZeroOneAdam"}})");
-  EXPECT_NE(e.find("'ZeroOneAdam' is not implemented"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "OneBitLamb"}})");
+  EXPECT_NE(e.find("'OneBitLamb' is not implemented"), std::string::npos) << e;
   e = error_of(R"({"optimizer": {"type": "AdamX"}})");
   EXPECT_NE(e.find("unknown optimizer 'AdamX'"), std::string::npos) << e;
   e = error_of(R"({"scheduler": {"type": "WarmupCosine"}})");
