@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "optim/adafactor.h"
 
@@ -70,11 +71,16 @@ bool onebit_compressed(const OptimizerConfig& config, int64_t step) {
   return config.type == OptimizerConfig::Type::kOneBitAdam && step >= 3 && step - 1 >= config.freeze_step;
 }
 
+int64_t zero_one_first_local_step(const OptimizerConfig& config) {
+  // DeepSpeed freezes the variance after the step whose count passes var_freeze_step (its
+  // first step returns before that test): max(3, var_freeze_step + 2), unoverflowed.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return config.var_freeze_step > kMax - 2 ? kMax : std::max<int64_t>(3, config.var_freeze_step + 2);
+}
+
 ZeroOnePhase zero_one_phase(const OptimizerConfig& config, int64_t step) {
   if (step <= 1) return ZeroOnePhase::kSetUp;
-  // DeepSpeed freezes the variance after the step whose count passes var_freeze_step (its
-  // first step returns before that test): local steps from max(3, var_freeze_step + 2).
-  if (step >= 3 && step - 2 >= config.var_freeze_step) return ZeroOnePhase::kLocal;
+  if (step >= zero_one_first_local_step(config)) return ZeroOnePhase::kLocal;
   return step % zero_one_var_interval(config, step) == 0 ? ZeroOnePhase::kVariance : ZeroOnePhase::kCompressedGrad;
 }
 
@@ -99,7 +105,7 @@ int64_t zero_one_var_interval(const OptimizerConfig& config, int64_t step) {
 int64_t zero_one_local_interval(const OptimizerConfig& config, int64_t step) {
   // The local_step_counter counts the local steps before this one; the interval doubles, up
   // to local_step_clipper, each time it reaches local_step_scaler.
-  const int64_t first_local = std::max<int64_t>(3, config.var_freeze_step + 2);
+  const int64_t first_local = zero_one_first_local_step(config);
   const int64_t doublings = step > first_local ? (step - first_local) / config.local_step_scaler : 0;
   int64_t interval = 1;
   for (int64_t k = 0; k < doublings && interval < config.local_step_clipper; ++k) {

@@ -44,6 +44,8 @@ enum class ZeroOnePhase {
   kLocal,           ///< past var_freeze_step: each rank steps on its own gradient (ZeroOnePass::kLocal)
 };
 ZeroOnePhase zero_one_phase(const OptimizerConfig& config, int64_t step);
+/// The first local step: max(3, var_freeze_step + 2).
+int64_t zero_one_first_local_step(const OptimizerConfig& config);
 /// The variance interval at step `step` (variance steps are its multiples): 1, doubled after
 /// every var_update_scaler variance steps.
 int64_t zero_one_var_interval(const OptimizerConfig& config, int64_t step);

@@ -251,7 +251,7 @@ void ZeroEngine::zero_one_step(const OptimizerStepArgs& args, double lr) {
   }
   // DeepSpeed zeroes the errors once, where the local phase starts: from then on they are the
   // motions', no longer the gradients'.
-  if (onebit_ && t == std::max<int64_t>(3, o.var_freeze_step + 2)) onebit_->reset_errors();
+  if (onebit_ && t == zero_one_first_local_step(o)) onebit_->reset_errors();
   optimizer_.zero_one_pass({ZeroOnePass::kLocal, 0.0f, !apart_}, args, u, nullptr);
   lrs_ += lr;
   apart_ = t % zero_one_local_interval(o, t) != 0;
