@@ -101,6 +101,10 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
   } else if (opt.type == OptimizerConfig::Type::kOneBitAdam) {
     std::printf("  optimizer OneBitAdam: fp32 master + exp_avg + exp_avg_sq, 12 bytes a parameter, + its compression "
                 "errors past one rank, 4 bytes a parameter and 4/N more (DeepSpeed's table assumes Adam's 12 for any)\n");
+  } else if (opt.type == OptimizerConfig::Type::kOneBitLamb) {
+    std::printf("  optimizer OneBitLamb: fp32 master + exp_avg + exp_avg_sq + exp_avg_sq_fresh, 16 bytes a parameter, + "
+                "its packed momenta, 4, and its compression errors past one rank, 4 and 4/N more (DeepSpeed's table "
+                "assumes Adam's 12 for any)\n");
   } else if (opt.type == OptimizerConfig::Type::kZeroOneAdam) {
     std::printf("  optimizer ZeroOneAdam: fp32 master + exp_avg + exp_avg_sq, 12 bytes a parameter, + its momentum "
                 "accumulator, 4, and its compression errors past one rank, 4 and 4/N more (DeepSpeed's table assumes "
@@ -127,6 +131,8 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
                        : opt.type == OptimizerConfig::Type::kOneBitAdam ? ", 1-bit compression (errors, signs) %s"
                        : opt.type == OptimizerConfig::Type::kZeroOneAdam
                            ? ", momentum accumulator and 1-bit compression (errors, signs) %s"
+                       : opt.type == OptimizerConfig::Type::kOneBitLamb
+                           ? ", packed momenta and 1-bit compression (errors, signs) %s"
                                                                           : ", Muon's matrices %s";
     std::printf(what, gib(double(e.optimizer)).c_str());
   }

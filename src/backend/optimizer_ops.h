@@ -20,6 +20,7 @@ enum class UpdateRule {
   kAdafactor,  ///< Adafactor: factored second moments, an RMS clip per tensor (three passes)
   kOneBitAdam,  ///< 1-bit Adam: Adam until freeze_step, then a 1-bit compressed momentum all-reduce
   kZeroOneAdam,  ///< 0/1 Adam: Adam on variance steps, 1-bit compressed gradients between, then local steps
+  kOneBitLamb,  ///< 1-bit Lamb: Lamb until freeze_step, then one 1-bit all-reduce of every momentum (passes)
 };
 
 /// Where 1-bit Adam's signs of one tensor sit: a tensor padded to `padded` elements is cut into
@@ -202,6 +203,26 @@ class OptimizerOps {
                              const float* exp_avg_sq, float* accumulator, const void* grad, DType grad_dtype,
                              const SignBlocks& in, void* param, DType param_dtype, size_t n) = 0;
 
+  // 1-bit Lamb past its warm-up (DeepSpeed's OnebitLamb), one tensor per call; its momenta go
+  // through one compressed all-reduce of all of them, packed (OneBitCompression over one tensor).
+  /// x = (b1 m + (1 - b1) g) scale over n elements, g the scaled gradient (m not written): the
+  /// tensor's momentum as it enters the all-reduce, times its scaling coefficient.
+  virtual void onebit_lamb_momentum(const OptimizerStepArgs& args, float scale, const float* exp_avg,
+                                    const void* grad, DType grad_dtype, float* x, size_t n) = 0;
+  /// out = the decompressed all-reduce over n elements (`in` read as onebit_apply reads it).
+  virtual void onebit_decompress(const SignBlocks& in, float* out, size_t n) = 0;
+  /// After the all-reduce, with x its result for this tensor and f its exp_avg_sq_fresh:
+  ///   m' = x / scale (0 where v = 0: onebit_apply's mask) ; r = (m' - b1 m) / (1 - b1) (the
+  ///   gradient reconstructed) ; f = b2 f + (1 - b2) r^2 ; d = sqrt(v) + eps ; p = m' / d ;
+  ///   u = p + wd w ; m = m'
+  /// adding sum(u^2) to sums[0] and sum(p^2) to sums[1] in double, and raising sums[2] to the
+  /// largest d / (sqrt(f) + eps) (memory of the data's kind; sums[2] starts at 0 or below).
+  /// Weights are not written: lamb_apply with the tensor's coefficient and no bias correction
+  /// steps them by the same u.
+  virtual void onebit_lamb_stats(const OptimizerStepArgs& args, float scale, const float* master, float* exp_avg,
+                                 const float* exp_avg_sq, float* exp_avg_sq_fresh, const float* x, size_t n,
+                                 double* sums) = 0;
+
   // Newton-Schulz's element-wise steps between its GEMMs (optim/newton_schulz.h), fp32.
   /// y = a y + b x (x may alias y).
   virtual void axpby(float* y, float a, const float* x, float b, size_t n) = 0;
@@ -224,6 +245,7 @@ class OptimizerOps {
       case UpdateRule::kZeroOneAdam:  // its variance steps: the same
         return adam_step(args, master, exp_avg, exp_avg_sq, grad, grad_dtype, param, param_dtype, n);
       case UpdateRule::kLamb:
+      case UpdateRule::kOneBitLamb:
       case UpdateRule::kMuon:
       case UpdateRule::kAdafactor: break;
     }

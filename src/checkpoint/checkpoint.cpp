@@ -41,6 +41,8 @@ constexpr const char* kOneBitErrors = "onebit_errors";
 // weights, exp_avg and momentum accumulator over its optimizer range), and the lrs summed since.
 constexpr const char* kZeroOneLocal = "zero_one_local";
 constexpr const char* kZeroOneLrs = "zero_one_lrs";
+// OneBitLamb's per-tensor scalars in every shard (ZeroEngine::onebit_lamb_scalars, float64).
+constexpr const char* kOneBitLambScalars = "onebit_lamb_scalars";
 // Adafactor's factors in every shard (rows, then columns, of every matrix in the model's order).
 constexpr const char* kFactorRows = "exp_avg_sq_row";
 constexpr const char* kFactorCols = "exp_avg_sq_col";
@@ -50,6 +52,7 @@ const char* field_name(StateField f) {
     case StateField::kMaster: return "fp32_master";
     case StateField::kExpAvg: return "exp_avg";
     case StateField::kExpAvgSq: return "exp_avg_sq";
+    case StateField::kExpAvgSqFresh: return "exp_avg_sq_fresh";
   }
   return "?";
 }
@@ -206,6 +209,11 @@ void write_shard(const std::string& path, ZeroEngine& engine, const ModelLayout&
       engine.read_factors(r.data(), c.data());
       f.write(kFactorRows, r.data(), rows);
       f.write(kFactorCols, c.data(), cols);
+    }
+    // OneBitLamb's scalars are everyone's and fit any world size: every shard holds them, as
+    // Adafactor's factors.
+    if (const std::vector<double> s = engine.onebit_lamb_scalars(); !s.empty()) {
+      f.write(kOneBitLambScalars, s.data(), s.size());
     }
     // OnebitAdam's errors are this rank's own: its shard holds them.
     if (const size_t n = engine.onebit_error_count(); n > 0) {
@@ -574,6 +582,10 @@ void CheckpointReader::check_shards(const std::string& manifest_path, bool node_
       ZT_USAGE_CHECK(f.has(kFactorRows) && f.has(kFactorCols), f.path(), ": Adafactor's ", kFactorRows, " or ",
                      kFactorCols, " is missing");
     }
+    // Without them a compressed step's coefficients would be 0 and nothing would train.
+    if (optimizer_ == OptimizerConfig::Type::kOneBitLamb) {
+      ZT_USAGE_CHECK(f.has(kOneBitLambScalars), f.path(), ": OneBitLamb's ", kOneBitLambScalars, " is missing");
+    }
     for (StateField field : state_fields_) {
       ZT_USAGE_CHECK(f.has(field_name(field)), f.path(), ": holds no ", field_name(field), ", which the ",
                      optimizer_name(optimizer_), " resumed keeps (Adafactor keeps exp_avg only with beta1); "
@@ -633,6 +645,18 @@ void CheckpointReader::read_factors(float* rows, size_t row_count, float* cols, 
     return;
   }
   throw UsageError(cat(dir_, ": no shard on this node holds Adafactor's factors"));
+}
+
+bool CheckpointReader::read_onebit_lamb(double* out, size_t count) {
+  for (int r = 0; r < world_size_; ++r) {
+    if (!local_[size_t(r)]) continue;
+    const H5File& f = shard(r);  // check_shards saw the dataset in every shard
+    ZT_USAGE_CHECK(f.length(kOneBitLambScalars) == count, f.path(), ": ", kOneBitLambScalars, " holds ",
+                   f.length(kOneBitLambScalars), " values; the model's ", count / 3, " tensors need ", count);
+    f.read(kOneBitLambScalars, 0, count, out);
+    return true;
+  }
+  throw UsageError(cat(dir_, ": no shard on this node holds OneBitLamb's ", kOneBitLambScalars));
 }
 
 bool CheckpointReader::read_onebit_errors(int rank, int world, float* out, size_t count) {

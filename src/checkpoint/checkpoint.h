@@ -121,6 +121,9 @@ class CheckpointReader {
 
   /// Adafactor's factors (FactorReader), from any shard on this node.
   void read_factors(float* rows, size_t row_count, float* cols, size_t col_count);
+  /// OneBitLamb's per-tensor scalars (ScalarReader), from any shard on this node (every shard of
+  /// a OneBitLamb checkpoint holds them: checked when it is opened).
+  bool read_onebit_lamb(double* out, size_t count);
   /// OnebitAdam's errors of `rank` (ErrorReader): from its own shard when the checkpoint was
   /// written at `world` ranks and holds `count` of them; false otherwise (they start afresh).
   bool read_onebit_errors(int rank, int world, float* out, size_t count);

@@ -133,6 +133,9 @@ void H5File::write(const std::string& name, const float* data, size_t count) {
 void H5File::write(const std::string& name, const uint16_t* data, size_t count) {
   write_raw(name, data, count, H5T_NATIVE_UINT16);
 }
+void H5File::write(const std::string& name, const double* data, size_t count) {
+  write_raw(name, data, count, H5T_NATIVE_DOUBLE);
+}
 
 bool H5File::has(const std::string& name) const {
   return H5Lexists(file_.get(), name.c_str(), H5P_DEFAULT) > 0;
@@ -200,6 +203,9 @@ void H5File::skip_chunk_checksums() {
 
 void H5File::read(const std::string& name, size_t offset, size_t count, float* out) const {
   read_raw(name, offset, count, out, H5T_NATIVE_FLOAT);
+}
+void H5File::read(const std::string& name, size_t offset, size_t count, double* out) const {
+  read_raw(name, offset, count, out, H5T_NATIVE_DOUBLE);
 }
 void H5File::read(const std::string& name, size_t offset, size_t count, uint16_t* out) const {
   read_raw(name, offset, count, out, H5T_NATIVE_UINT16);

@@ -53,6 +53,7 @@ class H5File {
   /// Fletcher32 checksum filter on every chunk.
   void write(const std::string& name, const float* data, size_t count);
   void write(const std::string& name, const uint16_t* data, size_t count);
+  void write(const std::string& name, const double* data, size_t count);
   /// The same fp32 dataset, written one chunk at a time: `fill(offset, n, out)` provides
   /// elements [offset, offset + n). Memory stays at one chunk whatever the dataset's size.
   void write(const std::string& name, size_t count, const std::function<void(size_t, size_t, float*)>& fill);
@@ -60,6 +61,7 @@ class H5File {
   /// read and checksummed.
   void read(const std::string& name, size_t offset, size_t count, float* out) const;
   void read(const std::string& name, size_t offset, size_t count, uint16_t* out) const;
+  void read(const std::string& name, size_t offset, size_t count, double* out) const;
   /// From now on reads skip the Fletcher32 check of each chunk: for a reader that checks every
   /// byte of the file another way (a whole-file CRC-32) before it uses what it read.
   void skip_chunk_checksums();

@@ -276,7 +276,7 @@ Manifest parse_manifest(std::string_view text, const std::string& path) {
     using T = OptimizerConfig::Type;
     bool known = false;
     for (T t : {T::kAdam, T::kAdamW, T::kLion, T::kAdagrad, T::kLamb, T::kMuon, T::kAdafactor, T::kOneBitAdam,
-              T::kZeroOneAdam}) {
+              T::kZeroOneAdam, T::kOneBitLamb}) {
       if (optimizer == optimizer_name(t)) {
         out.optimizer = t;
         known = true;
@@ -284,7 +284,8 @@ Manifest parse_manifest(std::string_view text, const std::string& path) {
     }
     if (!known) {
       top.fail("optimizer", cat(describe_json(boost::json::string(optimizer)),
-                                " (expected Adam, AdamW, Lion, Adagrad, Lamb, Muon or Adafactor)"));
+                                " (expected Adam, AdamW, Lion, Adagrad, Lamb, Muon, Adafactor, OneBitAdam, ZeroOneAdam "
+                                "or OneBitLamb)"));
     }
   }
 

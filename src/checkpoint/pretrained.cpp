@@ -37,7 +37,7 @@ StateSource pretrained_source(const SafetensorsReader& weights, const ModelLayou
       if (b > a) weights.read(pretrained_name(weights, p.name), a - p.offset, b - a, out + (a - lo));
     }
   };
-  return {read, false, std::nullopt, nullptr, nullptr, nullptr};
+  return {read, false, std::nullopt, nullptr, nullptr, nullptr, nullptr};
 }
 
 }  // namespace zt

@@ -145,6 +145,15 @@ void parse_adagrad_params(JsonSection& p, OptimizerConfig& o, const AutoValues& 
   p.not_implemented({"fused", "foreach", "maximize", "differentiable"}, "torch.optim switches");
 }
 
+// Lamb's clamp of the trust ratio, FusedLamb's and OnebitLamb's keys alike.
+void read_trust_ratio_clamp(JsonSection& p, OptimizerConfig& o) {
+  p.read("max_coeff", o.max_coeff, 0.0);
+  p.read("min_coeff", o.min_coeff, 0.0);
+  if (o.min_coeff > o.max_coeff) {
+    p.fail("min_coeff", cat(o.min_coeff, " is above max_coeff (", o.max_coeff, "): the trust ratio's clamp is empty"));
+  }
+}
+
 // DeepSpeed's Lamb block: FusedLamb's keys. Its trust ratios are per tensor here, as FusedLamb
 // computes them without ZeRO (under ZeRO DeepSpeed hands it flat partitions, whose ratios are
 // not the paper's; it asks for zero_allow_untested_optimizer there).
@@ -153,11 +162,7 @@ void parse_lamb_params(JsonSection& p, OptimizerConfig& o, const AutoValues& aut
   read_auto(p, "eps", o.eps, autos.adam_epsilon, "--adam_epsilon", 0.0);
   p.read("bias_correction", o.bias_correction);
   p.read("eps_inside_sqrt", o.eps_inside_sqrt);
-  p.read("max_coeff", o.max_coeff, 0.0);
-  p.read("min_coeff", o.min_coeff, 0.0);
-  if (o.min_coeff > o.max_coeff) {
-    p.fail("min_coeff", cat(o.min_coeff, " is above max_coeff (", o.max_coeff, "): the trust ratio's clamp is empty"));
-  }
+  read_trust_ratio_clamp(p, o);
   p.neutral("amsgrad", {false}, "FusedLamb raises for it; Lamb has no AMSGrad variant");
   p.neutral("max_grad_norm", {}, "DeepSpeed refuses it too; use gradient_clipping");
 }
@@ -194,6 +199,23 @@ void parse_zero_one_adam_params(JsonSection& p, OptimizerConfig& o, const AutoVa
   p.read("var_update_scaler", o.var_update_scaler, int64_t(1));
   p.read("local_step_scaler", o.local_step_scaler, int64_t(1));
   p.read("local_step_clipper", o.local_step_clipper, int64_t(1));
+}
+
+// DeepSpeed's OneBitLamb block (onebit/lamb.py's OnebitLamb): the 1-bit keys, Lamb's clamp of the
+// trust ratio, and the frozen ratio's factor. DeepSpeed checks none of the ranges; these are the
+// ones its arithmetic needs (an average with weight in [0, 1), a clamp that is not empty).
+void parse_onebit_lamb_params(JsonSection& p, OptimizerConfig& o, const AutoValues& autos) {
+  read_onebit_common(p, o, autos, "OnebitLamb");
+  p.read("freeze_step", o.freeze_step, int64_t(0));
+  read_trust_ratio_clamp(p, o);
+  p.read("coeff_beta", o.coeff_beta, 0.0, 1.0);
+  if (o.coeff_beta >= 1) p.fail("coeff_beta", "must be below 1: the frozen trust ratio would never leave 0");
+  p.read("factor_max", o.factor_max, 0.0);
+  p.read("factor_min", o.factor_min, 0.0);
+  if (o.factor_min > o.factor_max) {
+    p.fail("factor_min", cat(o.factor_min, " is above factor_max (", o.factor_max, "): the factor's clamp is empty"));
+  }
+  p.read("factor_threshold", o.factor_threshold, 0.0);
 }
 
 // DeepSpeed's Muon block (MuonWithAuxAdam): its engine hands "lr", "momentum", "weight_decay",
@@ -343,7 +365,7 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
 
   std::string type;
   if (!s.read("type", type)) {
-    s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion, Adagrad, Lamb, Muon, Adafactor, OneBitAdam or ZeroOneAdam)");
+    s.fail("type", "the optimizer needs a type (Adam, AdamW, Lion, Adagrad, Lamb, Muon, Adafactor, OneBitAdam, ZeroOneAdam or OneBitLamb)");
   }
   std::string lower = type;
   std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
@@ -351,20 +373,20 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
   const std::vector<std::pair<std::string, T>> kTypes = {
       {"adam", T::kAdam},       {"adamw", T::kAdamW}, {"lion", T::kLion},
       {"adagrad", T::kAdagrad}, {"lamb", T::kLamb},   {"muon", T::kMuon}, {"adafactor", T::kAdafactor},
-      {"onebitadam", T::kOneBitAdam}, {"zerooneadam", T::kZeroOneAdam}};
+      {"onebitadam", T::kOneBitAdam}, {"zerooneadam", T::kZeroOneAdam}, {"onebitlamb", T::kOneBitLamb}};
   const auto it = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto& t) { return t.first == lower; });
   if (it == kTypes.end()) {
-    static const char* kDeepSpeedOptimizers[] = {"onebitlamb",
-                                                 "sgd", "muadam", "muadamw",
+    static const char* kDeepSpeedOptimizers[] = {"sgd", "muadam", "muadamw",
                                                  "musgd", "cpu_adam", "fusedadam"};
     for (const char* known : kDeepSpeedOptimizers) {
       if (lower == known) {
         s.fail("type", cat("optimizer '", type,
-                           "' is not implemented by zerotrain (Adam, AdamW, Lion, Adagrad, Lamb, Muon, Adafactor, OneBitAdam and ZeroOneAdam are)"));
+                           "' is not implemented by zerotrain (Adam, AdamW, Lion, Adagrad, Lamb, Muon, Adafactor, OneBitAdam, ZeroOneAdam and OneBitLamb are)"));
       }
     }
     s.fail("type", cat("unknown optimizer '", type, "'; did you mean '",
-                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad", "Lamb", "Muon", "Adafactor", "OneBitAdam", "ZeroOneAdam"}), "'?"));
+                       closest_key(type, {"Adam", "AdamW", "Lion", "Adagrad", "Lamb", "Muon", "Adafactor", "OneBitAdam", "ZeroOneAdam",
+                                    "OneBitLamb"}), "'?"));
   }
   o.type = it->second;
   const bool adam_family = o.type == T::kAdam || o.type == T::kAdamW;
@@ -391,6 +413,8 @@ OptimizerConfig parse_optimizer(JsonSection s, const AutoValues& autos) {
     parse_onebit_adam_params(p, o, autos);
   } else if (o.type == T::kZeroOneAdam) {
     parse_zero_one_adam_params(p, o, autos);
+  } else if (o.type == T::kOneBitLamb) {
+    parse_onebit_lamb_params(p, o, autos);
   } else {
     parse_adagrad_params(p, o, autos);
   }
@@ -1129,6 +1153,7 @@ const char* optimizer_name(OptimizerConfig::Type type) {
     case OptimizerConfig::Type::kAdafactor: return "Adafactor";
     case OptimizerConfig::Type::kOneBitAdam: return "OneBitAdam";
     case OptimizerConfig::Type::kZeroOneAdam: return "ZeroOneAdam";
+    case OptimizerConfig::Type::kOneBitLamb: return "OneBitLamb";
   }
   return "?";
 }
@@ -1153,10 +1178,21 @@ DsConfig parse_ds_config(const boost::json::value& json, const std::string& sour
   if (c.optimizer.onebit() && c.zero.stage > 0) {
     // DeepSpeed asserts the same: its 1-bit optimizers all-reduce whole momenta where ZeRO
     // partitions them.
-    const bool zero_one = c.optimizer.type == OptimizerConfig::Type::kZeroOneAdam;
+    const char* what = c.optimizer.type == OptimizerConfig::Type::kZeroOneAdam  ? "ZeroOneAdam: 0/1 Adam"
+                       : c.optimizer.type == OptimizerConfig::Type::kOneBitLamb ? "OneBitLamb: 1-bit Lamb"
+                                                                                : "OneBitAdam: 1-bit Adam";
     top.fail("zero_optimization.stage",
-             cat(c.zero.stage, " with optimizer ", zero_one ? "ZeroOneAdam: 0/1 Adam" : "OneBitAdam: 1-bit Adam",
+             cat(c.zero.stage, " with optimizer ", what,
                  " is not compatible with ZeRO (DeepSpeed refuses it too); use stage 0"));
+  }
+  if ((c.optimizer.type == OptimizerConfig::Type::kLamb || c.optimizer.type == OptimizerConfig::Type::kOneBitLamb) &&
+      c.fp16.enabled && c.fp16.loss_scale != 0) {
+    // DeepSpeed's engine asserts it for both ("DeepSpeed lamb optimizer requires dynamic loss
+    // scaling"), before it builds either. Only where fp16 is on: DeepSpeed asserts on the key even
+    // in an fp32 or bf16 run, where the scale means nothing.
+    top.fail("fp16.loss_scale", cat(c.fp16.loss_scale, " (static) with optimizer ", optimizer_name(c.optimizer.type),
+                                    ": DeepSpeed's ", optimizer_name(c.optimizer.type),
+                                    " requires dynamic loss scaling (loss_scale 0)"));
   }
   c.communication_data_type = read_ds_dtype(top, "communication_data_type");
   parse_checkpoint(top.child("checkpoint"), c);

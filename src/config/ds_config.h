@@ -18,7 +18,7 @@ namespace zt {
 
 struct OptimizerConfig {
   /// DeepSpeed's optimizer.type names (HF's --optim names map onto them).
-  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb, kMuon, kAdafactor, kOneBitAdam, kZeroOneAdam };
+  enum class Type { kAdam, kAdamW, kLion, kAdagrad, kLamb, kMuon, kAdafactor, kOneBitAdam, kZeroOneAdam, kOneBitLamb };
   Type type = Type::kAdamW;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;  ///< Adam's moments; Lion's interpolation (beta1) and momentum (beta2)
@@ -66,6 +66,14 @@ struct OptimizerConfig {
   int64_t var_update_scaler = 16;
   int64_t local_step_scaler = 32678;
   int64_t local_step_clipper = 16;
+  /// 1-bit Lamb (DeepSpeed's OnebitLamb, arXiv 2104.06069): Lamb without bias correction until
+  /// step freeze_step (max_coeff, min_coeff and freeze_step as above), keeping an average of
+  /// its trust ratios (coeff_beta); after it exp_avg_sq is frozen and the momenta of all tensors
+  /// go through one 1-bit all-reduce, each tensor's trust ratio the frozen average times a factor
+  /// from exp_avg_sq_fresh (the variance of the reconstructed gradients), clamped to
+  /// [factor_min, factor_max] and to within factor_threshold of the previous step's.
+  double coeff_beta = 0.9;
+  double factor_max = 4.0, factor_min = 0.5, factor_threshold = 0.1;
 
   /// Whether this optimizer keeps exp_avg (Adam's first moment, Lion's momentum) and exp_avg_sq
   /// (Adam's second moment; Adagrad's running sum of squared gradients, torch's "sum").
@@ -79,8 +87,11 @@ struct OptimizerConfig {
   bool aux_exp_avg_sq() const { return type == Type::kMuon || type == Type::kAdafactor; }
   /// Adafactor: the matrices' second moments are row and column factors (AdafactorFactors).
   bool factored() const { return type == Type::kAdafactor; }
-  /// OneBitAdam and ZeroOneAdam: momenta all-reduced through 1-bit compression (stage 0 only).
-  bool onebit() const { return type == Type::kOneBitAdam || type == Type::kZeroOneAdam; }
+  /// OneBitAdam, ZeroOneAdam and OneBitLamb: momenta all-reduced through 1-bit compression
+  /// (stage 0 only).
+  bool onebit() const { return type == Type::kOneBitAdam || type == Type::kZeroOneAdam || type == Type::kOneBitLamb; }
+  /// OneBitLamb keeps a third fp32 field, exp_avg_sq_fresh, from the end of its warm-up.
+  bool has_exp_avg_sq_fresh() const { return type == Type::kOneBitLamb; }
   /// fp32 state elements per parameter beside the master weights, as ZeRO-Offload stores them
   /// (Adam and Lamb 2, Lion and Adagrad 1; Muon 1 for its matrices, 2 for the rest; Adafactor 0,
   /// or 1 with beta1: its 1-D tensors' exp_avg_sq lives apart, packed).

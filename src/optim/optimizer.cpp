@@ -17,6 +17,7 @@ UpdateRule update_rule(OptimizerConfig::Type type) {
     case OptimizerConfig::Type::kAdafactor: return UpdateRule::kAdafactor;
     case OptimizerConfig::Type::kOneBitAdam: return UpdateRule::kOneBitAdam;
     case OptimizerConfig::Type::kZeroOneAdam: return UpdateRule::kZeroOneAdam;
+    case OptimizerConfig::Type::kOneBitLamb: return UpdateRule::kOneBitLamb;
     case OptimizerConfig::Type::kAdam:
     case OptimizerConfig::Type::kAdamW: break;
   }
@@ -60,6 +61,9 @@ OptimizerStepArgs Optimizer::begin_step(double lr, double beta1, double beta2, d
   // OnebitAdam and ZeroOneAdam: decay is always decoupled, w -= lr (m / (sqrt(v) + eps) + wd w),
   // and no step is bias-corrected (the config's bias_correction is false).
   if (a.rule == UpdateRule::kOneBitAdam || a.rule == UpdateRule::kZeroOneAdam) a.adamw_mode = true;
+  // OnebitLamb: Lamb's u = m / (sqrt(v) + eps) + wd w, never bias-corrected, eps never inside
+  // the root (it takes bias_correction and eps_inside_sqrt and reads neither).
+  if (a.rule == UpdateRule::kOneBitLamb) a.eps_inside_sqrt = false;
   // torch.optim.Adagrad's decayed rate: lr / (1 + (t - 1) lr_decay).
   if (a.rule == UpdateRule::kAdagrad) a.lr = float(lr / (1.0 + double(step_ - 1) * config_.lr_decay));
   a.grad_scale = float(grad_scale);
@@ -68,7 +72,11 @@ OptimizerStepArgs Optimizer::begin_step(double lr, double beta1, double beta2, d
 
 bool onebit_compressed(const OptimizerConfig& config, int64_t step) {
   // step - 1 >= freeze_step, written so that no freeze_step overflows.
-  return config.type == OptimizerConfig::Type::kOneBitAdam && step >= 3 && step - 1 >= config.freeze_step;
+  // OnebitLamb switches where OnebitAdam does (its lamb_freeze_key after the step whose count
+  // reaches freeze_step, its first step returning before that test).
+  const bool freezes =
+      config.type == OptimizerConfig::Type::kOneBitAdam || config.type == OptimizerConfig::Type::kOneBitLamb;
+  return freezes && step >= 3 && step - 1 >= config.freeze_step;
 }
 
 int64_t zero_one_first_local_step(const OptimizerConfig& config) {

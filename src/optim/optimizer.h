@@ -31,9 +31,9 @@ class Optimizer {
   int64_t step_ = 0;
 };
 
-/// OnebitAdam: whether step `step` (1-based) all-reduces its momentum compressed, with local
-/// gradients. DeepSpeed's first step only sets up its buffers, and compression starts after the
-/// step at which the count reaches freeze_step, and never before step 3.
+/// OnebitAdam and OnebitLamb: whether step `step` (1-based) all-reduces the momentum compressed,
+/// with local gradients. DeepSpeed's first step only sets up its buffers, and compression starts
+/// after the step at which the count reaches freeze_step, and never before step 3.
 bool onebit_compressed(const OptimizerConfig& config, int64_t step);
 
 /// ZeroOneAdam's kind of step `step` (1-based), as DeepSpeed's zoadam.py runs it.

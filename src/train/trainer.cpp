@@ -219,7 +219,8 @@ StateSource starting_state(Setup& setup, const ModelLayout& layout, uint64_t see
             ckpt.engine_state(),
             [&ckpt](float* rows, size_t nr, float* cols, size_t nc) { ckpt.read_factors(rows, nr, cols, nc); },
             [&ckpt](int rank, int world, float* out, size_t n) { return ckpt.read_onebit_errors(rank, world, out, n); },
-            [&ckpt](int rank, int world, float* out, size_t n) { return ckpt.read_zero_one_local(rank, world, out, n); }};
+            [&ckpt](int rank, int world, float* out, size_t n) { return ckpt.read_zero_one_local(rank, world, out, n); },
+            [&ckpt](double* out, size_t n) { return ckpt.read_onebit_lamb(out, n); }};
   }
   if (setup.pretrained) return pretrained_source(*setup.pretrained, layout);
   return init_source(layout, seed);

@@ -29,13 +29,17 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
                    ? std::make_unique<AdafactorFactors>(backend, layout.tensor_shapes(), plan_.offloaded > 0)
                    : nullptr),
       onebit_(config.optimizer.onebit() && comm.size() > 1
-                  ? std::make_unique<OneBitCompression>(backend, comm, layout.tensor_ranges())
+                  ? std::make_unique<OneBitCompression>(backend, comm, onebit_tensors(config.optimizer, layout))
                   : nullptr),
       reducer_(plan_, config.zero, backend, comm, buffers_), norm_sq_(backend, 1), norm_sq_host_(backend, 1, Pool::kPinned),
       optimizer_rule_(config.optimizer), scheduler_(config.scheduler, config.optimizer.lr), scaler_(config.fp16) {
   if (config.optimizer.type == OptimizerConfig::Type::kZeroOneAdam) {
     accumulator_ = DeviceArray<float>(backend, plan_.device_count);
     backend.zero_async(accumulator_.data(), accumulator_.bytes(), compute_);
+  }
+  if (config.optimizer.type == OptimizerConfig::Type::kOneBitLamb) {
+    lamb_tensors_.resize(layout.tensor_ranges().size());
+    packed_ = DeviceArray<float>(backend, onebit_tensors(config.optimizer, layout)[0].second);
   }
   // A reduced range is final on the last micro-step: ZeRO-Offload sends it to the host at once
   // (during backward at stages 2, 3).
@@ -53,7 +57,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
 
 StateSource init_source(const ParamLayout& layout, uint64_t seed) {
   return {[&layout, seed](StateField, size_t lo, size_t hi, float* out) { layout.init(seed, out, lo, hi); },
-          false, std::nullopt, nullptr, nullptr, nullptr};
+          false, std::nullopt, nullptr, nullptr, nullptr, nullptr};
 }
 
 double ZeroEngine::backward_scale() const {
@@ -133,9 +137,9 @@ void ZeroEngine::share_parameters() {
 StepOutcome ZeroEngine::step() {
   StepOutcome out;
   out.loss_scale = scaler_.scale();
-  // OnebitAdam past its warm-up, and ZeroOneAdam between its variance steps, keep each rank's
-  // gradient its own (DeepSpeed's enable_backward_allreduce = False): what they all-reduce is
-  // compressed, the momentum or the gradient or the weights' motion.
+  // OnebitAdam and OnebitLamb past their warm-up, and ZeroOneAdam between its variance steps,
+  // keep each rank's gradient its own (DeepSpeed's enable_backward_allreduce = False): what they
+  // all-reduce is compressed, the momentum or the gradient or the weights' motion.
   const bool compressed = local_gradients(config_.optimizer, optimizer_rule_.step_count() + 1);
   const double ranks_summed = compressed ? 1.0 : double(plan_.world);
   if (!compressed) reducer_.reduce_at_step();
@@ -144,10 +148,10 @@ StepOutcome ZeroEngine::step() {
   const double local = local_grad_sum_squares();
   // Stage 0: every rank holds the whole reduced gradient. Otherwise each holds a partition, and
   // the sum over ranks makes the norm, and any inf/NaN, the same everywhere. Local gradients
-  // (OnebitAdam, compressed) are clipped by the mean of the ranks' own norms, as DeepSpeed's fp32
-  // path does (clip_grad_norm_ averages them over the data-parallel group; its fp16 and bf16
-  // wrappers clip each rank by its own): one coefficient on every rank in every dtype, and an
-  // inf/NaN on one rank is seen by all.
+  // (the 1-bit optimizers' compressed steps) are clipped by the mean of the ranks' own norms, as
+  // DeepSpeed's fp32 path does (clip_grad_norm_ averages them over the data-parallel group; its
+  // fp16 and bf16 wrappers clip each rank by its own): one coefficient on every rank in every
+  // dtype, and an inf/NaN on one rank is seen by all.
   double sum_sq = plan_.optimizer_replicated() ? local : control_.all_reduce_sum(local);
   if (compressed && plan_.world > 1) {
     const double mean = control_.all_reduce_sum(std::sqrt(local)) / double(plan_.world);
@@ -180,6 +184,8 @@ StepOutcome ZeroEngine::step() {
       optimizer_rule_.begin_step(sched.lr, beta1, beta2, clip / (out.loss_scale * ranks_summed));
   if (args.rule == UpdateRule::kLamb) {
     lamb_step(args);
+  } else if (args.rule == UpdateRule::kOneBitLamb) {
+    onebit_lamb_step(args, compressed);
   } else if (args.rule == UpdateRule::kMuon) {
     muon_step(args);
   } else if (args.rule == UpdateRule::kOneBitAdam) {
@@ -199,20 +205,82 @@ StepOutcome ZeroEngine::step() {
   return out;
 }
 
-void ZeroEngine::lamb_step(const OptimizerStepArgs& args) {
+std::vector<float> ZeroEngine::lamb_step(const OptimizerStepArgs& args) {
   // Each tensor's norms span the ranks its elements are on: one small all-reduce of per-tensor
   // sums (two doubles a tensor) between the moments and the update. Stage 0 holds everything.
   std::vector<double> sums = optimizer_.lamb_norms(args);
-  if (!plan_.optimizer_replicated() && plan_.world > 1) control_.all_reduce_doubles(sums, false);
-  // FusedLamb's trust ratio: ||w|| / ||u|| clamped to [min_coeff, max_coeff], 1 when either is 0.
-  std::vector<float> ratios(sums.size() / 2, 1.0f);
+  if (!plan_.optimizer_replicated() && plan_.world > 1) {
+    control_.all_reduce_doubles(sums, false);
+  } else {
+    agree_on_replicated(sums);
+  }
+  std::vector<float> ratios(sums.size() / 2);
   for (size_t t = 0; t < ratios.size(); ++t) {
-    const double w = std::sqrt(sums[2 * t]), u = std::sqrt(sums[2 * t + 1]);
-    if (w != 0 && u != 0) {
-      ratios[t] = float(std::clamp(w / u, config_.optimizer.min_coeff, config_.optimizer.max_coeff));
-    }
+    ratios[t] = float(lamb_trust_ratio(config_.optimizer, sums[2 * t], sums[2 * t + 1]));
   }
   optimizer_.lamb_apply(args, ratios);
+  return ratios;
+}
+
+void ZeroEngine::onebit_lamb_step(const OptimizerStepArgs& args, bool compressed) {
+  const OptimizerConfig& o = config_.optimizer;
+  const int64_t t = optimizer_rule_.step_count();
+  if (t == 1) return;  // DeepSpeed's first step only sets up its buffers
+  if (!compressed) {
+    // The warm-up: Lamb on the averaged gradient, its ratios averaged for the compressed steps;
+    // at freeze_step exp_avg_sq_fresh starts from exp_avg_sq (never, where that is step 1).
+    const std::vector<float> ratios = lamb_step(args);
+    for (size_t k = 0; k < ratios.size(); ++k) onebit_lamb_observe(o, ratios[k], lamb_tensors_[k]);
+    if (t == o.freeze_step) {
+      backend_.copy_async(optimizer_.exp_avg_sq_fresh(), optimizer_.exp_avg_sq(), plan_.device_count * sizeof(float),
+                          compute_);
+    }
+    return;
+  }
+  if (lamb_tensors_[0].scaling == 0) {
+    // Where compression starts: every tensor's momentum scaled to the same RMS, so that one
+    // scale a chunk suits them all.
+    std::vector<size_t> counts;
+    for (const auto& [lo, hi] : layout_.tensor_ranges()) counts.push_back(hi - lo);
+    std::vector<double> sums = optimizer_.exp_avg_sum_squares();
+    agree_on_replicated(sums);
+    onebit_lamb_set_scaling(sums, counts, lamb_tensors_);
+  }
+  std::vector<float> scales;
+  for (const OneBitLambTensor& k : lamb_tensors_) scales.push_back(float(k.scaling));
+  float* packed = packed_.data();
+  optimizer_.onebit_lamb_momentum(args, scales, packed);
+  if (onebit_) {
+    // The packed momenta as they are (no gradient: it is in them already), then decompressed
+    // in place. On one rank they are the all-reduce's result.
+    onebit_->all_reduce(args, packed, nullptr, plan_.grad_dtype);
+    backend_.optimizer_ops().onebit_decompress(onebit_->gathered(0), packed, packed_.size());
+  }
+  std::vector<double> sums = optimizer_.onebit_lamb_stats(args, scales, packed);
+  agree_on_replicated(sums);
+  std::vector<float> coefficients(lamb_tensors_.size());
+  for (size_t k = 0; k < coefficients.size(); ++k) {
+    coefficients[k] =
+        float(onebit_lamb_coefficient(o, sums[3 * k], sums[3 * k + 1], sums[3 * k + 2], lamb_tensors_[k]));
+  }
+  optimizer_.lamb_apply(args, coefficients);
+}
+
+void ZeroEngine::agree_on_replicated(std::vector<double>& sums) {
+  // Every rank holds the same state and computes the same sums, but a reduction's order (a GPU's
+  // atomics) may round them apart: rank 0's, everyone's (x + 0 + ... is exact), so that no
+  // coefficient, and no replica, ever parts.
+  if (!plan_.optimizer_replicated() || plan_.world == 1) return;
+  if (plan_.rank != 0) std::fill(sums.begin(), sums.end(), 0.0);
+  control_.all_reduce_doubles(sums, false);
+}
+
+std::vector<double> ZeroEngine::onebit_lamb_scalars() const {
+  std::vector<double> out;
+  for (const OneBitLambTensor& k : lamb_tensors_) out.push_back(k.coeff_freeze);
+  for (const OneBitLambTensor& k : lamb_tensors_) out.push_back(k.last_factor);
+  for (const OneBitLambTensor& k : lamb_tensors_) out.push_back(k.scaling);
+  return out;
 }
 
 void ZeroEngine::onebit_step(const OptimizerStepArgs& args, bool compressed) {
@@ -365,8 +433,9 @@ BufferBytes ZeroEngine::buffer_bytes() const {
   b.offload = optimizer_.bytes().buffers + (coordinator_ ? coordinator_->store_bytes().buffers : 0);
   if (factors_ && plan_.offloaded > 0) b.offload += AdafactorFactors::host_copy_bytes(layout_.tensor_shapes());
   b.optimizer = muon_ ? muon_->bytes() : factors_ ? AdafactorFactors::buffer_bytes(layout_.tensor_shapes()) : 0;
-  if (onebit_) b.optimizer = OneBitCompression::device_bytes(layout_.tensor_ranges(), plan_.world);
+  if (onebit_) b.optimizer = OneBitCompression::device_bytes(onebit_tensors(config_.optimizer, layout_), plan_.world);
   b.optimizer += accumulator_.bytes();  // ZeroOneAdam's momentum accumulator
+  b.optimizer += packed_.bytes();       // OneBitLamb's packed momenta
   return b;
 }
 
@@ -457,6 +526,9 @@ void ZeroEngine::load(const StateSource& source) {
     } else if (moments && optimizer_.has(StateField::kExpAvgSq)) {
       all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.exp_avg_sq(), DType::kF32, chunk);
     }
+    if (moments && optimizer_.has(StateField::kExpAvgSqFresh)) {
+      all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.exp_avg_sq_fresh(), DType::kF32, chunk);
+    }
     if (plan_.has_master()) all_gather_partitions(comm_, compute_, plan_.partition, optimizer_.master(), DType::kF32, chunk);
   }
   if (plan_.world > 1 && plan_.params_replicated()) {
@@ -464,6 +536,15 @@ void ZeroEngine::load(const StateSource& source) {
                           allgather_chunk());
   }
   if (accumulator_.size() > 0) load_zero_one_local(source);
+  if (!lamb_tensors_.empty()) {
+    // OneBitLamb's scalars are everyone's, at any world size: from the checkpoint, or as at step 0.
+    std::vector<double> saved(3 * lamb_tensors_.size());
+    const bool restored = moments && source.read_onebit_lamb && source.read_onebit_lamb(saved.data(), saved.size());
+    const size_t n = lamb_tensors_.size();
+    for (size_t k = 0; k < n; ++k) {
+      lamb_tensors_[k] = restored ? OneBitLambTensor{saved[k], saved[n + k], saved[2 * n + k]} : OneBitLambTensor{};
+    }
+  }
   buffers_.zero_grads();
   micro_step_ = 0;
   if (coordinator_) coordinator_->invalidate();

@@ -30,6 +30,7 @@
 #include "optim/optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
+#include "optim/onebit_lamb.h"
 #include "zero/gradient_reducer.h"
 #include "zero/mixed_precision_buffers.h"
 #include "zero/muon_matrices.h"
@@ -123,6 +124,10 @@ class ZeroEngine final : public ParamSource<float> {
   size_t zero_one_local_count() const;
   /// Copies that state into `out` and returns the lrs summed since the ranks met.
   double read_zero_one_local(float* out);
+  /// OneBitLamb: its per-tensor scalars (OneBitLambTensor: every tensor's coeff_freeze, then
+  /// every last_factor, then every scaling), the same on every rank and at any world size,
+  /// which every shard holds; empty for any other optimizer.
+  std::vector<double> onebit_lamb_scalars() const;
   /// The optimizer's DeepSpeed name ("AdamW", "Lion", ...).
   const char* optimizer_type() const { return optimizer_name(config_.optimizer.type); }
   /// Elements [lo, hi) of the parameters in param_dtype(), assembled from every rank's partition
@@ -155,8 +160,12 @@ class ZeroEngine final : public ParamSource<float> {
  private:
   /// This rank's sum of squares of its gradient range, read from the device (one host wait).
   double local_grad_sum_squares();
-  /// Lamb's two passes over this rank's range, with the per-tensor norms all-reduced between them.
-  void lamb_step(const OptimizerStepArgs& args);
+  /// Lamb's two passes over this rank's range, with the per-tensor norms all-reduced between
+  /// them (stage 0: rank 0's); returns the trust ratios it stepped with.
+  std::vector<float> lamb_step(const OptimizerStepArgs& args);
+  /// Stage 0 past one rank: replaces per-tensor sums every rank computed alike with rank 0's
+  /// (one small host all-reduce), so that the replicas' scalars agree bit for bit.
+  void agree_on_replicated(std::vector<double>& sums);
   /// Muon's: the momentum (and AdamW for the other tensors), each matrix orthogonalised by its
   /// owner, the matrices' update.
   void muon_step(const OptimizerStepArgs& args);
@@ -172,6 +181,11 @@ class ZeroEngine final : public ParamSource<float> {
   /// rank's own step, and where the ranks meet, the compressed all-reduce of their motions.
   /// `lr`: the schedule's (DeepSpeed sums it as lrs).
   void zero_one_step(const OptimizerStepArgs& args, double lr);
+  /// OnebitLamb's step: nothing at step 1, Lamb without bias correction through the warm-up
+  /// (its trust ratios averaged, exp_avg_sq copied to exp_avg_sq_fresh at freeze_step), then
+  /// every tensor's momentum from its local gradient, scaled, all-reduced compressed in one
+  /// piece, and each tensor's step by the frozen ratio times its factor (`compressed`).
+  void onebit_lamb_step(const OptimizerStepArgs& args, bool compressed);
   /// ZeroOneAdam's accumulator and lrs from `source` (LocalStateReader), or afresh.
   void load_zero_one_local(const StateSource& source);
   /// After the optimizer wrote this rank's range: every rank's updated parameters where the
@@ -211,10 +225,12 @@ class ZeroEngine final : public ParamSource<float> {
   OptimizerPartition optimizer_;
   std::unique_ptr<MuonMatrices> muon_;  // Muon only
   std::unique_ptr<AdafactorFactors> factors_;  // Adafactor only
-  std::unique_ptr<OneBitCompression> onebit_;  // OnebitAdam and ZeroOneAdam on more than one rank only
+  std::unique_ptr<OneBitCompression> onebit_;  // the 1-bit optimizers on more than one rank only
   DeviceArray<float> accumulator_;             // ZeroOneAdam's momentum accumulator (its comm_buffer)
   double lrs_ = 0;                             // ZeroOneAdam: the lrs summed since the ranks last met
   bool apart_ = false;                         // ZeroOneAdam: local steps taken since the ranks last met
+  std::vector<OneBitLambTensor> lamb_tensors_;  // OneBitLamb's per-tensor scalars
+  DeviceArray<float> packed_;                   // OneBitLamb: every tensor's momentum, without gaps
   GradientReducer reducer_;
   DeviceArray<double> norm_sq_, norm_sq_host_;  // device / pinned: the step's sum of squares
   int64_t micro_step_ = 0;                      // backward passes since the last step

@@ -165,7 +165,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   dev.exp_avg = opt.device.exp_avg;
   dev.exp_avg_sq = opt.device.exp_avg_sq;
   add(Pool::kDevice, dev.master + dev.exp_avg + dev.exp_avg_sq);
-  for (size_t bytes : {dev.master, dev.exp_avg, dev.exp_avg_sq}) list_device(Pool::kDevice, bytes);  // an array each
+  // An array each; OneBitLamb's exp_avg_sq_fresh, counted with exp_avg_sq, is one more.
+  const size_t fresh = config.optimizer.has_exp_avg_sq_fresh() ? plan.device_count * sizeof(float) : 0;
+  for (size_t bytes : {dev.master, dev.exp_avg, dev.exp_avg_sq - fresh, fresh}) list_device(Pool::kDevice, bytes);
   std::vector<size_t> factors;  // Adafactor's row and column factors (state), replicated on every rank
   if (config.optimizer.factored()) {
     factors = AdafactorFactors::device_allocations(layout->tensor_shapes());
@@ -209,8 +211,13 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
     list_devices(factors);
   }
   if (config.optimizer.onebit()) {  // its errors, signs and scales
-    est.optimizer = OneBitCompression::device_bytes(layout->tensor_ranges(), run.world_size);
-    list_devices(OneBitCompression::device_allocations(layout->tensor_ranges(), run.world_size));
+    const std::vector<std::pair<size_t, size_t>> compressed = onebit_tensors(config.optimizer, *layout);
+    est.optimizer = OneBitCompression::device_bytes(compressed, run.world_size);
+    list_devices(OneBitCompression::device_allocations(compressed, run.world_size));
+    if (config.optimizer.type == OptimizerConfig::Type::kOneBitLamb) {  // its packed momenta
+      est.optimizer += compressed[0].second * sizeof(float);
+      list_devices({compressed[0].second * sizeof(float)});
+    }
   }
   if (config.optimizer.type == OptimizerConfig::Type::kZeroOneAdam) {  // its momentum accumulator
     est.optimizer += plan.device_count * sizeof(float);

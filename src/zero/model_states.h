@@ -38,14 +38,16 @@ struct EngineState {
   LossScaler::State scaler{};
 };
 
-/// The fp32 tensors a checkpoint holds, each over the flat layout.
-enum class StateField { kMaster, kExpAvg, kExpAvgSq };
+/// The fp32 tensors a checkpoint holds, each over the flat layout (kExpAvgSqFresh: OneBitLamb's
+/// exp_avg_sq_fresh, whose bytes ModelStateBytes counts under exp_avg_sq).
+enum class StateField { kMaster, kExpAvg, kExpAvgSq, kExpAvgSqFresh };
 
 /// The fields a checkpoint holds for `optimizer`: the master weights, then the moments it keeps.
 inline std::vector<StateField> state_fields(const OptimizerConfig& optimizer) {
   std::vector<StateField> fields{StateField::kMaster};
   if (optimizer.has_exp_avg()) fields.push_back(StateField::kExpAvg);
   if (optimizer.has_exp_avg_sq()) fields.push_back(StateField::kExpAvgSq);
+  if (optimizer.has_exp_avg_sq_fresh()) fields.push_back(StateField::kExpAvgSqFresh);
   return fields;
 }
 
@@ -76,6 +78,11 @@ using ErrorReader = std::function<bool(int rank, int world, float* out, size_t c
 /// starts at zero).
 using LocalStateReader = std::function<std::optional<double>(int rank, int world, float* out, size_t count)>;
 
+/// OneBitLamb's per-tensor scalars (ZeroEngine::onebit_lamb_scalars' `count` doubles), as a
+/// checkpoint holds them: fills `out` and returns true, or returns false (none saved: they start
+/// as at step 0).
+using ScalarReader = std::function<bool(double* out, size_t count)>;
+
 /// Fills out[0, hi - lo) with elements [lo, hi) of a field (hi <= the model's flat size).
 using StateReader = std::function<void(StateField field, size_t lo, size_t hi, float* out)>;
 
@@ -91,6 +98,7 @@ struct StateSource {
   FactorReader read_factors;            ///< Adafactor's factors when with_moments (a checkpoint holds them)
   ErrorReader read_onebit_errors;       ///< 1-bit optimizers' errors when with_moments (null: they start at zero)
   LocalStateReader read_zero_one_local; ///< ZeroOneAdam's local state when with_moments (null: none)
+  ScalarReader read_onebit_lamb;        ///< OneBitLamb's per-tensor scalars when with_moments (null: none)
 };
 
 }  // namespace zt

@@ -28,6 +28,13 @@ OneBitCompression::Plan OneBitCompression::plan(const std::vector<std::pair<size
   return p;
 }
 
+std::vector<std::pair<size_t, size_t>> onebit_tensors(const OptimizerConfig& optimizer, const ParamLayout& layout) {
+  if (optimizer.type != OptimizerConfig::Type::kOneBitLamb) return layout.tensor_ranges();
+  size_t total = 0;
+  for (const auto& [lo, hi] : layout.tensor_ranges()) total += hi - lo;
+  return {{0, total}};
+}
+
 size_t OneBitCompression::padded_size(size_t n, int ranks) {
   // DeepSpeed's divider lcm(ranks, 8): every chunk packs into whole bytes there.
   const size_t p = size_t(ranks), unit = p * (p * 8 / std::gcd(p, size_t(8)));

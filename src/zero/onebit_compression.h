@@ -26,8 +26,15 @@
 #include "backend/device_array.h"
 #include "backend/optimizer_ops.h"
 #include "comm/data_comm.h"
+#include "config/ds_config.h"
+#include "model/param_layout.h"
 
 namespace zt {
+
+/// What a 1-bit optimizer compresses, as flat [lo, hi) ranges of what it hands the all-reduce:
+/// OnebitAdam and ZeroOneAdam each tensor apart, in place; OnebitLamb every tensor at once,
+/// packed without the flat buffer's gaps into one range.
+std::vector<std::pair<size_t, size_t>> onebit_tensors(const OptimizerConfig& optimizer, const ParamLayout& layout);
 
 class OneBitCompression {
  public:

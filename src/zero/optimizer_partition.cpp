@@ -43,6 +43,7 @@ OptimizerPartition::Bytes OptimizerPartition::sizes(const ZeroPlan& plan, const 
   b.device.master = plan.has_master() ? plan.device_count * sizeof(float) : 0;
   b.device.exp_avg = opt.has_exp_avg() ? plan.device_count * sizeof(float) : 0;
   b.device.exp_avg_sq = opt.has_exp_avg_sq() ? plan.device_count * sizeof(float) : 0;
+  if (opt.has_exp_avg_sq_fresh()) b.device.exp_avg_sq += plan.device_count * sizeof(float);
   if (opt.aux_exp_avg_sq()) {
     ZT_CHECK(tensors.size() == shapes.size() && !tensors.empty(), optimizer_name(opt.type),
              "'s state sizes need the model's tensors");
@@ -75,9 +76,11 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
       buffers_(buffers), swapped_params_(swapped_params), has_exp_avg_(config.optimizer.has_exp_avg()),
       has_exp_avg_sq_(config.optimizer.has_exp_avg_sq()), opt_(config.optimizer), tensors_(std::move(tensors)),
       shapes_(std::move(shapes)) {
-  if (config.optimizer.type == OptimizerConfig::Type::kLamb || config.optimizer.factored()) {
+  if (config.optimizer.type == OptimizerConfig::Type::kLamb || config.optimizer.factored() ||
+      config.optimizer.type == OptimizerConfig::Type::kOneBitLamb) {
     ZT_CHECK(!tensors_.empty(), optimizer_name(config.optimizer.type), " needs the model's tensors");
-    tensor_sums_ = DeviceArray<double>(backend, 2 * tensors_.size());
+    const size_t per_tensor = config.optimizer.type == OptimizerConfig::Type::kOneBitLamb ? 3 : 2;
+    tensor_sums_ = DeviceArray<double>(backend, per_tensor * tensors_.size());
   }
   size_t sq_count = plan.device_count;
   if (config.optimizer.aux_exp_avg_sq()) {
@@ -88,6 +91,10 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
   if (plan.has_master()) master_ = DeviceArray<float>(backend, plan.device_count);
   if (has_exp_avg_) exp_avg_ = DeviceArray<float>(backend, plan.device_count);
   if (has_exp_avg_sq_) exp_avg_sq_ = DeviceArray<float>(backend, sq_count);
+  if (config.optimizer.has_exp_avg_sq_fresh()) {
+    ZT_CHECK(plan.offloaded == 0, "OneBitLamb's state is never offloaded (it runs at stage 0)");
+    exp_avg_sq_fresh_ = DeviceArray<float>(backend, plan.device_count);
+  }
   zero_moments();
   if (plan.offloaded == 0) return;
   offload_ = std::make_unique<OptimizerOffload>(backend, config.zero.offload_optimizer, config.optimizer, config.aio,
@@ -115,7 +122,7 @@ OptimizerPartition::OptimizerPartition(const ZeroPlan& plan, const DsConfig& con
 }
 
 void OptimizerPartition::zero_moments() {
-  for (DeviceArray<float>* m : {&exp_avg_, &exp_avg_sq_}) {
+  for (DeviceArray<float>* m : {&exp_avg_, &exp_avg_sq_, &exp_avg_sq_fresh_}) {
     if (m->size() > 0) ops_.zero(m->data(), DType::kF32, m->size());
   }
 }
@@ -287,7 +294,7 @@ std::vector<double> OptimizerPartition::lamb_norms(const OptimizerStepArgs& args
       ops_.lamb_moments(args, master_at(a), exp_avg_.data() + at, exp_avg_sq_.data() + at, buffers_.grad_at(a),
                         plan_.grad_dtype, b - a, tensor_sums_.data() + 2 * t);
     });
-    backend_.copy_to_host(sums.data(), tensor_sums_.data(), tensor_sums_.bytes());
+    backend_.copy_to_host(sums.data(), tensor_sums_.data(), sums.size() * sizeof(double));
   }
   if (!offload_) return sums;
   const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
@@ -418,7 +425,7 @@ std::vector<double> OptimizerPartition::adafactor_norms(const OptimizerStepArgs&
       ops_.adafactor_norms(args, weight_norms ? master_at(a) : nullptr, adafactor_moment(factors, t, a), buffers_.grad_at(a),
                            plan_.grad_dtype, b - a, tensor_sums_.data() + 2 * t);
     });
-    backend_.copy_to_host(sums.data(), tensor_sums_.data(), tensor_sums_.bytes());
+    backend_.copy_to_host(sums.data(), tensor_sums_.data(), sums.size() * sizeof(double));
   }
   if (!offload_) return sums;
   const auto* grads = static_cast<const unsigned char*>(offloaded_grads());
@@ -468,6 +475,47 @@ void OptimizerPartition::onebit_apply(const OptimizerStepArgs& args, OneBitCompr
   });
 }
 
+void OptimizerPartition::onebit_lamb_momentum(const OptimizerStepArgs& args, const std::vector<float>& scales,
+                                              float* packed) {
+  ZT_CHECK(!offload_ && plan_.optimizer_replicated(), "1-bit Lamb steps at stage 0 only");
+  const size_t base = plan_.opt_begin;
+  size_t at = 0;
+  for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) {
+    ops_.onebit_lamb_momentum(args, scales[t], exp_avg_.data() + (a - base), buffers_.grad_at(a), plan_.grad_dtype,
+                              packed + at, b - a);
+    at += b - a;
+  });
+}
+
+std::vector<double> OptimizerPartition::onebit_lamb_stats(const OptimizerStepArgs& args,
+                                                          const std::vector<float>& scales, const float* reduced) {
+  ZT_CHECK(!offload_ && plan_.optimizer_replicated(), "1-bit Lamb steps at stage 0 only");
+  const size_t base = plan_.opt_begin;
+  backend_.zero_async(tensor_sums_.data(), tensor_sums_.bytes(), compute_);
+  size_t at = 0;
+  for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) {
+    ops_.onebit_lamb_stats(args, scales[t], master_at(a), exp_avg_.data() + (a - base),
+                           exp_avg_sq_.data() + (a - base), exp_avg_sq_fresh_.data() + (a - base), reduced + at, b - a,
+                           tensor_sums_.data() + 3 * t);
+    at += b - a;
+  });
+  std::vector<double> sums(3 * tensors_.size());
+  backend_.copy_to_host(sums.data(), tensor_sums_.data(), sums.size() * sizeof(double));
+  return sums;
+}
+
+std::vector<double> OptimizerPartition::exp_avg_sum_squares() {
+  ZT_CHECK(!offload_ && plan_.optimizer_replicated(), "1-bit Lamb steps at stage 0 only");
+  const size_t base = plan_.opt_begin;
+  backend_.zero_async(tensor_sums_.data(), tensor_sums_.bytes(), compute_);
+  for_tensors(base, plan_.opt_end(), [&](size_t t, size_t a, size_t b) {
+    ops_.sum_squares(exp_avg_.data() + (a - base), DType::kF32, b - a, tensor_sums_.data() + t);
+  });
+  std::vector<double> sums(tensors_.size());
+  backend_.copy_to_host(sums.data(), tensor_sums_.data(), sums.size() * sizeof(double));
+  return sums;
+}
+
 void OptimizerPartition::zero_one_pass(const ZeroOneArgs& z, const OptimizerStepArgs& args, float* accumulator,
                                        OneBitCompression* compression) {
   ZT_CHECK(!offload_ && plan_.optimizer_replicated(), "0/1 Adam steps at stage 0 only");
@@ -510,9 +558,11 @@ void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float
       }
     });
   } else if (dev_hi > lo) {
-    const float* src = field == StateField::kMaster   ? master_at(lo)
-                       : field == StateField::kExpAvg ? exp_avg_.data() + (lo - plan_.opt_begin)
-                                                      : exp_avg_sq_.data() + (lo - plan_.opt_begin);
+    const size_t at = lo - plan_.opt_begin;
+    const float* src = field == StateField::kMaster        ? master_at(lo)
+                       : field == StateField::kExpAvg      ? exp_avg_.data() + at
+                       : field == StateField::kExpAvgSqFresh ? exp_avg_sq_fresh_.data() + at
+                                                           : exp_avg_sq_.data() + at;
     backend_.copy_to_host(out, src, (dev_hi - lo) * sizeof(float));
   }
   const size_t off_lo = std::max(lo, base);
@@ -522,6 +572,7 @@ void OptimizerPartition::read_field(StateField field, size_t lo, size_t n, float
       if (keeps_sq(t)) std::memcpy(out + (a - lo), aux_exp_avg_sq(t, a), (b - a) * sizeof(float));
     });
   } else if (hi > off_lo) {
+    ZT_CHECK(field != StateField::kExpAvgSqFresh, "OneBitLamb's state is never offloaded");
     offload_->visit(off_lo - base, hi - base, SwapMode::kRead, [&](const OffloadPiece& p) {
       const float* src = field == StateField::kMaster ? p.master : field == StateField::kExpAvg ? p.exp_avg : p.exp_avg_sq;
       std::memcpy(out + (base + p.lo - lo), src, p.n * sizeof(float));
@@ -560,6 +611,9 @@ void OptimizerPartition::load(const FieldReader& read, bool moments) {
     } else if (moments && has(StateField::kExpAvgSq)) {
       load_to_device(StateField::kExpAvgSq, read, lo, hi, exp_avg_sq_.data() + at);
     }
+    if (moments && has(StateField::kExpAvgSqFresh)) {
+      load_to_device(StateField::kExpAvgSqFresh, read, lo, hi, exp_avg_sq_fresh_.data() + at);
+    }
     load_to_device(StateField::kMaster, read, lo, hi, master_at(lo));
     if (plan_.has_master()) {
       backend_.cast_async(master_at(lo), DType::kF32, buffers_.param_at(lo), plan_.dtype, hi - lo, compute_);
@@ -586,7 +640,7 @@ OptimizerPartition::Bytes OptimizerPartition::bytes() const {
   Bytes b;
   b.device.master = master_.bytes();
   b.device.exp_avg = exp_avg_.bytes();
-  b.device.exp_avg_sq = exp_avg_sq_.bytes();
+  b.device.exp_avg_sq = exp_avg_sq_.bytes() + exp_avg_sq_fresh_.bytes();
   b.host_pool = offload_ ? offload_->host_pool() : Pool::kHost;
   if (!offload_) return b;
   // In host memory, or in the swap file (whose size is the fields, padded per piece).

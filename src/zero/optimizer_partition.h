@@ -113,6 +113,18 @@ class OptimizerPartition {
   /// compressed all-reduce (`compression`; null on one rank, where exp_avg is already the
   /// momentum), and the step with exp_avg_sq frozen.
   void onebit_apply(const OptimizerStepArgs& args, OneBitCompression* compression);
+  /// OneBitLamb past its warm-up (stage 0, nothing offloaded), before the compressed all-reduce:
+  /// every tensor's momentum with this step's gradient, times its scaling coefficient, into
+  /// `packed` (device memory, the tensors one after another without gaps); exp_avg unchanged.
+  void onebit_lamb_momentum(const OptimizerStepArgs& args, const std::vector<float>& scales, float* packed);
+  /// After it, `reduced` (packed as above) holding the all-reduce's result: exp_avg from it,
+  /// exp_avg_sq_fresh from the reconstructed gradient, and per tensor sum(update^2),
+  /// sum(update_prelim^2) and max(denom / denom_real) (3 per tensor, in order). Then
+  /// lamb_apply() with each tensor's coefficient takes the step.
+  std::vector<double> onebit_lamb_stats(const OptimizerStepArgs& args, const std::vector<float>& scales,
+                                        const float* reduced);
+  /// OneBitLamb where compression starts: each tensor's sum(exp_avg^2), in order.
+  std::vector<double> exp_avg_sum_squares();
   /// One of ZeroOneAdam's passes over every tensor (stage 0, nothing offloaded): `accumulator`
   /// is its momentum accumulator (device memory over the range), `compression` holds the
   /// all-reduce's result where the pass reads one (null on one rank, or for the local passes).
@@ -139,9 +151,16 @@ class OptimizerPartition {
   void load(const FieldReader& read, bool moments);
   /// Whether the optimizer keeps this field (the master weights always).
   bool has(StateField field) const {
-    return field == StateField::kMaster || (field == StateField::kExpAvg ? has_exp_avg_ : has_exp_avg_sq_);
+    switch (field) {
+      case StateField::kMaster: return true;
+      case StateField::kExpAvg: return has_exp_avg_;
+      case StateField::kExpAvgSq: return has_exp_avg_sq_;
+      case StateField::kExpAvgSqFresh: return opt_.has_exp_avg_sq_fresh();
+    }
+    return false;
   }
   void* exp_avg() { return exp_avg_.data(); }
+  float* exp_avg_sq_fresh() { return exp_avg_sq_fresh_.data(); }
   void* exp_avg_sq() { return exp_avg_sq_.data(); }
   void* master() { return master_.data(); }
 
@@ -188,6 +207,7 @@ class OptimizerPartition {
   const bool has_exp_avg_, has_exp_avg_sq_;           // the moments the optimizer keeps
   const OptimizerConfig opt_;
   DeviceArray<float> master_, exp_avg_, exp_avg_sq_;  // the device part; master_ empty in fp32, absent moments empty
+  DeviceArray<float> exp_avg_sq_fresh_;  // OneBitLamb's (stage 0: the whole range)
   std::unique_ptr<OptimizerOffload> offload_;
   const std::vector<std::pair<size_t, size_t>> tensors_;  // the model's tensors, flat [lo, hi), in order
   const std::vector<TensorShape> shapes_;
@@ -198,7 +218,7 @@ class OptimizerPartition {
   // Adafactor with offload: the offloaded range's 1-D tensors' exp_avg_sq, packed (host pool).
   DeviceArray<float> host_aux_sq_;
   std::vector<size_t> host_aux_start_;
-  DeviceArray<double> tensor_sums_;  // Lamb and Adafactor: the device part's per-tensor sums
+  DeviceArray<double> tensor_sums_;  // Lamb, Adafactor and OneBitLamb: the device part's per-tensor sums
   DeviceArray<unsigned char> host_grads_;  // the offloaded range's gradient, copied to the host
   std::unique_ptr<Stream> d2h_stream_;     // ... by copies on this stream, beside backward
   std::unique_ptr<Event> event_;           // orders d2h_stream_ after the compute stream

@@ -159,14 +159,22 @@ boost::json::object optimizer_params_json(const OptimizerConfig& o) {
   if (o.type == OptimizerConfig::Type::kAdagrad && o.lr_decay != 0) {
     params["lr_decay"] = o.lr_decay;
   }
-  if (o.type == OptimizerConfig::Type::kOneBitAdam) params["freeze_step"] = o.freeze_step;
+  if (o.type == OptimizerConfig::Type::kOneBitAdam || o.type == OptimizerConfig::Type::kOneBitLamb) {
+    params["freeze_step"] = o.freeze_step;
+  }
+  if (o.type == OptimizerConfig::Type::kOneBitLamb) {
+    params["coeff_beta"] = o.coeff_beta;
+    params["factor_max"] = o.factor_max;
+    params["factor_min"] = o.factor_min;
+    params["factor_threshold"] = o.factor_threshold;
+  }
   if (o.type == OptimizerConfig::Type::kZeroOneAdam) {
     params["var_freeze_step"] = o.var_freeze_step;
     params["var_update_scaler"] = o.var_update_scaler;
     params["local_step_scaler"] = o.local_step_scaler;
     params["local_step_clipper"] = o.local_step_clipper;
   }
-  if (o.type == OptimizerConfig::Type::kLamb) {
+  if (o.type == OptimizerConfig::Type::kLamb || o.type == OptimizerConfig::Type::kOneBitLamb) {
     params["max_coeff"] = o.max_coeff;
     params["min_coeff"] = o.min_coeff;
     if (o.eps_inside_sqrt) params["eps_inside_sqrt"] = true;

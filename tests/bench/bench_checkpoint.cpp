@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   Stopwatch load_clock;
   CheckpointReader reader(dir, dir, &mc);
   engine.load({[&](StateField f, size_t lo, size_t hi, float* out) { reader.read(f, lo, hi, out); }, true,
-              reader.engine_state(), nullptr, nullptr, nullptr});
+              reader.engine_state(), nullptr, nullptr, nullptr, nullptr});
   const double load_s = load_clock.seconds();
   const double gb = double(saved.bytes) / 1e9;
   std::printf("# checkpoint of %zu parameters (%dL %dC), %.3f GB in %s\n", layout.num_params(), mc.n_layer, mc.n_embd,

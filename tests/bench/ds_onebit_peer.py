@@ -1,4 +1,4 @@
-"""One rank of DeepSpeed 0.19.6's OnebitAdam or ZeroOneAdam fine-tuning the HF GPT-2 of
+"""One rank of DeepSpeed 0.19.6's OnebitAdam, ZeroOneAdam or OnebitLamb fine-tuning the HF GPT-2 of
 ds_onebit_peers.sh, over gloo, as DeepSpeed's engine drives them at stage 0 in fp32: the gradients
 all-reduced and averaged while the optimizer leaves enable_backward_allreduce on
 (allreduce_gradients), clipped by deepspeed.runtime.utils.clip_grad_norm_ (clip_fp32_gradients:
@@ -6,10 +6,12 @@ the ranks' norms averaged), then the optimizer's step with its NcclBackend (cupy
 tests/bench/cupy_shim). Each rank takes its slice of every global batch as zerotrain's sampler
 deals it (optimizer_peers.window_of). ZeroOneAdam's position embeddings sit in a group of their
 own with an exp_avg_mask of the rows the block uses (DeepSpeed's BERT recipe; zerotrain masks the
-momentum wherever exp_avg_sq is 0).
-Arguments: HF_DIR BATCH_BIN T BATCH STEPS LR WD THREADS OUT OPTIMIZER [KEY=INT ...] (rank 0
+momentum wherever exp_avg_sq is 0). OnebitLamb all-reduces every momentum as one flat buffer, so
+its groups keep the parameters' order: [wte], [wpe with that exp_avg_mask], [the rest]; with
+mask=0 it gets model.parameters() as one group and no mask (DeepSpeed as a user runs it).
+Arguments: HF_DIR BATCH_BIN T BATCH STEPS LR WD THREADS OUT OPTIMIZER [KEY=NUMBER ...] (rank 0
 writes OUT.json with the mean loss of each step and OUT.pt with its final state dict; the keys
-are the optimizer's, e.g. freeze_step=4)."""
+are the optimizer's, e.g. freeze_step=4, but for OnebitLamb's mask=0|1)."""
 import json
 import os
 import sys
@@ -23,13 +25,14 @@ from optimizer_peers import batch_windows, window_of  # noqa: E402
 import deepspeed  # noqa: E402
 from deepspeed import comm as dist  # noqa: E402
 from deepspeed.runtime.fp16.onebit.adam import OnebitAdam  # noqa: E402
+from deepspeed.runtime.fp16.onebit.lamb import OnebitLamb  # noqa: E402
 from deepspeed.runtime.fp16.onebit.zoadam import ZeroOneAdam  # noqa: E402
 from deepspeed.runtime.utils import clip_grad_norm_  # noqa: E402
 from transformers import GPT2LMHeadModel  # noqa: E402
 
 hf, batch_bin, T, B, steps, lr, wd, threads, out, kind = sys.argv[1:11]
 T, B, steps, lr, wd, threads = int(T), int(B), int(steps), float(lr), float(wd), int(threads)
-keys = {k: int(v) for k, v in (a.split("=") for a in sys.argv[11:])}
+keys = {k: int(v) if v.lstrip("-").isdigit() else float(v) for k, v in (a.split("=") for a in sys.argv[11:])}
 torch.set_num_threads(threads)
 deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
 rank, world = dist.get_rank(), dist.get_world_size()
@@ -52,6 +55,16 @@ model = GPT2LMHeadModel.from_pretrained(hf, torch_dtype=torch.float32).eval()
 engine = types.SimpleNamespace(mpu=None, local_rank=rank, enable_backward_allreduce=True)
 if kind == "OneBitAdam":
     opt = OnebitAdam(model.parameters(), engine, lr=lr, weight_decay=wd, comm_backend_name="nccl", **keys)
+elif kind == "OneBitLamb":
+    params = model.parameters()
+    if keys.pop("mask", 1):
+        wpe = model.transformer.wpe.weight
+        mask = torch.zeros_like(wpe)
+        mask[:T] = 1
+        listed = list(model.parameters())
+        at = next(i for i, p in enumerate(listed) if p is wpe)
+        params = [{"params": listed[:at]}, {"params": [wpe], "exp_avg_mask": mask}, {"params": listed[at + 1:]}]
+    opt = OnebitLamb(params, engine, lr=lr, weight_decay=wd, comm_backend_name="nccl", **keys)
 else:
     wpe = model.transformer.wpe.weight
     mask = torch.zeros_like(wpe)

@@ -753,6 +753,57 @@ TEST_F(CudaOps, ZeroOnePasses) {
   }
 }
 
+// 1-bit Lamb's passes past its warm-up: the scaled momentum into the packed buffer, the
+// decompression of every chunk's signs over it, and the stats pass (exp_avg, exp_avg_sq_fresh,
+// the two norms and the largest ratio), the GPU against the CPU.
+TEST_F(CudaOps, OneBitLambPasses) {
+  const size_t n = 1000, ranks = 4, chunk = 256, block_words = 13, word0 = 3;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const std::vector<float> g_host = randn(n, 141, 1e-2f);
+    auto g32 = twin(g_host);
+    auto g16 = twin(dtype == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(g_host, dtype));
+    std::vector<float> v_host = randn(n, 144, 1e-3f), f_host = randn(n, 145, 1e-3f);
+    for (size_t i = 0; i < n; ++i) {
+      v_host[i] = i % 97 == 5 ? 0.0f : v_host[i] * v_host[i];
+      f_host[i] = f_host[i] * f_host[i];
+    }
+    auto master = twin(randn(n, 142, 0.02f)), m = twin(randn(n, 143, 1e-3f)), v = twin(v_host), f = twin(f_host);
+    auto x = twin(std::vector<float>(n, 0.0f));
+    std::vector<uint32_t> words_host(ranks * block_words);
+    for (size_t k = 0; k < words_host.size(); ++k) words_host[k] = uint32_t(0x9e3779b9u * (k + 7));
+    auto words = twin(words_host);
+    std::vector<float> scales_host = randn(ranks, 146, 1e-3f);
+    for (float& s : scales_host) s = std::fabs(s) + 1e-4f;
+    auto scales = twin(scales_host);
+    auto sums = twin(std::vector<double>(6, 0.0));
+    OptimizerStepArgs args;
+    args.rule = UpdateRule::kOneBitLamb;
+    args.beta1 = 0.9f, args.beta2 = 0.999f, args.grad_scale = 0.5f, args.eps = 1e-8f, args.weight_decay = 0.1f;
+    on_both([&](Backend& b) {
+      OptimizerOps& ops = b.optimizer_ops();
+      const void* grad = dtype == DType::kF32 ? static_cast<const void*>(g32.on(b)) : g16.on(b);
+      ops.onebit_lamb_momentum(args, 1.7f, m.on(b), grad, dtype, x.on(b), n);
+    });
+    expect_close(x, kReductionTol, "the scaled momentum");
+    on_both([&](Backend& b) {
+      OptimizerOps& ops = b.optimizer_ops();
+      // Once from the momentum as it is (one rank), once from the signs.
+      ops.onebit_lamb_stats(args, 1.7f, master.on(b), m.on(b), v.on(b), f.on(b), x.on(b), n, sums.on(b));
+      ops.onebit_decompress(SignBlocks{words.on(b), block_words, word0, scales.on(b), 1, chunk, ranks}, x.on(b), n);
+      ops.onebit_lamb_stats(args, 1.7f, master.on(b), m.on(b), v.on(b), f.on(b), x.on(b), n, sums.on(b) + 3);
+    });
+    expect_close(x, 0.0, "the decompressed signs");
+    expect_close(m, kReductionTol, "exp_avg");
+    expect_close(f, kReductionTol, "exp_avg_sq_fresh");
+    const auto sg = read(*gpu, sums.g), sc = read(*cpu, sums.c);
+    for (size_t k = 0; k < 6; ++k) EXPECT_NEAR(sg[k], sc[k], 1e-5 * std::fabs(sc[k])) << "sum " << k;
+    EXPECT_GT(sc[2], 0.0);
+    const auto mg = read(*gpu, m.g);
+    for (size_t i = 5; i < n; i += 97) EXPECT_EQ(mg[i], 0.0f) << "element " << i << ": variance 0, momentum masked";
+  }
+}
+
 TEST_F(CudaOps, SumSquares) {
   const size_t n = 5001;
   const std::vector<float> host = randn(n, 90, 3.0f);

@@ -2,10 +2,11 @@
 tests/bench/ds_optimizer_peers.sh): the batch both sides train on, the optimizers no installed
 package provides on a CPU (Lion as its paper writes it, Lamb as DeepSpeed's FusedLamb computes it,
 Muon as DeepSpeed's MuonWithAuxAdam in float64, torch 2.x's Adafactor for Debian's torch 1.13,
-DeepSpeed 0.19.6's OnebitAdam and ZeroOneAdam over simulated ranks), and the fine-tuning loops zerotrain's runs
+DeepSpeed 0.19.6's OnebitAdam, ZeroOneAdam and OnebitLamb over simulated ranks), and the fine-tuning loops zerotrain's runs
 are compared with. Plain torch: runs under Debian's 1.13
 and the bench venv's 2.x alike."""
 import json
+import math
 import os
 import struct
 
@@ -244,6 +245,17 @@ def rank_gradient(model, params, windows, first, r, per, seed):
     return [p.grad.detach().clone() for p in params], loss.item()
 
 
+def rank_gradients(model, params, windows, step, batch, ranks, seed):
+    """Every simulated rank's gradients at `step` (1-based) from the same weights, and their mean
+    loss: the global batch of `batch` samples dealt over `ranks` as zerotrain's sampler deals it."""
+    grads, losses = [], []
+    for r in range(ranks):
+        g, loss = rank_gradient(model, params, windows, (step - 1) * batch, r, batch // ranks, seed)
+        grads.append(g)
+        losses.append(loss)
+    return grads, sum(losses) / ranks
+
+
 def onebit_sign(x):
     """DeepSpeed's x.sign().add_(1).bool().float().add_(-0.5).mul_(2.0): +1 for x >= 0 (and NaN), else -1."""
     return x.sign().add_(1).bool().float().add_(-0.5).mul_(2.0)
@@ -251,7 +263,6 @@ def onebit_sign(x):
 
 def onebit_padded(n, ranks):
     """OnebitAdam's corrected_tensor_size: a multiple of ranks x lcm(ranks, 8)."""
-    import math
     unit = ranks * (ranks * 8 // math.gcd(ranks, 8))
     return (n + unit - 1) // unit * unit
 
@@ -364,15 +375,9 @@ def onebit_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, fre
     v = [torch.zeros_like(p) for p in params]
     errors = None
     losses = []
-    per = batch // ranks
     for step in range(1, steps + 1):
-        first = (step - 1) * batch
-        grads, step_losses = [], []
-        for r in range(ranks):
-            g, loss = rank_gradient(model, params, windows, first, r, per, seed)
-            grads.append(g)
-            step_losses.append(loss)
-        losses.append(sum(step_losses) / ranks)
+        grads, loss = rank_gradients(model, params, windows, step, batch, ranks, seed)
+        losses.append(loss)
         compressed = step >= max(3, freeze_step + 1)
 
         with torch.no_grad():
@@ -513,5 +518,114 @@ def zero_one_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, v
     with torch.no_grad():
         for p, w in zip(params, weights[0]):
             p.copy_(w)
+    state = {k: v for k, v in model.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    return losses, state
+
+
+def onebit_lamb_fine_tune(hf_dir, windows, steps, ranks, batch, lr, weight_decay, freeze_step, betas=(0.9, 0.999),
+                          eps=1e-8, max_coeff=10.0, min_coeff=0.01, coeff_beta=0.9, factor_max=4.0, factor_min=0.5,
+                          factor_threshold=0.1, max_norm=1.0, seed=42, mask=True, stale_tail=False):
+    """DeepSpeed 0.19.6's OnebitLamb (deepspeed/runtime/fp16/onebit/lamb.py) in fp32 on `ranks`
+    simulated ranks, each taking its slice of the global batch as zerotrain's sampler deals it, in
+    its order of operations. Step 1 only sets up. Until max(2, freeze_step) (the warm-up) the
+    gradients are averaged over the ranks and clipped, both moments updated, and each tensor steps
+    by lr times its trust ratio ||w|| / ||u|| (clamped to [min_coeff, max_coeff], 1 when either
+    norm is 0) times u = m / (sqrt(v) + eps) + wd w, without bias correction; every ratio but
+    exactly 1 feeds the running lamb_coeff_freeze (coeff_beta); at step freeze_step v is copied
+    as exp_avg_sq_fresh (never, for freeze_step <= 1: it stays 0). Past it v is frozen, and each
+    rank's own gradient, clipped by the ranks' mean norm, updates its momentum, scaled per tensor
+    by scaling_coeff (the mean over tensors of ||m|| / sqrt(numel) at the warm-up's end over the
+    tensor's own; 1 where the tensor's is 0, where DeepSpeed divides by zero); every tensor's
+    momentum, in the parameters' order, goes as one flat buffer (padded to onebit_padded) through
+    one compressed_allreduce (errors from zero), is unscaled, masked where v == 0 (zerotrain's
+    momentum mask, DeepSpeed's exp_avg_mask; mask=False leaves it, as DeepSpeed without one), and
+    the step is lr lamb_coeff_freeze factor (m / (sqrt(v) + eps) + wd w), factor the largest
+    (sqrt(v) + eps) / (sqrt(exp_avg_sq_fresh) + eps) (exp_avg_sq_fresh updated with the gradient
+    reconstructed from the momenta), mixed toward 1 by ||m / (sqrt(v) + eps)|| / ||u|| when wd > 0,
+    clamped to [factor_min, factor_max] and to within factor_threshold of the last factor. One rank
+    compresses nothing (the momentum still scaled and unscaled). stale_tail: DeepSpeed's flat
+    buffer keeps its padding from step to step, so the tail goes into the next all-reduce holding
+    the last result (zerotrain pads with zeros). Returns the mean loss of each step and the final
+    state dict."""
+    model = GPT2LMHeadModel.from_pretrained(hf_dir, torch_dtype=torch.float32).eval()
+    params = list(model.parameters())
+    n_par = len(params)
+    b1, b2 = betas
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    fresh = [torch.zeros_like(p) for p in params]
+    coeff_freeze, last_factor = [0.0] * n_par, [1.0] * n_par
+    sizes = [p.numel() for p in params]
+    total = sum(sizes)
+    padded = onebit_padded(total, ranks)
+    tail = torch.zeros(padded - total)
+    scaling, errors = None, None
+    losses = []
+    for step in range(1, steps + 1):
+        grads, loss = rank_gradients(model, params, windows, step, batch, ranks, seed)
+        losses.append(loss)
+        if step == 1:
+            continue
+        with torch.no_grad():
+            if step <= max(2, freeze_step):  # warm-up: Lamb on the averaged gradient
+                g = [sum(grads[r][i] for r in range(ranks)) / ranks for i in range(n_par)]
+                g = ds_clip([g] * ranks, max_norm)[0]
+                for i, p in enumerate(params):
+                    m[i].mul_(b1).add_(g[i], alpha=1 - b1)
+                    v[i].mul_(b2).addcmul_(g[i], g[i], value=1 - b2)
+                    if step == freeze_step:
+                        fresh[i] = v[i].clone()
+                    weight_norm = p.pow(2).sum().sqrt()
+                    update = m[i] / (v[i].sqrt() + eps)
+                    if weight_decay > 0:
+                        update += weight_decay * p
+                    update_norm = update.pow(2).sum().sqrt()
+                    coeff = 1.0
+                    if weight_norm != 0 and update_norm != 0:
+                        coeff = (weight_norm / update_norm).item()
+                        coeff = max_coeff if coeff > max_coeff else coeff  # DeepSpeed's order (NaN passes)
+                        coeff = min_coeff if coeff < min_coeff else coeff
+                    if coeff != 1.0:
+                        coeff_freeze[i] = coeff_beta * coeff_freeze[i] + (1 - coeff_beta) * coeff
+                    p.add_(-lr * coeff * update)
+                continue
+            local = ds_clip(grads, max_norm)
+            last = [x.clone() for x in m]
+            if scaling is None:
+                own = [(torch.linalg.vector_norm(x) / math.sqrt(x.numel())).item() for x in m]
+                united = sum(own) / len(own)
+                scaling = [united / o if o != 0 else 1.0 for o in own]
+                errors = [torch.zeros(padded) for _ in range(ranks)], [torch.zeros(padded // ranks) for _ in range(ranks)]
+            flats = []
+            for r in range(ranks):
+                ms = [m[i].mul(b1).add_(local[r][i], alpha=1 - b1).mul_(scaling[i]).flatten() for i in range(n_par)]
+                flats.append(torch.cat(ms + ([tail] if stale_tail else [])))
+            if ranks > 1:
+                out = compressed_allreduce(flats, *errors)
+                if stale_tail:
+                    tail = out[total:].clone()
+            else:
+                out = flats[0]
+            for i, (p, part) in enumerate(zip(params, out[:total].split(sizes))):
+                m[i] = part.reshape(p.shape).clone().div_(scaling[i])
+                if mask:
+                    m[i].mul_(v[i] != 0)
+                reconstructed = (m[i] - last[i] * b1) / (1 - b1)
+                fresh[i].mul_(b2).addcmul_(reconstructed, reconstructed, value=1 - b2)
+                denom = v[i].sqrt() + eps
+                update_prelim = m[i] / denom
+                update = update_prelim + weight_decay * p if weight_decay > 0 else update_prelim
+                update_norm = update.pow(2).sum().sqrt()
+                factor = (denom / (fresh[i].sqrt() + eps)).max().item()
+                if weight_decay > 0:
+                    ratio = min(1.0, (update_prelim.pow(2).sum().sqrt() / update_norm).item())
+                    factor = factor * ratio + (1.0 - ratio)
+                for bound, above in ((factor_max, True), (factor_min, False),
+                                     (last_factor[i] * (1.0 + factor_threshold), True),
+                                     (last_factor[i] * (1.0 - factor_threshold), False)):
+                    if (factor > bound) if above else (factor < bound):  # DeepSpeed's order (NaN passes)
+                        factor = bound
+                last_factor[i] = factor
+                p.add_(-lr * (coeff_freeze[i] * factor) * update)
     state = {k: v for k, v in model.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
     return losses, state

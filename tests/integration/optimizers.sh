@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lion, Adagrad, Lamb, Muon, Adafactor, OneBitAdam and ZeroOneAdam (issue 31) against their peers, with AdamW beside them as the control:
+# Lion, Adagrad, Lamb, Muon, Adafactor, OneBitAdam, ZeroOneAdam and OneBitLamb (issue 31) against their peers, with AdamW beside them as the control:
 # a GPT-2 written by transformers' save_pretrained, fine-tuned for 8 steps on one global batch
 # (the whole training set, so every step sees the same 8 windows) in fp32, with weight decay 0.1,
 # clipping at 1.0 and a constant learning rate. The peers train the same model on the same batch
@@ -256,10 +256,10 @@ for np in 1 2; do
   train "$name" $np "$(onebit_config $name)" $STEPS --learning_rate 1e-4 &&
     "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
 done
-resumed() {  # resumed NAME CONFIG SAVE STEPS NP: 2 ranks to step SAVE, saved there, resumed at NP ranks to STEPS
-  local name=$1 cfg=$2 save=$3 steps=$4 np=$5
-  train "$name" 2 "$cfg" "$save" --learning_rate 1e-4 --save_steps "$save" &&
-    train "$name" "$np" "$cfg" "$steps" --learning_rate 1e-4 --resume_from_checkpoint auto ||
+resumed() {  # resumed NAME CONFIG SAVE STEPS NP [LR]: 2 ranks to step SAVE, saved there, resumed at NP ranks to STEPS
+  local name=$1 cfg=$2 save=$3 steps=$4 np=$5 lr=${6:-1e-4}
+  train "$name" 2 "$cfg" "$save" --learning_rate "$lr" --save_steps "$save" &&
+    train "$name" "$np" "$cfg" "$steps" --learning_rate "$lr" --resume_from_checkpoint auto ||
     echo "exit code $?" >>"$WORK/$name.log"
   grep -q "resumed from" "$WORK/$name.log" || echo "exit code: no resume" >>"$WORK/$name.log"
 }
@@ -429,14 +429,116 @@ PY
 ) || fail "the ZeroOneAdam comparison did not run"
 tally "$results"
 
+# ---- OneBitLamb (DeepSpeed 0.19.6's block; stage 0 only) ----
+# Its peer is DeepSpeed 0.19.6's OnebitLamb over simulated ranks (optimizer_peers.onebit_lamb_fine_tune,
+# in DeepSpeed's order of operations, with zerotrain's momentum mask where exp_avg_sq is 0;
+# tests/bench/ds_onebit_peers.sh runs DeepSpeed's own code beside it), 12 steps at lr 1e-2 (Lamb's
+# row: its steps are lr x the trust ratio, a few hundredths here) with freeze_step 6: step 1 sets
+# up; 2-6 are Lamb without bias correction on the averaged gradient, each tensor's trust ratio
+# averaged into lamb_coeff_freeze, exp_avg_sq copied to exp_avg_sq_fresh at 6; 7-12 scale each
+# tensor's momentum, all-reduce them in 1 bit as one flat buffer, unscale them, and step by the
+# frozen ratio times the factor that follows exp_avg_sq_fresh. Tolerances as ZeroOneAdam's (5x the
+# peer's own spread over one and three threads against two), the losses to step 7 (the last not
+# moved by a compressed step) to 1e-5; the weights leave out the key bias and the position
+# embeddings past the block, which must move by the decay alone here (< 2e-5; 5e-6 measured) and
+# by more than 1e-2 in the peer without the mask (DeepSpeed as a user runs it: its signs' noise over
+# eps). Saved at step 6 (the warm-up's last) or 9 (compressing: each rank's errors come back from
+# its shard) and resumed at two ranks, the run equals the one that never stopped (DeepSpeed's own
+# load would zero lamb_coeff_freeze in the warm-up and the errors always); saved at 9 and resumed
+# at one rank, it trains on.
+LAMB_STEPS=12
+onebit_lamb_config() {  # onebit_lamb_config NAME -> path
+  config "$1" 0 OneBitLamb none ', "freeze_step": 6'
+}
+for np in 1 2; do
+  name=OneBitLamb_np$np
+  train "$name" $np "$(onebit_lamb_config $name)" $LAMB_STEPS --learning_rate 1e-2 &&
+    "$TO_FP32" "$WORK/$name" "$WORK/$name.export" >>"$WORK/$name.log" 2>&1 || echo "exit code $?" >>"$WORK/$name.log"
+done
+for save in 6 9; do
+  resumed OneBitLamb_resume$save "$(onebit_lamb_config OneBitLamb_resume$save)" $save $LAMB_STEPS 2 1e-2
+done
+# saved at two ranks while compressing, resumed at one
+resumed OneBitLamb_resume9_np1 "$(onebit_lamb_config OneBitLamb_resume9_np1)" 9 $LAMB_STEPS 1 1e-2
+results=$(PYTHONPATH=$PYLIB:$ZT_SOURCE_DIR/tests/integration /usr/bin/python3 - "$WORK" $T $LAMB_STEPS $WD <<'PY'
+import json, os, sys, torch
+from optimizer_peers import batch_windows, onebit_agreement, onebit_lamb_fine_tune, step_lines
+from transformers import GPT2LMHeadModel
+work, T, steps, wd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+windows = batch_windows(os.path.join(work, "batch.bin"), T)
+
+def losses_of(name):
+    return [l["loss"] for l in step_lines(work, name)]
+
+def peer(ranks, **semantics):
+    return onebit_lamb_fine_tune(os.path.join(work, "hf"), windows, steps, ranks, 8, 1e-2, wd, 6, **semantics)
+
+for ranks in (1, 2):
+    name = f"OneBitLamb_np{ranks}"
+    try:
+        ours = losses_of(name)  # first: a failed run says why here
+        exported = GPT2LMHeadModel.from_pretrained(os.path.join(work, name + ".export"), torch_dtype=torch.float32).state_dict()
+        # The peer's own spread over 1 and 3 threads against 2; steps 1-7 before any compressed step moved a weight.
+        ref, summary = onebit_agreement(ours, exported, lambda: peer(ranks), (1, 3), T, ranks == 1, early=7)
+        extra = ""
+        if ranks == 2:
+            # The position embeddings past the block never had a gradient, so their exp_avg_sq is
+            # 0: the mask keeps their momentum 0 (only the decay moves them), where DeepSpeed
+            # without an exp_avg_mask steps them by its signs' noise over eps.
+            start = GPT2LMHeadModel.from_pretrained(os.path.join(work, "hf"), torch_dtype=torch.float32).state_dict()
+            moved = lambda s: (s["transformer.wpe.weight"][T:] - start["transformer.wpe.weight"][T:]).abs().max().item()
+            unmasked = moved(peer(2, mask=False)[1])
+            assert moved(exported) < 2e-5 < 1e-2 < unmasked, \
+                f"unused positions moved by {moved(exported):.1e} (ours) and {unmasked:.1e} (DeepSpeed's, unmasked)"
+            extra = f"; unused positions moved {moved(exported):.1e} (DeepSpeed's unmasked {unmasked:.1e})"
+            # What crosses: the warm-up (2-6) all-reduces the fp32 gradient; the compressed steps
+            # (7-12) no gradient, only the momenta's 1-bit signs and a few scales.
+            c = {l["step"]: l["comm_bytes"] for l in step_lines(work, name)}
+            gradient = 4 * sum(p.numel() for p in GPT2LMHeadModel.from_pretrained(os.path.join(work, "hf")).parameters())
+            assert all(c[s]["all_reduce"] >= gradient for s in range(2, 7)), f"the warm-up's bytes {c}, the gradient's {gradient}"
+            warm = c[6]["all_reduce"]
+            for s in range(7, steps + 1):
+                assert c[s]["all_reduce"] == 0 and c[s]["all_to_all"] > 0, f"step {s}: {c[s]}"
+                assert 10 * (c[s]["all_to_all"] + c[s]["all_gather"]) < warm, f"step {s}: {c[s]}, warm-up {warm}"
+            extra += f"; bytes a step {warm} (warm-up) -> {c[steps]['all_to_all'] + c[steps]['all_gather']} (compressed)"
+        print(f"ok: {name} against DeepSpeed's OnebitLamb at {ranks} rank(s): {summary}{extra}")
+    except Exception as e:
+        print(f"FAILED: {name}: {e}")
+whole = None
+try:
+    whole = losses_of("OneBitLamb_np2")
+except Exception as e:
+    print(f"FAILED: OneBitLamb_np2's losses: {e}")
+for save, what in ((6, "the warm-up's last, lamb_coeff_freeze restored"),
+                   (9, "compressing, each rank's errors and the factors restored")):
+    try:
+        resumed = losses_of(f"OneBitLamb_resume{save}")
+        assert len(resumed) == steps, f"{len(resumed)} step lines, wanted {steps}"
+        assert all(abs(a - b) <= 1e-7 * b for a, b in zip(resumed, whole)), f"resumed {resumed} vs {whole}"
+        print(f"ok: OneBitLamb saved at step {save} ({what}) and resumed at 2 ranks: the same {steps} losses as "
+              "the run that never stopped")
+    except Exception as e:
+        print(f"FAILED: OneBitLamb_resume{save}: {e}")
+try:  # ... and at one rank, where the errors mean nothing: resumed all the same, and learning
+    resumed = losses_of("OneBitLamb_resume9_np1")
+    assert len(resumed) == steps and resumed[:9] == whole[:9], f"resumed {resumed} vs {whole}"
+    assert all(x < resumed[0] for x in resumed[9:]), f"resumed {resumed}"
+    print(f"ok: OneBitLamb saved at step 9 at 2 ranks and resumed at 1: trains on ({resumed[-1]:.4f})")
+except Exception as e:
+    print(f"FAILED: OneBitLamb_resume9_np1: {e}")
+PY
+) || fail "the OneBitLamb comparison did not run"
+tally "$results"
+
 # ---- fp16 (loss scaling) trains with each; the reported model states ----
-# (OneBitAdam and ZeroOneAdam at stage 0, the only one they run at, with freeze_step 4 and
-# var_freeze_step 4: their compressed and local steps too; and in bf16 besides.)
+# (OneBitAdam, ZeroOneAdam and OneBitLamb at stage 0, the only one they run at, with freeze_step 4
+# and var_freeze_step 4: their compressed and local steps too; and in bf16 besides. OneBitLamb's
+# fp16 is dynamic loss scaling, the only scaling it takes.)
 for entry in "${OPTIMIZERS[@]}" "- Muon 0.02" "- Adafactor 1e-2" "- OneBitAdam 1e-4" "bf16 OneBitAdam 1e-4" \
-  "- ZeroOneAdam 1e-4" "bf16 ZeroOneAdam 1e-4"; do
+  "- ZeroOneAdam 1e-4" "bf16 ZeroOneAdam 1e-4" "- OneBitLamb 1e-2" "bf16 OneBitLamb 1e-2"; do
   read -r optim type lr <<<"$entry"
   stage=2 params="" dtype=fp16
-  [[ $type == OneBitAdam ]] && stage=0 params=', "freeze_step": 4'
+  [[ $type == OneBitAdam || $type == OneBitLamb ]] && stage=0 params=', "freeze_step": 4'
   [[ $type == ZeroOneAdam ]] && stage=0 \
     params=', "var_freeze_step": 4, "var_update_scaler": 2, "local_step_scaler": 1, "local_step_clipper": 2'
   [[ $optim == bf16 ]] && dtype=bf16
@@ -455,7 +557,8 @@ states = start["model_state_bytes"]
 moments = states["exp_avg"] + states["exp_avg_sq"]
 # ZeRO-2 at 2 ranks: the master and the moments are this rank's half; Adam's and Lamb's moments
 # are twice the master weights (OneBitAdam's at stage 0 too, where every rank holds everything),
-# Lion's and Adagrad's equal to them.
+# Lion's and Adagrad's equal to them. OneBitLamb keeps a third fp32 field, exp_avg_sq_fresh, which
+# the engine counts under exp_avg_sq (src/zero/optimizer_partition.cpp): three times the master.
 # Muon's exp_avg is as large as the master weights; its exp_avg_sq holds only the tensors its
 # AdamW steps (the embeddings, norms and biases), not the hidden matrices.
 # Adafactor (torch's, DeepSpeed's block) keeps no exp_avg, and for its matrices only a row and a
@@ -466,7 +569,7 @@ if sys.argv[2] == "Muon":
 elif sys.argv[2] == "Adafactor":
     assert states["exp_avg"] == 0 and 0 < states["exp_avg_sq"] < 0.1 * states["master"], states
 else:
-    want = 2 if sys.argv[2] in ("AdamW", "Lamb", "OneBitAdam", "ZeroOneAdam") else 1
+    want = 3 if sys.argv[2] == "OneBitLamb" else 2 if sys.argv[2] in ("AdamW", "Lamb", "OneBitAdam", "ZeroOneAdam") else 1
     assert abs(moments - want * states["master"]) <= 0.01 * states["master"], states
     assert (states["exp_avg"] == 0) == (sys.argv[2] == "Adagrad") and (states["exp_avg_sq"] == 0) == (sys.argv[2] == "Lion"), states
 PY

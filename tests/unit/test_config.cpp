@@ -79,8 +79,8 @@ TEST(DsConfig, WrongTypesAndRanges) {
 TEST(DsConfig, UnimplementedDeepSpeedKeysSaySo) {
   std::string e = error_of(R"({"flops_profiler": {"enabled": true}})");
   EXPECT_NE(e.find("ds.json: flops_profiler.enabled: true is not implemented: "), std::string::npos) << e;
-  e = error_of(R"({"optimizer": {"type": "OneBitLamb"}})");
-  EXPECT_NE(e.find("'OneBitLamb' is not implemented"), std::string::npos) << e;
+  e = error_of(R"({"optimizer": {"type": "MuAdam"}})");
+  EXPECT_NE(e.find("'MuAdam' is not implemented"), std::string::npos) << e;
   e = error_of(R"({"optimizer": {"type": "AdamX"}})");
   EXPECT_NE(e.find("unknown optimizer 'AdamX'"), std::string::npos) << e;
   e = error_of(R"({"scheduler": {"type": "WarmupCosine"}})");
@@ -1019,6 +1019,68 @@ TEST(ZeroOneAdamConfig, DeepSpeedsBlock) {
             std::string::npos);
   EXPECT_NE(error_of(R"({"optimizer": {"type": "ZeroOneAdam", "params": {"freeze_step": 10}}})")
                 .find("optimizer.params.freeze_step"), std::string::npos);  // OnebitAdam's key
+}
+
+// DeepSpeed 0.19.6's OneBitLamb block: OnebitLamb's keyword arguments (its defaults), the 1-bit
+// optimizers' shared keys, and what DeepSpeed refuses: ZeRO, and (for Lamb too) fp16 with a
+// static loss scale.
+TEST(OneBitLambConfig, DeepSpeedsBlock) {
+  const OptimizerConfig o = parse(R"({"optimizer": {"type": "OneBitLamb", "params": {"lr": 2e-4,
+      "freeze_step": 23, "betas": [0.8, 0.99], "eps": 1e-7, "weight_decay": 0.01, "max_coeff": 0.3,
+      "min_coeff": 0.02, "coeff_beta": 0.8, "factor_max": 3.0, "factor_min": 0.6, "factor_threshold": 0.2,
+      "bias_correction": true, "eps_inside_sqrt": true, "cuda_aware": false, "comm_backend_name": "nccl"}}})")
+                                  .optimizer;
+  EXPECT_EQ(o.type, OptimizerConfig::Type::kOneBitLamb);
+  EXPECT_STREQ(optimizer_name(o.type), "OneBitLamb");
+  EXPECT_TRUE(o.onebit());
+  EXPECT_TRUE(o.has_exp_avg_sq_fresh());
+  EXPECT_EQ(o.freeze_step, 23);
+  EXPECT_DOUBLE_EQ(o.max_coeff, 0.3);
+  EXPECT_DOUBLE_EQ(o.min_coeff, 0.02);
+  EXPECT_DOUBLE_EQ(o.coeff_beta, 0.8);
+  EXPECT_DOUBLE_EQ(o.factor_max, 3.0);
+  EXPECT_DOUBLE_EQ(o.factor_min, 0.6);
+  EXPECT_DOUBLE_EQ(o.factor_threshold, 0.2);
+  EXPECT_FALSE(o.bias_correction);
+  EXPECT_FALSE(o.eps_inside_sqrt);  // taken and never read
+  // lamb.py's defaults.
+  const OptimizerConfig d = parse(R"({"optimizer": {"type": "onebitlamb"}})").optimizer;
+  EXPECT_EQ(d.freeze_step, 100000);
+  EXPECT_DOUBLE_EQ(d.max_coeff, 10.0);
+  EXPECT_DOUBLE_EQ(d.min_coeff, 0.01);
+  EXPECT_DOUBLE_EQ(d.coeff_beta, 0.9);
+  EXPECT_DOUBLE_EQ(d.factor_max, 4.0);
+  EXPECT_DOUBLE_EQ(d.factor_min, 0.5);
+  EXPECT_DOUBLE_EQ(d.factor_threshold, 0.1);
+  EXPECT_NE(error_of(R"({"optimizer": {"type": "OneBitLamb"}, "zero_optimization": {"stage": 3}})")
+                .find("zero_optimization.stage: 3 with optimizer OneBitLamb: 1-bit Lamb is not compatible with ZeRO"),
+            std::string::npos);
+  for (const char* type : {"OneBitLamb", "Lamb"}) {
+    EXPECT_NE(error_of(cat(R"({"optimizer": {"type": ")", type,
+                           R"("}, "fp16": {"enabled": true, "loss_scale": 128}, "zero_optimization": {"stage": 0}})"))
+                  .find(cat("fp16.loss_scale: 128 (static) with optimizer ", type, ": DeepSpeed's ", type,
+                            " requires dynamic loss scaling")),
+              std::string::npos)
+        << type;
+    EXPECT_EQ(parse(cat(R"({"optimizer": {"type": ")", type,
+                        R"("}, "fp16": {"enabled": true}, "zero_optimization": {"stage": 0}})"))
+                  .optimizer.type,
+              type == std::string("Lamb") ? OptimizerConfig::Type::kLamb : OptimizerConfig::Type::kOneBitLamb);
+  }
+  const std::vector<std::pair<const char*, const char*>> bad = {
+      {R"("coeff_beta": 1.0)", "optimizer.params.coeff_beta: must be below 1"},
+      {R"("coeff_beta": -0.1)", "optimizer.params.coeff_beta"},
+      {R"("factor_min": 5.0)", "optimizer.params.factor_min: 5 is above factor_max (4)"},
+      {R"("factor_threshold": -0.1)", "optimizer.params.factor_threshold"},
+      {R"("min_coeff": 20.0)", "optimizer.params.min_coeff: 20 is above max_coeff (10)"},
+      {R"("freeze_step": -1)", "optimizer.params.freeze_step"},
+      {R"("amsgrad": true)", "optimizer.params.amsgrad: true is not implemented: OnebitLamb raises for it"},
+      {R"("var_freeze_step": 5)", "optimizer.params.var_freeze_step"},  // ZeroOneAdam's key
+  };
+  for (const auto& [params, want] : bad) {
+    const std::string e = error_of(cat(R"({"optimizer": {"type": "OneBitLamb", "params": {)", params, "}}}"));
+    EXPECT_NE(e.find(want), std::string::npos) << params << ": " << e;
+  }
 }
 
 // zoadam.py's counters, kept step by step as it keeps them, against the closed forms the engine

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "config/ds_config.h"
 #include "core/error.h"
+#include "optim/onebit_lamb.h"
 #include "optim/optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_scheduler.h"
@@ -284,6 +285,169 @@ TEST_P(LambKernels, MatchFusedLambsFormula) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, LambKernels, ::testing::Values(DType::kF32, DType::kBF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// DeepSpeed 0.19.6's OnebitLamb on one rank (nothing compressed), written out in double over two
+// tensors, against the CPU kernels and optim/onebit_lamb.h as the engine strings them together:
+// step 1 sets up, 2 and 3 are Lamb's warm-up (freeze_step 3: exp_avg_sq_fresh copied at 3), and
+// 4 to 8 step with the frozen ratio's average times the factor. The second tensor's first 7
+// elements never have a gradient: their momentum is masked (exp_avg_sq 0), only decay moves them.
+TEST(OneBitLamb, MatchesDeepSpeedsFormulasOnOneRank) {
+  auto backend = make_cpu_backend();
+  OptimizerConfig cfg;
+  cfg.type = OptimizerConfig::Type::kOneBitLamb;
+  cfg.bias_correction = false;
+  cfg.lr = 1e-2;
+  cfg.beta1 = 0.8;
+  cfg.beta2 = 0.95;
+  cfg.eps = 1e-6;
+  cfg.weight_decay = 0.1;
+  cfg.freeze_step = 3;
+  cfg.coeff_beta = 0.5;
+  cfg.factor_threshold = 0.05;  // acts: the factor would move further than 5% a step
+  Optimizer opt(cfg);
+  const std::vector<std::pair<size_t, size_t>> tensors{{0, 301}, {301, 508}};
+  const size_t n = 508;
+  std::vector<float> master(n), m(n, 0), v(n, 0), fresh(n, 0), grad(n), x(n);
+  std::vector<double> w(n), rm(n, 0), rv(n, 0), rf(n, 0);
+  for (size_t i = 0; i < n; ++i) w[i] = master[i] = float(0.05 * std::sin(0.37 * double(i)) + 0.01);
+  std::vector<OneBitLambTensor> ours(2);
+  std::vector<double> cf(2, 0.0), last(2, 1.0), sc(2, 0.0);
+  int thresholded = 0;  // compressed steps whose factor the threshold held back
+  const auto gradient = [](int step, size_t i) {
+    return i >= 301 && i < 308 ? 0.0f : float(0.02 * std::cos(0.11 * double(i) * (step + 1)) + 0.003 * step);
+  };
+  for (int t = 1; t <= 8; ++t) {
+    for (size_t i = 0; i < n; ++i) grad[i] = gradient(t, i);
+    const OptimizerStepArgs args = opt.begin_step(cfg.lr, cfg.beta1, cfg.beta2, 1.0);
+    ASSERT_EQ(onebit_compressed(cfg, t), t >= 4) << t;
+    if (t == 1) continue;
+    const bool warm = t <= 3;
+    // The reference.
+    if (!warm && sc[0] == 0) {
+      double united = 0;
+      std::vector<double> rms(2);
+      for (size_t k = 0; k < 2; ++k) {
+        double s2 = 0;
+        for (size_t i = tensors[k].first; i < tensors[k].second; ++i) s2 += rm[i] * rm[i];
+        rms[k] = std::sqrt(s2 / double(tensors[k].second - tensors[k].first));
+        united += rms[k] / 2;
+      }
+      for (size_t k = 0; k < 2; ++k) sc[k] = united / rms[k];
+    }
+    for (size_t k = 0; k < 2; ++k) {
+      const auto [lo, hi] = tensors[k];
+      std::vector<double> u(hi - lo), pre(hi - lo);
+      double w2 = 0, u2 = 0, p2 = 0, worst = 0;
+      for (size_t i = lo; i < hi; ++i) {
+        const double g = grad[i];
+        if (warm) {
+          rm[i] = cfg.beta1 * rm[i] + (1 - cfg.beta1) * g;
+          rv[i] = cfg.beta2 * rv[i] + (1 - cfg.beta2) * g * g;
+          if (t == 3) rf[i] = rv[i];
+        } else {
+          const double mi = rv[i] == 0 ? 0.0 : cfg.beta1 * rm[i] + (1 - cfg.beta1) * g;
+          const double r = (mi - cfg.beta1 * rm[i]) / (1 - cfg.beta1);
+          rf[i] = cfg.beta2 * rf[i] + (1 - cfg.beta2) * r * r;
+          rm[i] = mi;
+        }
+        const double d = std::sqrt(rv[i]) + cfg.eps;
+        pre[i - lo] = rm[i] / d;
+        u[i - lo] = pre[i - lo] + cfg.weight_decay * w[i];
+        w2 += w[i] * w[i];
+        u2 += u[i - lo] * u[i - lo];
+        p2 += pre[i - lo] * pre[i - lo];
+        worst = std::max(worst, d / (std::sqrt(rf[i]) + cfg.eps));
+      }
+      double coeff = 0;
+      if (warm) {
+        coeff = std::clamp(std::sqrt(w2) / std::sqrt(u2), cfg.min_coeff, cfg.max_coeff);
+        cf[k] = cfg.coeff_beta * cf[k] + (1 - cfg.coeff_beta) * coeff;
+      } else {
+        const double ratio = std::min(1.0, std::sqrt(p2) / std::sqrt(u2));
+        double f = std::clamp(worst * ratio + (1 - ratio), cfg.factor_min, cfg.factor_max);
+        const double held = std::clamp(f, last[k] * (1 - cfg.factor_threshold), last[k] * (1 + cfg.factor_threshold));
+        thresholded += held != f;
+        last[k] = f = held;
+        coeff = cf[k] * f;
+      }
+      for (size_t i = lo; i < hi; ++i) w[i] -= cfg.lr * coeff * u[i - lo];
+    }
+    // Ours.
+    OptimizerOps& ops = backend->optimizer_ops();
+    std::vector<float> coeffs(2);
+    if (warm) {
+      for (size_t k = 0; k < 2; ++k) {
+        const auto [lo, hi] = tensors[k];
+        double sums[2] = {0, 0};
+        ops.lamb_moments(args, master.data() + lo, m.data() + lo, v.data() + lo, grad.data() + lo, DType::kF32,
+                         hi - lo, sums);
+        coeffs[k] = float(lamb_trust_ratio(cfg, sums[0], sums[1]));
+        onebit_lamb_observe(cfg, coeffs[k], ours[k]);
+      }
+      if (t == cfg.freeze_step) fresh = v;
+    } else {
+      if (ours[0].scaling == 0) {
+        std::vector<double> sq(2, 0.0);
+        for (size_t k = 0; k < 2; ++k) {
+          ops.sum_squares(m.data() + tensors[k].first, DType::kF32, tensors[k].second - tensors[k].first, &sq[k]);
+        }
+        onebit_lamb_set_scaling(sq, {301, 207}, ours);
+        EXPECT_NEAR(ours[0].scaling, sc[0], 1e-5 * sc[0]);
+        EXPECT_NEAR(ours[1].scaling, sc[1], 1e-5 * sc[1]);
+      }
+      for (size_t k = 0; k < 2; ++k) {
+        const auto [lo, hi] = tensors[k];
+        const float scale = float(ours[k].scaling);
+        ops.onebit_lamb_momentum(args, scale, m.data() + lo, grad.data() + lo, DType::kF32, x.data() + lo, hi - lo);
+        double sums[3] = {0, 0, 0};
+        ops.onebit_lamb_stats(args, scale, master.data() + lo, m.data() + lo, v.data() + lo, fresh.data() + lo,
+                              x.data() + lo, hi - lo, sums);
+        coeffs[k] = float(onebit_lamb_coefficient(cfg, sums[0], sums[1], sums[2], ours[k]));
+        EXPECT_NEAR(ours[k].last_factor, last[k], 1e-5) << "step " << t << " tensor " << k;
+      }
+    }
+    for (size_t k = 0; k < 2; ++k) {
+      const auto [lo, hi] = tensors[k];
+      ops.lamb_apply(args, coeffs[k], master.data() + lo, m.data() + lo, v.data() + lo, master.data() + lo,
+                     DType::kF32, hi - lo);
+      EXPECT_NEAR(ours[k].coeff_freeze, cf[k], 1e-6 * cf[k]) << "step " << t << " tensor " << k;
+    }
+  }
+  EXPECT_GT(thresholded, 0) << "factor_threshold never acted";
+  EXPECT_LT(thresholded, 10) << "factor_threshold always acted: the factor itself is untested";
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(master[i], w[i], 2e-6 * std::max(1.0, std::fabs(w[i]))) << "element " << i;
+  for (size_t i = 301; i < 308; ++i) EXPECT_EQ(m[i], 0.0f) << "masked element " << i;
+}
+
+// Lamb's ratio is 1 where either norm is 0; such a ratio (and exactly 1) leaves the average
+// alone, as DeepSpeed skips it; a momentum of zero RMS gets scaling 1, not DeepSpeed's inf.
+TEST(OneBitLamb, ScalarsEdgeCases) {
+  OptimizerConfig cfg;
+  cfg.type = OptimizerConfig::Type::kOneBitLamb;
+  EXPECT_EQ(lamb_trust_ratio(cfg, 0.0, 4.0), 1.0);
+  EXPECT_EQ(lamb_trust_ratio(cfg, 4.0, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(lamb_trust_ratio(cfg, 4.0, 1.0), 2.0);
+  EXPECT_DOUBLE_EQ(lamb_trust_ratio(cfg, 1e6, 1.0), cfg.max_coeff);
+  OneBitLambTensor k;
+  onebit_lamb_observe(cfg, 1.0, k);
+  EXPECT_EQ(k.coeff_freeze, 0.0);
+  onebit_lamb_observe(cfg, 2.0, k);
+  EXPECT_DOUBLE_EQ(k.coeff_freeze, 0.2);  // (1 - 0.9) x 2
+  std::vector<OneBitLambTensor> ts(3);
+  onebit_lamb_set_scaling({4.0, 0.0, 64.0}, {4, 9, 4}, ts);  // RMS 1, 0, 4: united 5/3
+  EXPECT_DOUBLE_EQ(ts[0].scaling, 5.0 / 3.0);
+  EXPECT_EQ(ts[1].scaling, 1.0);
+  EXPECT_DOUBLE_EQ(ts[2].scaling, 5.0 / 12.0);
+  // The factor: mixed by the prelim's share of the update, clamped, then kept within 10% of the
+  // last; 0/0 (no update at all) counts as a share of 1.
+  OneBitLambTensor f{2.0, 1.0, 1.0};
+  cfg.weight_decay = 0.1;
+  EXPECT_DOUBLE_EQ(onebit_lamb_coefficient(cfg, 4.0, 1.0, 3.0, f), 2.0 * 1.1);  // 3 x 0.5 + 0.5 = 2 -> 1.1
+  EXPECT_DOUBLE_EQ(f.last_factor, 1.1);
+  EXPECT_DOUBLE_EQ(onebit_lamb_coefficient(cfg, 0.0, 0.0, 1.05, f), 2.0 * 1.05);
+  cfg.factor_threshold = 1.0;
+  EXPECT_DOUBLE_EQ(onebit_lamb_coefficient(cfg, 1.0, 1.0, 0.1, f), 2.0 * cfg.factor_min);
+}
 
 TEST(ElementwiseRules, ArgsCarryTheRule) {
   OptimizerConfig cfg;

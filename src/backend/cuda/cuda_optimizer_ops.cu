@@ -377,6 +377,61 @@ __global__ void onebit_apply_kernel(float step, float wd, float eps, float* mast
   }
 }
 
+// 1-bit Lamb past its warm-up: the momentum (as onebit_momentum_sums_kernel's) times the
+// tensor's scaling coefficient, into the packed buffer the all-reduce compresses.
+template <typename G>
+__global__ void onebit_lamb_momentum_kernel(float b1, float one_minus_b1, float grad_scale, float scale,
+                                            const float* m, const G* grad, float* x, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    x[i] = fmaf(b1, m[i], one_minus_b1 * (load_float(grad, i) * grad_scale)) * scale;
+  }
+}
+
+__global__ void onebit_decompress_kernel(SignBlocks in, float* out, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const size_t q = i / in.chunk, j = i % in.chunk;
+    const float s = in.scales[q * in.scale_stride];
+    out[i] = (in.words[q * in.block_words + in.word0 + j / 32] >> (j % 32)) & 1u ? s : -s;
+  }
+}
+
+// After the all-reduce (OptimizerOps::onebit_lamb_stats): sum(u^2) and sum(p^2) in double per
+// thread, per block, one atomicAdd each per block; the ratio's maximum per block, then one
+// atomicMax on the double's bits (for values >= 0 their order as integers is the numbers').
+__global__ void onebit_lamb_stats_kernel(float b1, float b2, float one_minus_b1, float one_minus_b2, float wd,
+                                         float eps, float scale, const float* master, float* m, const float* v,
+                                         float* f, const float* x, size_t n, double* sums) {
+  __shared__ double shared[kWarp];
+  __shared__ float shared_max[kWarp];
+  double u2 = 0, p2 = 0;
+  float worst = 0;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float mi = v[i] == 0 ? 0.0f : x[i] / scale;
+    const float r = (mi - m[i] * b1) / one_minus_b1;
+    const float fi = f[i] * b2 + one_minus_b2 * r * r;
+    const float d = sqrtf(v[i]) + eps;
+    const float p = mi / d;
+    const float u = p + wd * master[i];
+    m[i] = mi;
+    f[i] = fi;
+    u2 += double(u) * u;
+    p2 += double(p) * p;
+    worst = fmaxf(worst, d / (sqrtf(fi) + eps));
+  }
+  u2 = block_sum(u2, shared);
+  p2 = block_sum(p2, shared);
+  worst = block_max(worst, shared_max);
+  if (threadIdx.x == 0) {
+    atomicAdd(sums, u2);
+    atomicAdd(sums + 1, p2);
+    atomicMax(reinterpret_cast<unsigned long long*>(sums + 2),
+              static_cast<unsigned long long>(__double_as_longlong(double(worst))));
+  }
+}
+
 // 0/1 Adam's passes (OptimizerOps::zero_one_pass), one kernel per pass.
 struct ZeroOneScalars {
   float b1, one_minus_b1, wd, eps, step, scale, lrs;
@@ -780,6 +835,34 @@ class CudaOptimizerOps final : public OptimizerOps {
           static_cast<void*>(param) != static_cast<void*>(master), n);
       ZT_CUDA_CHECK_LAUNCH("onebit_apply_kernel");
     });
+  }
+
+  void onebit_lamb_momentum(const OptimizerStepArgs& a, float scale, const float* m, const void* grad,
+                            DType grad_dtype, float* x, size_t n) override {
+    if (n == 0) return;
+    with_storage_type(grad_dtype, [&](auto* g) {
+      using G = std::remove_pointer_t<decltype(g)>;
+      constexpr int kThreads = 256;
+      onebit_lamb_momentum_kernel<G><<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
+          a.beta1, 1 - a.beta1, a.grad_scale, scale, m, static_cast<const G*>(grad), x, n);
+      ZT_CUDA_CHECK_LAUNCH("onebit_lamb_momentum_kernel");
+    });
+  }
+
+  void onebit_decompress(const SignBlocks& in, float* out, size_t n) override {
+    if (n == 0) return;
+    constexpr int kThreads = 256;
+    onebit_decompress_kernel<<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(in, out, n);
+    ZT_CUDA_CHECK_LAUNCH("onebit_decompress_kernel");
+  }
+
+  void onebit_lamb_stats(const OptimizerStepArgs& a, float scale, const float* master, float* m, const float* v,
+                         float* f, const float* x, size_t n, double* sums) override {
+    if (n == 0) return;
+    constexpr int kThreads = 512;
+    onebit_lamb_stats_kernel<<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
+        a.beta1, a.beta2, 1 - a.beta1, 1 - a.beta2, a.weight_decay, a.eps, scale, master, m, v, f, x, n, sums);
+    ZT_CUDA_CHECK_LAUNCH("onebit_lamb_stats_kernel");
   }
 
   void zero_one_pass(const ZeroOneArgs& z, const OptimizerStepArgs& a, float* master, float* m, const float* v,

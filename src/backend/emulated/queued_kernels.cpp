@@ -297,6 +297,22 @@ class QueuedOptimizerOps final : public OptimizerOps {
     q_.enqueue_compute("onebit_apply", std::move(a),
                        [=, this] { k_.onebit_apply(args, master, m, v, in_blocks, param, pt, n); });
   }
+  void onebit_lamb_momentum(const OptimizerStepArgs& args, float scale, const float* m, const void* grad, DType gt,
+                            float* x, size_t n) override {
+    q_.enqueue_compute("onebit_lamb_momentum", {in(m, n), in_raw(grad, gt, n), out(x, n)},
+                       [=, this] { k_.onebit_lamb_momentum(args, scale, m, grad, gt, x, n); });
+  }
+  void onebit_decompress(const SignBlocks& in_blocks, float* x, size_t n) override {
+    std::vector<Access> a{out(x, n)};
+    add_blocks(a, in_blocks, false);
+    q_.enqueue_compute("onebit_decompress", std::move(a), [=, this] { k_.onebit_decompress(in_blocks, x, n); });
+  }
+  void onebit_lamb_stats(const OptimizerStepArgs& args, float scale, const float* master, float* m, const float* v,
+                         float* f, const float* x, size_t n, double* sums) override {
+    q_.enqueue_compute("onebit_lamb_stats",
+                       {in(master, n), out(m, n), in(v, n), out(f, n), in(x, n), out(sums, 3)},
+                       [=, this] { k_.onebit_lamb_stats(args, scale, master, m, v, f, x, n, sums); });
+  }
   void zero_one_pass(const ZeroOneArgs& z, const OptimizerStepArgs& args, float* master, float* m, const float* v,
                      float* u, const void* grad, DType gt, const SignBlocks& in_blocks, void* param, DType pt,
                      size_t n) override {
