@@ -4,7 +4,7 @@
 // Generates from an HF model folder (config.json and safetensors, sharded or not: GPT-2, Llama,
 // Mistral, Qwen2, or zero_to_fp32's export) with a KV cache: the prompt runs once, then one token
 // per step. Text goes in and comes out through the folder's tokenizer.json (or --tokenizer);
-// --input_ids and --output_ids skip it. Sampling defaults come from generation_config.json as in
+// --input_ids and --output_ids skip it (and --input_ids alone prints ids where there is none). Sampling defaults come from generation_config.json as in
 // HF generate, and flags override them. The continuation goes to stdout; speeds to stderr.
 #include <boost/program_options.hpp>
 #include <charconv>
@@ -112,9 +112,16 @@ int run(int argc, char** argv) {
   ZT_USAGE_CHECK(a.sampling.top_p > 0 && a.sampling.top_p <= 1, "--top_p must be in (0, 1]");
   ZT_USAGE_CHECK(a.sampling.top_k >= 0, "--top_k must be >= 0");
 
-  // The prompt's ids; the tokenizer is needed for text in or out.
+  // The prompt's ids; the tokenizer is needed for text in or out. Ids in need none: where the
+  // model folder has no tokenizer.json (and --tokenizer names none), ids come out too.
+  const bool no_tokenizer =
+      a.tokenizer.empty() && !std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json");
+  const bool print_ids = a.output_ids || (!a.input_ids.empty() && no_tokenizer);
+  if (print_ids && !a.output_ids) {
+    zt::log_info(a.model, ": no tokenizer.json, so the generated token ids are printed (as with --output_ids)");
+  }
   std::unique_ptr<zt::Tokenizer> tokenizer;
-  if (a.input_ids.empty() || !a.output_ids) tokenizer = zt::load_tokenizer(a.tokenizer.empty() ? a.model : a.tokenizer);
+  if (a.input_ids.empty() || !print_ids) tokenizer = zt::load_tokenizer(a.tokenizer.empty() ? a.model : a.tokenizer);
   std::vector<int32_t> prompt;
   if (!a.input_ids.empty()) {
     prompt = parse_ids(a.input_ids);
@@ -164,7 +171,7 @@ int run(int argc, char** argv) {
   }
   const double decode_s = decode_clock.seconds();
 
-  if (a.output_ids) {
+  if (print_ids) {
     for (size_t i = 0; i < generated.size(); ++i) std::cout << (i ? " " : "") << generated[i];
     std::cout << "\n";
   } else {

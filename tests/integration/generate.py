@@ -11,9 +11,12 @@ GPT2LMHeadModel, each with a byte-level BPE tokenizer trained here by the `token
   - greedy from text: our printed text equals HF's decode of its generate on the same prompt;
   - sampled: a seed repeats a run exactly, another seed gives another sequence, and top_k 1
     sampling is greedy.
+  - ids in, ids out from a copy of the folder without its tokenizer: the greedy ids again
+    (--input_ids needs no tokenizer, and without one prints ids).
 Exit 1 on the first difference, naming it.
 """
 import os
+import shutil
 import subprocess
 import sys
 
@@ -94,6 +97,12 @@ for name, config in configs.items():
     top1 = ours("--model_name_or_path", folder, "--input_ids", "5 6 7", "--max_new_tokens", "24", "--output_ids",
                 "--do_sample", "--top_k", "1", "--seed", "3")
     checks["top_k 1 is greedy"] = (top1, " ".join(map(str, hf_greedy([5, 6, 7])[:24])))
+    # Ids in need no tokenizer: without tokenizer.json in the folder, ids come out (issue 32).
+    bare = folder + "_no_tokenizer"
+    shutil.copytree(folder, bare, ignore=shutil.ignore_patterns("tokenizer*.json"), dirs_exist_ok=True)
+    checks["ids without a tokenizer"] = (
+        [int(x) for x in ours("--model_name_or_path", bare, "--input_ids", " ".join(map(str, prompt_ids)),
+                              "--max_new_tokens", "32").split()], want)
     for what, (x, y) in checks.items():
         if x != y:
             failures += 1
