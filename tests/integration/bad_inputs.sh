@@ -39,7 +39,7 @@ for case in "$CORPUS"/*.case; do
   case $tool in
     zerotrain) cmd=("$ZEROTRAIN" --disable_tqdm "${args[@]}"); prefix=zerotrain ;;
     zerotrain_mpi) cmd=(mpirun -np 2 --oversubscribe "$ZEROTRAIN" --disable_tqdm "${args[@]}"); prefix=zerotrain ;;
-    zero_to_fp32 | zero_estimate | zero_prepare_data | zero_generate) cmd=("$ZT_BIN_DIR/tools/$tool" "${args[@]}"); prefix=$tool ;;
+    zero_to_fp32 | zero_estimate | zero_prepare_data | zero_generate | zero_aio_tune) cmd=("$ZT_BIN_DIR/tools/$tool" "${args[@]}"); prefix=$tool ;;
     *) fail "$name: unknown tool '$tool'"; continue ;;
   esac
   # The setup and the program in one shell, so that a setup's ulimit applies to the program.

@@ -103,7 +103,7 @@ else
   fail "jobs/quickstart.sh on the bare root after install_deps.sh"; finish; exit 1
 fi
 
-programs=(zerotrain zero_prepare_data zero_to_fp32 zero_estimate zero_tokenize zero_generate)
+programs=(zerotrain zero_prepare_data zero_to_fp32 zero_estimate zero_tokenize zero_generate zero_aio_tune)
 # check_programs ROOT PATH...: each program answers --help (listing --version) and --version
 # (its name, then the build, naming this commit); prints what did not.
 check_programs() {

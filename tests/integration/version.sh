@@ -23,7 +23,7 @@ else
   nccl_re="^nccl: not built$"
 fi
 
-for path in "$ZT_BIN_DIR/src/zerotrain" "$ZT_BIN_DIR"/tools/zero_{prepare_data,to_fp32,estimate,tokenize,generate}; do
+for path in "$ZT_BIN_DIR/src/zerotrain" "$ZT_BIN_DIR"/tools/zero_{prepare_data,to_fp32,estimate,tokenize,generate,aio_tune}; do
   name=${path##*/}
   text=$("$path" --version 2>&1)
   rc=$?
