@@ -249,7 +249,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   // attention's and the classifier's below, the column sums of bias and norm-weight gradients
   // (cuda_bf16.cuh, cuda_column_sums.cuh) take 8 bytes for each of about 4 x 256 columns per SM,
   // bounded here for up to 256 SMs, or for every column where the rows make one chunk; the
-  // embedding's token links, 8 bytes a token, are fewer than flash attention's D.
+  // embedding's token links, 8 bytes a token, are fewer than flash attention's D; the sum of
+  // squares' per-block partials, 8 bytes for each of at most 16 blocks per SM, fewer still.
   const size_t widest = size_t(std::max({model.n_embd, 4 * model.n_embd, model.intermediate_size}));
   const size_t column_sums = 8 * std::max<size_t>(size_t(4) * 256 * 256, widest);
   if (cuda_bf16) {

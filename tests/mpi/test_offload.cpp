@@ -1,7 +1,8 @@
 // ZeRO-Offload and ZeRO-Infinity at the world size ctest launches (1, 2, 4 ranks): every offload
 // variant trains to bit-identical losses and master weights as the same stage without offload
-// (the CPU Adam is the same kernel in the same order), the accounting puts the bytes where the
-// config says, and the NVMe swap files vanish with the engine.
+// (the CPU's optimizer kernels are the device's operations in the same order; where sums cannot
+// be, within their rounding: TrainsExactlyAsWithoutOffload says where), the accounting puts the
+// bytes where the config says, and the NVMe swap files vanish with the engine.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -99,14 +100,32 @@ TEST_P(Offload, TrainsExactlyAsWithoutOffload) {
   ASSERT_EQ(losses.size(), reference.size());
   // Lamb learns slowly on this model (test_zero_stages.cpp says why).
   EXPECT_LT(losses.back(), losses.front() - (c.type == kLamb ? 0.03 : 0.3)) << "offloaded training does not learn";
-  // Adafactor with part of a rank's range offloaded: a matrix cut by the device/host boundary gets
-  // its row and column sums from both sides, fp32 partials added, where the reference rounds one
-  // sum: equal within fp32 rounding, not bit for bit.
-  const double tol = c.type == kAdafactor && c.ratio < 1 ? 1e-5 : 0.0;
+  // Bit for bit, but where the two runs' sums cannot be added in one order:
+  // - Adafactor or Lamb with part of a rank's range offloaded: a matrix or tensor cut by the
+  //   device/host boundary gets its sums from both sides, partials added, where the reference
+  //   rounds one sum: equal within fp32 rounding;
+  // - Adafactor on a GPU: the device's kernel (the reference's step) sums a matrix's rows and
+  //   columns in float in the GPU's order, the CPU's (the offloaded step) in double: a float's
+  //   rounding apart per step. An H100 (2026-11-27) showed losses 1.3e-7 apart after 30 fp32
+  //   steps and 1.7e-3 in bf16, whose parameters widen a master weight's last bit wherever it
+  //   moves their rounding: there the losses are held as test_zero_stages holds Adafactor's stages
+  //   to each other (1e-2), and the weights by their distance, relative to the reference's norm.
+  const bool gpu_adafactor = c.type == kAdafactor && test_backend()->name() == "cuda";
+  const bool rounded_apart = gpu_adafactor && c.dtype != DType::kF32;
+  const double tol = (c.type == kAdafactor || c.type == kLamb) && c.ratio < 1 ? 1e-5 : gpu_adafactor ? 1e-5 : 0.0;
   for (size_t i = 0; i < losses.size(); ++i) {
-    EXPECT_NEAR(losses[i], reference[i], tol * std::fabs(reference[i])) << "step " << i + 1;
+    EXPECT_NEAR(losses[i], reference[i], rounded_apart ? 1e-2 : tol * std::fabs(reference[i])) << "step " << i + 1;
   }
   ASSERT_EQ(master_off.size(), master_ref.size());
+  if (rounded_apart) {
+    double apart = 0, norm = 0;
+    for (size_t i = 0; i < master_ref.size(); ++i) {
+      apart += double(master_off[i] - master_ref[i]) * (master_off[i] - master_ref[i]);
+      norm += double(master_ref[i]) * master_ref[i];
+    }
+    EXPECT_LT(std::sqrt(apart), 2e-2 * std::sqrt(norm)) << "master weights apart after " << kSteps << " steps";
+    return;
+  }
   size_t differing = 0;
   for (size_t i = 0; i < master_ref.size(); ++i) {
     differing += std::fabs(master_off[i] - master_ref[i]) > tol * std::max(1.0f, std::fabs(master_ref[i]));

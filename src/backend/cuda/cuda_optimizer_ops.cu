@@ -126,12 +126,14 @@ struct LionRule {
   }
 };
 
-// g = grad * scale + wd w ; s += g^2 ; w -= lr g / (sqrt(s) + eps).
+// g = grad * scale + wd w ; s += g^2 ; w -= lr g / (sqrt(s) + eps). The fused multiply-adds are
+// written out, as the CPU's kernel writes them (cpu_kernels.inc), so that an offloaded step is
+// the device's to the bit: left to the compilers, nvcc fused wd w into the sum and GCC grad scale.
 struct AdagradRule {
   float lr, wd, eps, scale;
   __device__ __forceinline__ float operator()(float w, float grad, float& s) const {
-    const float g = grad * scale + wd * w;
-    s = s + g * g;
+    const float g = fmaf(wd, w, grad * scale);
+    s = fmaf(g, g, s);
     return w - lr * g / (sqrtf(s) + eps);
   }
 };
@@ -152,11 +154,12 @@ struct AccumulateOp {
   }
 };
 
-// Squares summed in double per thread, then per block, then one atomicAdd per block into *out.
-// The order across blocks varies from run to run, which moves the result by a rounding of a
-// double only: far below anything the clip coefficient can see.
+// Squares summed in double per thread, then per block into partials[blockIdx.x]; add_partials
+// then adds the blocks' sums in block order. An atomicAdd per block would add them in whatever
+// order the blocks finish, so that the same gradient gave norms a double's rounding apart from
+// run to run: a step's norm is reproducible this way (the delayed update's test compares two).
 template <typename T>
-__global__ void sum_squares_kernel(const T* data, size_t n, double* out) {
+__global__ void sum_squares_kernel(const T* data, size_t n, double* partials) {
   __shared__ double shared[kWarp];
   double acc = 0;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
@@ -165,7 +168,16 @@ __global__ void sum_squares_kernel(const T* data, size_t n, double* out) {
     acc += x * x;
   }
   acc = block_sum(acc, shared);
-  if (threadIdx.x == 0) atomicAdd(out, acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// *out += partials[0] + ... + partials[count - 1], in an order fixed by count: one block.
+__global__ void add_partials_kernel(const double* partials, unsigned count, double* out) {
+  __shared__ double shared[kWarp];
+  double acc = 0;
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) *out += acc;
 }
 
 // Lamb's scalars, derived on the host as the CPU derives them.
@@ -917,9 +929,12 @@ class CudaOptimizerOps final : public OptimizerOps {
     with_storage_type(dtype, [&](auto* d) {
       using T = std::remove_pointer_t<decltype(d)>;
       constexpr int kThreads = 512;
-      sum_squares_kernel<T><<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
-          static_cast<const T*>(data), n, out);
+      const unsigned blocks = grid_for(n, kThreads, ctx_.sm_count);
+      auto* partials = static_cast<double*>(ctx_.scratch(sizeof(double) * blocks));
+      sum_squares_kernel<T><<<blocks, kThreads, 0, ctx_.compute>>>(static_cast<const T*>(data), n, partials);
       ZT_CUDA_CHECK_LAUNCH("sum_squares_kernel");
+      add_partials_kernel<<<1, 256, 0, ctx_.compute>>>(partials, blocks, out);
+      ZT_CUDA_CHECK_LAUNCH("add_partials_kernel");
     });
   }
 
