@@ -1,15 +1,28 @@
 // zero_generate --model_name_or_path DIR (--prompt TEXT | --prompt_file FILE | --input_ids "1 2 3")
 //               [--max_new_tokens N] [--do_sample --temperature T --top_k K --top_p P --seed S]
+// zero_generate --model_name_or_path DIR --prompts FILE [--output FILE]   (also under mpirun/srun)
 //
 // Generates from an HF model folder (config.json and safetensors, sharded or not: GPT-2, Llama,
 // Mistral, Qwen2, or zero_to_fp32's export) with a KV cache: the prompt runs once, then one token
 // per step. Text goes in and comes out through the folder's tokenizer.json (or --tokenizer);
-// --input_ids and --output_ids skip it (and --input_ids alone prints ids where there is none). Sampling defaults come from generation_config.json as in
-// HF generate, and flags override them. The continuation goes to stdout; speeds to stderr.
+// --input_ids and --output_ids skip it (and --input_ids alone prints ids where there is none).
+// Sampling defaults come from generation_config.json as in HF generate, and flags override them.
+// The continuation goes to stdout; speeds to stderr.
+//
+// --prompts FILE generates for every prompt of a file (data/prompts.h: text lines, or JSONL with
+// "text" or "input_ids"), one after another through one KV cache, each with a sampler seeded by
+// --seed, so a prompt's continuation is the one it gets alone. Under mpirun or srun each rank
+// holds the whole model and takes prompts rank, rank + world, ...; rank 0 writes one JSON line a
+// prompt, in the file's order, to --output (a new file, whole or not at all) or stdout.
+#include <mpi.h>
+
+#include <algorithm>
+#include <boost/json.hpp>
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -21,11 +34,14 @@
 #include "config/generation_config.h"
 #include "config/json_reader.h"
 #include "config/model_config.h"
+#include "comm/mpi_runtime.h"
 #include "config/tool_options.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "core/tool_main.h"
+#include "data/prompts.h"
 #include "model/decoder.h"
 #include "model/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -35,11 +51,12 @@ namespace po = boost::program_options;
 namespace {
 
 struct Args {
-  std::string model, tokenizer, prompt, prompt_file, input_ids, accelerator = "auto";
-  int max_new_tokens = 32, max_length = 0;
+  std::string model, tokenizer, prompt, prompt_file, input_ids, prompts, output, accelerator = "auto";
+  int max_new_tokens = 32, max_length = 0, batch_size = 1;
   zt::SamplingParams sampling;
   uint64_t seed = 42;
   bool output_ids = false, no_special_tokens = false, keep_special_tokens = false;
+  po::variables_map flags;  // which flags were given (generation_config.json fills the others)
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -73,9 +90,138 @@ void apply_generation_config(const po::variables_map& vm, const zt::GenerationCo
   if (g.max_new_tokens && unset("max_new_tokens")) a.max_new_tokens = *g.max_new_tokens;
 }
 
-int run(int argc, char** argv) {
+// What generation needs besides the decoder: when to stop and how to choose.
+struct Generation {
+  std::set<int32_t> eos;
+  int max_new_tokens = 0;
+  int vocab_size = 0;
+  double prefill_s = 0, decode_s = 0;  // summed over the prompts
+  size_t prompt_tokens = 0, new_tokens = 0, steps = 0;
+};
+
+// One sequence in a decoder slot: its prompt's place, its own sampler (seeded alike for every
+// prompt, so its draws never depend on what runs beside it), what it has generated.
+struct Sequence {
+  size_t prompt;
+  zt::Sampler sampler;
+  std::vector<int32_t> generated;
+};
+
+// Every prompt's continuation, up to decoder.slots() sequences at once: a prompt takes a free slot
+// (its prefill runs alone), then each step runs the last token of every sequence in a slot
+// together; a sequence that stops (an EOS, max_new_tokens, the cache's end) leaves, and the next
+// prompt takes its slot. A sequence gets the ids it would get alone.
+std::vector<std::vector<int32_t>> continue_prompts(zt::Decoder& decoder, const std::vector<zt::Prompt>& prompts,
+                                                   const zt::SamplingParams& sampling, uint64_t seed,
+                                                   Generation& g) {
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  std::vector<std::optional<Sequence>> slots(size_t(decoder.slots()));
+  // Samples the slot's next token from its logits; a sequence that stops there leaves its slot.
+  auto sample = [&](int slot, const float* logits) {
+    Sequence& s = *slots[size_t(slot)];
+    s.generated.push_back(s.sampler.next(logits, g.vocab_size));
+    if (g.eos.count(s.generated.back()) || int(s.generated.size()) >= g.max_new_tokens ||
+        decoder.position(slot) >= decoder.max_positions()) {
+      g.new_tokens += s.generated.size();
+      out[s.prompt] = std::move(s.generated);
+      slots[size_t(slot)].reset();
+    }
+  };
+  size_t next = 0;
+  while (true) {
+    for (int slot = 0; slot < decoder.slots(); ++slot) {
+      while (!slots[size_t(slot)] && next < prompts.size()) {
+        const zt::Prompt& p = prompts[next];
+        slots[size_t(slot)].emplace(Sequence{next++, zt::Sampler(sampling, seed), {}});
+        decoder.reset(slot);
+        zt::Stopwatch prefill_clock;
+        const float* logits = decoder.append(p.input_ids, slot);
+        g.prefill_s += prefill_clock.seconds();
+        g.prompt_tokens += p.input_ids.size();
+        sample(slot, logits);
+      }
+    }
+    std::vector<int> running;
+    std::vector<int32_t> tokens;
+    for (int slot = 0; slot < decoder.slots(); ++slot) {
+      if (!slots[size_t(slot)]) continue;
+      running.push_back(slot);
+      tokens.push_back(slots[size_t(slot)]->generated.back());
+    }
+    if (running.empty()) return out;
+    zt::Stopwatch decode_clock;
+    const float* logits = decoder.step(running, tokens);
+    g.decode_s += decode_clock.seconds();
+    g.steps += 1;
+    for (size_t i = 0; i < running.size(); ++i) sample(running[i], logits + i * size_t(g.vocab_size));
+  }
+}
+
+// The KV cache's length for prompts of up to `longest` tokens: --max_length, else the longest
+// prompt plus max_new_tokens, at most the model's positions. `where` names the longest prompt.
+int cache_positions(const Args& a, const zt::ModelConfig& config, size_t longest, const std::string& where) {
+  const int64_t wanted = a.max_length > 0 ? a.max_length : int64_t(longest) + a.max_new_tokens;
+  const int positions = int(std::min<int64_t>(wanted, config.n_positions));
+  ZT_USAGE_CHECK(int64_t(longest) < positions, where, "'s ", longest, " tokens leave no room in ", positions,
+                 " positions");
+  return positions;
+}
+
+// Each rank's (index, input ids, output ids) records, packed as int32 [index, n_in, in..., n_out,
+// out...], gathered to rank 0 and unpacked there in the prompts' order. Collective.
+struct Continuation {
+  size_t index = 0;
+  std::vector<int32_t> input_ids, output_ids;
+};
+
+std::vector<Continuation> gather_to_rank0(const std::vector<Continuation>& mine, size_t total) {
+  std::vector<int32_t> packed;
+  for (const Continuation& c : mine) {
+    packed.push_back(int32_t(c.index));
+    packed.push_back(int32_t(c.input_ids.size()));
+    packed.insert(packed.end(), c.input_ids.begin(), c.input_ids.end());
+    packed.push_back(int32_t(c.output_ids.size()));
+    packed.insert(packed.end(), c.output_ids.begin(), c.output_ids.end());
+  }
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  ZT_CHECK(packed.size() <= size_t(INT32_MAX), "rank ", rank, "'s continuations pass MPI's int count");
+  const int count = int(packed.size());
+  std::vector<int> counts(static_cast<size_t>(world)), displs(static_cast<size_t>(world));
+  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  size_t all = 0;
+  for (int r = 0; r < world; ++r) {
+    ZT_CHECK(all + size_t(counts[size_t(r)]) <= size_t(INT32_MAX), "the continuations pass MPI's int count");
+    displs[size_t(r)] = int(all);
+    all += size_t(counts[size_t(r)]);
+  }
+  std::vector<int32_t> everything(rank == 0 ? all : 0);
+  MPI_Gatherv(packed.data(), count, MPI_INT, everything.data(), counts.data(), displs.data(), MPI_INT, 0,
+              MPI_COMM_WORLD);
+  std::vector<Continuation> out(rank == 0 ? total : 0);
+  for (size_t at = 0; at < everything.size();) {
+    Continuation c;
+    c.index = size_t(everything[at++]);
+    c.input_ids.assign(everything.begin() + long(at) + 1, everything.begin() + long(at) + 1 + everything[at]);
+    at += 1 + c.input_ids.size();
+    c.output_ids.assign(everything.begin() + long(at) + 1, everything.begin() + long(at) + 1 + everything[at]);
+    at += 1 + c.output_ids.size();
+    out[c.index] = std::move(c);
+  }
+  return out;
+}
+
+boost::json::array json_ids(const std::vector<int32_t>& ids) {
+  boost::json::array out;
+  for (int32_t id : ids) out.emplace_back(id);
+  return out;
+}
+
+// The flags, checked: the same argv on every rank, so every rank agrees. nullopt: --help or --version.
+std::optional<Args> parse_args(int argc, char** argv, const zt::ProcessPlace& place) {
   Args a;
-  po::options_description opts("zero_generate --model_name_or_path DIR --prompt TEXT");
+  po::options_description opts("zero_generate --model_name_or_path DIR (--prompt TEXT | --prompts FILE)");
   opts.add_options()
     ("help,h", "print this help")
     ("model_name_or_path", po::value(&a.model), "an HF model folder: config.json and *.safetensors")
@@ -83,6 +229,15 @@ int run(int argc, char** argv) {
     ("prompt", po::value(&a.prompt), "the text to continue")
     ("prompt_file", po::value(&a.prompt_file), "a file holding the text to continue")
     ("input_ids", po::value(&a.input_ids), "the prompt as token ids (\"1 2 3\" or \"1,2,3\"), no tokenizer needed")
+    ("prompts", po::value(&a.prompts),
+     "a file of prompts, one a line: text, or JSONL (*.jsonl, *.json) with \"text\" or \"input_ids\"; under mpirun "
+     "each rank takes its share")
+    ("output", po::value(&a.output),
+     "with --prompts: a new JSONL file for the continuations, one line a prompt in the file's order (index, "
+     "input_ids, output_ids, and text where there is a tokenizer); default: stdout")
+    ("batch_size", po::value(&a.batch_size)->default_value(1),
+     "with --prompts: sequences generated at once (each rank), each with its own KV cache; a finished one's "
+     "place goes to the next prompt, and each gets the ids it would get alone")
     ("max_new_tokens", po::value(&a.max_new_tokens)->default_value(32), "tokens to generate at most")
     ("max_length", po::value(&a.max_length)->default_value(0),
      "the KV cache's length in tokens (default: prompt + max_new_tokens, at most max_position_embeddings)")
@@ -90,30 +245,61 @@ int run(int argc, char** argv) {
     ("temperature", po::value(&a.sampling.temperature)->default_value(1.0), "with --do_sample: divides the logits")
     ("top_k", po::value(&a.sampling.top_k)->default_value(50), "with --do_sample: keep the k most likely (0: all)")
     ("top_p", po::value(&a.sampling.top_p)->default_value(1.0), "with --do_sample: nucleus mass to keep")
-    ("seed", po::value(&a.seed)->default_value(42), "with --do_sample: the draws' seed (a seed repeats a run)")
+    ("seed", po::value(&a.seed)->default_value(42),
+     "with --do_sample: the draws' seed (a seed repeats a run; every prompt of --prompts starts from it)")
     ("no_special_tokens", po::bool_switch(&a.no_special_tokens), "encode the prompt without the BOS/post-processor")
     ("keep_special_tokens", po::bool_switch(&a.keep_special_tokens), "print special tokens in the output text")
     ("output_ids", po::bool_switch(&a.output_ids), "print the generated token ids instead of text")
     ("accelerator", po::value(&a.accelerator)->default_value("auto"), zt::kAcceleratorChoices);
-  po::variables_map vm;
-  if (!zt::parse_tool_command_line(argc, argv, opts, vm)) return 0;
+  po::variables_map& vm = a.flags;
+  if (!zt::parse_tool_command_line(argc, argv, opts, vm)) return std::nullopt;
   ZT_USAGE_CHECK(!a.model.empty(), "--model_name_or_path is required");
-  ZT_USAGE_CHECK((!a.prompt.empty()) + (!a.prompt_file.empty()) + (!a.input_ids.empty()) == 1,
-                 "give exactly one of --prompt, --prompt_file and --input_ids");
+  ZT_USAGE_CHECK((!a.prompt.empty()) + (!a.prompt_file.empty()) + (!a.input_ids.empty()) + (!a.prompts.empty()) == 1,
+                 "give exactly one of --prompt, --prompt_file, --input_ids and --prompts");
+  ZT_USAGE_CHECK(a.output.empty() || !a.prompts.empty(), "--output goes with --prompts");
+  ZT_USAGE_CHECK(!a.prompts.empty() || place.world_size == 1, "one prompt runs in one process; under mpirun or ",
+                 "srun give --prompts FILE, whose prompts the ", place.world_size, " ranks share");
   ZT_USAGE_CHECK(a.max_new_tokens >= 1, "--max_new_tokens must be at least 1");
+  ZT_USAGE_CHECK(a.batch_size >= 1, "--batch_size must be at least 1");
+  std::error_code ec;
+  ZT_USAGE_CHECK(a.output.empty() || !std::filesystem::exists(a.output, ec), "--output: ", a.output,
+                 " exists; name a new file (nothing was overwritten)");
+  return a;
+}
 
+int generate(Args a, const zt::ProcessPlace& place) {
+  const po::variables_map& vm = a.flags;
   const zt::ModelConfig config = zt::load_model_config(a.model + "/config.json");
   const zt::GenerationConfig gen = zt::load_generation_config(a.model + "/generation_config.json");
   apply_generation_config(vm, gen, a);
   for (const auto& what : gen.not_applied) {
-    zt::log_warn(a.model, "/generation_config.json: ", what, " is not implemented; generating without it");
+    if (place.rank == 0) {
+      zt::log_warn(a.model, "/generation_config.json: ", what, " is not implemented; generating without it");
+    }
   }
   ZT_USAGE_CHECK(a.sampling.temperature > 0, "--temperature must be > 0");
   ZT_USAGE_CHECK(a.sampling.top_p > 0 && a.sampling.top_p <= 1, "--top_p must be in (0, 1]");
   ZT_USAGE_CHECK(a.sampling.top_k >= 0, "--top_k must be >= 0");
 
-  // The prompt's ids; the tokenizer is needed for text in or out. Ids in need none: where the
-  // model folder has no tokenizer.json (and --tokenizer names none), ids come out too.
+  // The prompts: one from the flags, or this rank's share of the file's.
+  std::vector<zt::Prompt> prompts;
+  size_t total = 1;
+  if (!a.prompts.empty()) {
+    std::vector<zt::Prompt> all = zt::read_prompts(a.prompts, zt::input_format_of(a.prompts, "auto"));
+    total = all.size();
+    for (size_t i = size_t(place.rank); i < all.size(); i += size_t(place.world_size)) {
+      prompts.push_back(std::move(all[i]));
+    }
+  } else if (!a.input_ids.empty()) {
+    prompts.push_back(zt::Prompt{0, 0, "", parse_ids(a.input_ids)});
+  } else {
+    prompts.push_back(zt::Prompt{0, 0, a.prompt_file.empty() ? a.prompt : zt::read_text_file(a.prompt_file), {}});
+  }
+  const bool any_text =
+      std::any_of(prompts.begin(), prompts.end(), [](const zt::Prompt& p) { return p.input_ids.empty(); });
+
+  // The tokenizer is needed for text in or out. Ids in need none: where the model folder has no
+  // tokenizer.json (and --tokenizer names none), ids come out too.
   const bool no_tokenizer =
       a.tokenizer.empty() && !std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json");
   const bool print_ids = a.output_ids || (!a.input_ids.empty() && no_tokenizer);
@@ -121,30 +307,38 @@ int run(int argc, char** argv) {
     zt::log_info(a.model, ": no tokenizer.json, so the generated token ids are printed (as with --output_ids)");
   }
   std::unique_ptr<zt::Tokenizer> tokenizer;
-  if (a.input_ids.empty() || !print_ids) tokenizer = zt::load_tokenizer(a.tokenizer.empty() ? a.model : a.tokenizer);
-  std::vector<int32_t> prompt;
-  if (!a.input_ids.empty()) {
-    prompt = parse_ids(a.input_ids);
-  } else {
-    const std::string text = a.prompt_file.empty() ? a.prompt : zt::read_text_file(a.prompt_file);
-    for (uint32_t id : tokenizer->encode(text, !a.no_special_tokens)) prompt.push_back(int32_t(id));
-    ZT_USAGE_CHECK(!prompt.empty(), "the prompt encodes to no tokens");
+  if (any_text || (a.prompts.empty() ? !print_ids : !no_tokenizer)) {
+    tokenizer = zt::load_tokenizer(a.tokenizer.empty() ? a.model : a.tokenizer);
   }
-  for (int32_t id : prompt) {
-    ZT_USAGE_CHECK(id < config.vocab_size, "prompt token ", id, " is outside the model's vocab_size ", config.vocab_size);
+  size_t longest = 0;
+  std::string longest_where = "the prompt";
+  for (zt::Prompt& p : prompts) {
+    const std::string where = a.prompts.empty() ? "the prompt" : zt::cat(a.prompts, ":", p.line, ": the prompt");
+    if (p.input_ids.empty()) {
+      for (uint32_t id : tokenizer->encode(p.text, !a.no_special_tokens)) p.input_ids.push_back(int32_t(id));
+      ZT_USAGE_CHECK(!p.input_ids.empty(), where, " encodes to no tokens");
+    }
+    for (int32_t id : p.input_ids) {
+      ZT_USAGE_CHECK(id < config.vocab_size, where, " token ", id, " is outside the model's vocab_size ",
+                     config.vocab_size);
+    }
+    if (p.input_ids.size() > longest) {
+      longest = p.input_ids.size();
+      longest_where = where;
+    }
   }
-  const int wanted = a.max_length > 0 ? a.max_length : int(prompt.size()) + a.max_new_tokens;
-  const int positions = std::min(wanted, config.n_positions);
-  ZT_USAGE_CHECK(int(prompt.size()) < positions, "the prompt's ", prompt.size(), " tokens leave no room in ", positions,
-                 " positions");
+  const int positions = prompts.empty() ? 1 : cache_positions(a, config, longest, longest_where);
 
   // Stop at any EOS HF would stop at: config.json's, generation_config.json's, the tokenizer's.
-  std::set<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  eos.insert(gen.eos_token_ids.begin(), gen.eos_token_ids.end());
-  if (tokenizer && tokenizer->eos_token_id()) eos.insert(int32_t(*tokenizer->eos_token_id()));
+  Generation g;
+  g.eos.insert(config.eos_token_ids.begin(), config.eos_token_ids.end());
+  g.eos.insert(gen.eos_token_ids.begin(), gen.eos_token_ids.end());
+  if (tokenizer && tokenizer->eos_token_id()) g.eos.insert(int32_t(*tokenizer->eos_token_id()));
+  g.max_new_tokens = a.max_new_tokens;
+  g.vocab_size = config.vocab_size;
 
   // The weights, converted to fp32 once and copied to the device.
-  std::unique_ptr<zt::Backend> backend = zt::make_backend(a.accelerator, 0, "--accelerator");
+  std::unique_ptr<zt::Backend> backend = zt::make_backend(a.accelerator, place.local_rank, "--accelerator");
   const std::unique_ptr<zt::ModelLayout> layout = zt::make_model_layout(config);
   zt::SafetensorsReader weights(a.model);
   zt::check_pretrained(weights, *layout, a.model);
@@ -155,35 +349,83 @@ int run(int argc, char** argv) {
     backend->copy_async(device_weights.data(), staging.data(), staging.bytes(), backend->compute_stream());
     backend->synchronize(backend->compute_stream());
   }
-  const std::unique_ptr<zt::Decoder> decoder = zt::make_decoder(*layout, *backend, device_weights.data(), positions);
-  zt::Sampler sampler(a.sampling, a.seed);
+  const int slots = int(std::clamp<size_t>(prompts.size(), 1, size_t(a.batch_size)));
+  zt::FlatWeights params(*layout, device_weights.data());
+  const std::unique_ptr<zt::Decoder> decoder = zt::make_decoder(*layout, *backend, params, positions, slots);
 
-  zt::Stopwatch prefill_clock;
-  const float* logits = decoder->append(prompt);
-  const double prefill_s = prefill_clock.seconds();
-  zt::Stopwatch decode_clock;
-  std::vector<int32_t> generated;
-  while (true) {
-    const int32_t next = sampler.next(logits, config.vocab_size);
-    generated.push_back(next);
-    if (eos.count(next) || int(generated.size()) >= a.max_new_tokens || decoder->position() >= positions) break;
-    logits = decoder->append({next});
+  std::vector<Continuation> mine;
+  std::vector<std::vector<int32_t>> continuations = continue_prompts(*decoder, prompts, a.sampling, a.seed, g);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    mine.push_back({prompts[i].index, prompts[i].input_ids, std::move(continuations[i])});
   }
-  const double decode_s = decode_clock.seconds();
+  auto text_of = [&](const std::vector<int32_t>& ids) {
+    return tokenizer->decode(std::vector<uint32_t>(ids.begin(), ids.end()), !a.keep_special_tokens);
+  };
 
-  if (print_ids) {
-    for (size_t i = 0; i < generated.size(); ++i) std::cout << (i ? " " : "") << generated[i];
-    std::cout << "\n";
+  if (a.prompts.empty()) {
+    const std::vector<int32_t>& generated = mine.front().output_ids;
+    if (print_ids) {
+      for (size_t i = 0; i < generated.size(); ++i) std::cout << (i ? " " : "") << generated[i];
+      std::cout << "\n";
+    } else {
+      std::cout << text_of(generated) << "\n";
+    }
   } else {
-    const std::vector<uint32_t> ids(generated.begin(), generated.end());
-    std::cout << tokenizer->decode(ids, !a.keep_special_tokens) << "\n";
+    const std::vector<Continuation> all = gather_to_rank0(mine, total);
+    if (place.rank == 0) {
+      std::string lines;
+      for (const Continuation& c : all) {
+        boost::json::object line{{"index", c.index}, {"input_ids", json_ids(c.input_ids)},
+                                 {"output_ids", json_ids(c.output_ids)}};
+        if (tokenizer) line["text"] = text_of(c.output_ids);
+        lines += boost::json::serialize(line) + "\n";
+      }
+      if (a.output.empty()) {
+        std::cout << lines << std::flush;
+      } else {
+        zt::write_file_atomically(a.output, lines, false);
+      }
+    }
   }
-  zt::log_info("prompt ", prompt.size(), " tokens in ", prefill_s * 1e3, " ms; ", generated.size(),
-               " new tokens at ", generated.size() > 1 ? double(generated.size() - 1) / decode_s : 0.0,
-               " tokens/s (", backend->describe(), ")");
+  // Each prompt's first new token comes from its prefill; the steps make the rest.
+  zt::log_info(place.world_size > 1 ? zt::cat("rank ", place.rank, ": ") : std::string(), prompts.size(),
+               prompts.size() == 1 ? " prompt, " : " prompts, ", g.prompt_tokens, " tokens in ", g.prefill_s * 1e3,
+               " ms; ", g.new_tokens, " new tokens at ",
+               g.decode_s > 0 ? double(g.new_tokens - prompts.size()) / g.decode_s : 0.0, " tokens/s (",
+               g.steps, " steps of up to ", slots, " sequences; ", backend->describe(), ")");
   return 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return zt::run_tool("zero_generate", [&] { return run(argc, argv); }); }
+// MPI for --prompts under mpirun or srun (a plain run is a world of one). A failure on one rank
+// ends every rank (MpiRuntime::abort_job), never leaving the others in the gather.
+int main(int argc, char** argv) {
+  zt::set_log_program("zero_generate");
+  std::optional<zt::MpiRuntime> mpi;
+  try {
+    mpi.emplace(&argc, &argv);
+  } catch (const std::exception& e) {
+    zt::log_line(zt::LogLevel::kError, e.what());
+    return 1;
+  }
+  const zt::ProcessPlace& place = mpi->place();
+  std::optional<Args> args;
+  try {
+    args = parse_args(argc, argv, place);
+  } catch (const zt::UsageError& e) {
+    if (place.rank == 0) zt::log_line(zt::LogLevel::kError, e.what());  // every rank saw the same
+    return 2;
+  }
+  if (!args) return 0;
+  if (place.world_size == 1) return zt::run_tool("zero_generate", [&] { return generate(*args, place); });
+  try {
+    const int code = generate(*args, place);
+    zt::check_log_written();
+    return code;
+  } catch (const zt::UsageError& e) {
+    zt::MpiRuntime::abort_job(2, e.what());
+  } catch (const std::exception& e) {
+    zt::MpiRuntime::abort_job(1, e.what());
+  }
+}

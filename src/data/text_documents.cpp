@@ -48,13 +48,17 @@ void for_each_document(const std::string& path, InputFormat format, const std::s
     return;
   }
   boost::json::value parsed;
+  for_each_line(text, [&](size_t line_no, std::string_view line) {
+    if (!is_blank(line)) document(jsonl_text(parsed, line, text_field, cat(path, ":", line_no)));
+  });
+}
+
+void for_each_line(std::string_view text, const std::function<void(size_t, std::string_view)>& line) {
   size_t line_no = 0;
   for (size_t begin = 0; begin < text.size();) {
     size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    ++line_no;
-    const std::string_view line(text.data() + begin, end - begin);
-    if (!is_blank(line)) document(jsonl_text(parsed, line, text_field, cat(path, ":", line_no)));
+    if (end == std::string_view::npos) end = text.size();
+    line(++line_no, text.substr(begin, end - begin));
     begin = end + 1;
   }
 }

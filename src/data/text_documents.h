@@ -16,6 +16,10 @@ enum class InputFormat { kText, kJsonl };
 /// anything else is text. Another flag is a UsageError.
 InputFormat input_format_of(const std::string& path, const std::string& flag);
 
+/// Calls `line(number, text)` for each line of `text` (1-based numbers, without the '\n'; a last
+/// line without one counts too).
+void for_each_line(std::string_view text, const std::function<void(size_t, std::string_view)>& line);
+
 /// Calls `document` for each document of the file, in order. In JSONL, lines holding only
 /// whitespace are skipped; every other line must be an object whose `text_field` is a string.
 void for_each_document(const std::string& path, InputFormat format, const std::string& text_field,

@@ -114,13 +114,26 @@ void project(KernelOps<T>& ops, T* out, const T* x, const T* w, size_t weight, s
   else ops.linear_forward(out, x, w + weight, b, rows, in, out_dim);
 }
 
+// From the attention's output on: res2 = x + o_proj(atty), then out = res2 + mlp(norm(res2)).
+template <typename T>
+void block_after_attention(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
+                           const T* x, T* out, const LlamaBlockActs<T>& a, int rows) {
+  const int C = cfg.n_embd, I = cfg.intermediate_size, q_dim = cfg.n_head * cfg.head_size();
+  project(ops, a.res2, a.atty, w, o.o, o.o_bias, rows, q_dim, C, x);  // residual: res2 = x + o_proj(attention)
+  ops.rmsnorm_forward(a.xn2, a.rstd2, a.res2, w + o.post_norm, rows, C, cfg.layer_norm_epsilon);
+  project(ops, a.gate, a.xn2, w, o.gate, o.gate_bias, rows, C, I);
+  project(ops, a.up, a.xn2, w, o.up, o.up_bias, rows, C, I);
+  ops.swiglu_forward(a.h, a.gate, a.up, size_t(rows) * I);
+  project(ops, out, a.h, w, o.down, o.down_bias, rows, I, C, a.res2);  // residual: out = res2 + mlp
+}
+
 }  // namespace
 
 template <typename T>
 void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
                          const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past,
                          const StatOf<T>* cos, const StatOf<T>* sin) {
-  const int BT = B * T_, C = cfg.n_embd, I = cfg.intermediate_size, hs = cfg.head_size();
+  const int BT = B * T_, C = cfg.n_embd, hs = cfg.head_size();
   const int q_dim = cfg.n_head * hs, kv_dim = cfg.n_kv_head * hs;
   const size_t half = size_t(hs / 2);
   ops.rmsnorm_forward(a.xn1, a.rstd1, x, w + o.input_norm, BT, C, cfg.layer_norm_epsilon);
@@ -130,12 +143,31 @@ void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaB
   ops.rotary(a.q, cos + past * half, sin + past * half, B, T_, cfg.n_head, hs, false);
   ops.rotary(a.k, cos + past * half, sin + past * half, B, T_, cfg.n_kv_head, hs, false);
   ops.gqa_attention_forward(a.atty, a.att, a.q, a.k_all, a.v_all, B, T_, past + T_, cfg.n_head, cfg.n_kv_head, hs);
-  project(ops, a.res2, a.atty, w, o.o, o.o_bias, BT, q_dim, C, x);  // residual: res2 = x + o_proj(attention)
-  ops.rmsnorm_forward(a.xn2, a.rstd2, a.res2, w + o.post_norm, BT, C, cfg.layer_norm_epsilon);
-  project(ops, a.gate, a.xn2, w, o.gate, o.gate_bias, BT, C, I);
-  project(ops, a.up, a.xn2, w, o.up, o.up_bias, BT, C, I);
-  ops.swiglu_forward(a.h, a.gate, a.up, size_t(BT) * I);
-  project(ops, out, a.h, w, o.down, o.down_bias, BT, I, C, a.res2);  // residual: out = res2 + mlp
+  block_after_attention(ops, cfg, o, w, x, out, a, BT);
+}
+
+template <typename T>
+void llama_block_decode(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
+                        const T* x, T* out, const LlamaBlockActs<T>& a, const std::vector<LlamaDecodeRow<T>>& rows,
+                        const StatOf<T>* cos, const StatOf<T>* sin) {
+  const int n = int(rows.size()), C = cfg.n_embd, hs = cfg.head_size();
+  const int q_dim = cfg.n_head * hs, kv_dim = cfg.n_kv_head * hs;
+  const size_t half = size_t(hs / 2);
+  ops.rmsnorm_forward(a.xn1, a.rstd1, x, w + o.input_norm, n, C, cfg.layer_norm_epsilon);
+  project(ops, a.q, a.xn1, w, o.q, o.q_bias, n, C, q_dim);
+  for (int i = 0; i < n; ++i) {
+    const LlamaDecodeRow<T>& r = rows[size_t(i)];
+    const size_t at = size_t(r.position);
+    T* q = a.q + size_t(i) * q_dim;
+    T* k = r.k_all + at * kv_dim;
+    project(ops, k, a.xn1 + size_t(i) * C, w, o.k, o.k_bias, 1, C, kv_dim);
+    project(ops, r.v_all + at * kv_dim, a.xn1 + size_t(i) * C, w, o.v, o.v_bias, 1, C, kv_dim);
+    ops.rotary(q, cos + at * half, sin + at * half, 1, 1, cfg.n_head, hs, false);
+    ops.rotary(k, cos + at * half, sin + at * half, 1, 1, cfg.n_kv_head, hs, false);
+    ops.gqa_attention_forward(a.atty + size_t(i) * q_dim, a.att, q, r.k_all, r.v_all, 1, 1, r.position + 1,
+                              cfg.n_head, cfg.n_kv_head, hs);
+  }
+  block_after_attention(ops, cfg, o, w, x, out, a, n);
 }
 
 // dres holds d(block output) on entry and d(block input) on return. a.xn1 = a.xn2 and a.h are
@@ -245,6 +277,9 @@ template void llama_block_forward(KernelOps<float>&, const ModelConfig&, const L
 template void llama_block_forward(KernelOps<double>&, const ModelConfig&, const LlamaBlockOffsets&, const double*,
                                   const double*, double*, const LlamaBlockActs<double>&, int, int, int, const double*,
                                   const double*);
+template void llama_block_decode(KernelOps<float>&, const ModelConfig&, const LlamaBlockOffsets&, const float*,
+                                 const float*, float*, const LlamaBlockActs<float>&,
+                                 const std::vector<LlamaDecodeRow<float>>&, const float*, const float*);
 template class LlamaModel<float>;
 template class LlamaModel<double>;
 template class LlamaModel<bf16>;

@@ -2,6 +2,8 @@
 // sequence) and generation (LlamaDecoder: keys and values appended to a cache).
 #pragma once
 
+#include <vector>
+
 #include "backend/kernel_ops.h"
 #include "config/model_config.h"
 #include "model/llama_layout.h"
@@ -62,5 +64,23 @@ template <typename T>
 void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
                          const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past,
                          const StatOf<T>* cos, const StatOf<T>* sin);
+
+/// Where one sequence's keys and values go in a batched decoding step (llama_block_decode).
+template <typename T>
+struct LlamaDecodeRow {
+  int position;      ///< the row's token's position in its sequence
+  T *k_all, *v_all;  ///< the sequence's cache: its keys and values from position 0
+};
+
+/// One token of each of rows.size() sequences at once, each at its own position (batched
+/// generation): row i of x is rows[i]'s token. The norms, the q projection and everything after
+/// the attention run over all rows together; each row's key and value are projected straight
+/// into its cache row, and it attends to its own cache. Each row computes exactly what
+/// llama_block_forward computes for that sequence alone (B = T = 1), where the kernels' matrix
+/// products give a row the same result whatever the other rows are.
+template <typename T>
+void llama_block_decode(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
+                        const T* x, T* out, const LlamaBlockActs<T>& a, const std::vector<LlamaDecodeRow<T>>& rows,
+                        const StatOf<T>* cos, const StatOf<T>* sin);
 
 }  // namespace zt

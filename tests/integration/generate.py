@@ -13,8 +13,16 @@ GPT2LMHeadModel, each with a byte-level BPE tokenizer trained here by the `token
     sampling is greedy.
   - ids in, ids out from a copy of the folder without its tokenizer: the greedy ids again
     (--input_ids needs no tokenizer, and without one prints ids).
+For Llama and GPT-2, --prompts (issue 32): a JSONL file of text and input_ids prompts of several
+lengths gives, line by line in the file's order, HF generate's greedy ids and text for each; under
+mpirun at 2 and 3 ranks (uneven shares), and batched (--batch_size 3), the same file to the byte;
+sampled, batched at 2 ranks, each prompt's line equals that prompt run alone with the same seed;
+a text file's lines equal the same texts in
+JSONL. Then bad input: a malformed line names FILE:LINE and leaves no output; an existing
+--output is refused and left as it was.
 Exit 1 on the first difference, naming it.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -44,12 +52,19 @@ def make_tokenizer(folder, bos):
         f.write('{"eos_token": "</s>", "bos_token": "<s>"}')
 
 
-def ours(*args):
+def ours(*args, ranks=0):
     # Bytes, not text=True: universal newlines would turn a generated "\r" into "\n".
-    r = subprocess.run([GENERATE, *args], capture_output=True, timeout=300)
+    mpi = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS=1"]
+    mpi = mpi if ranks else []
+    r = subprocess.run([*mpi, GENERATE, *args], capture_output=True, timeout=300)
     if r.returncode != 0:
         sys.exit(f"FAILED: zero_generate {' '.join(args)}: {r.stderr.decode(errors='replace').strip()}")
     return r.stdout.decode("utf-8")[:-1]  # the line's end
+
+
+def read_lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
 
 
 common = dict(vocab_size=300, hidden_size=64, intermediate_size=88, num_hidden_layers=2, num_attention_heads=4,
@@ -64,6 +79,75 @@ configs = {
 }
 prompt_ids = [(7 * i + 3) % 290 + 2 for i in range(70)]
 failures = 0
+PROMPTS = [{"text": "First Citizen: Before we"}, {"input_ids": prompt_ids}, {"text": "All: Speak, speak."},
+           {"input_ids": [5, 6, 7]}, {"text": "You are all resolved rather to die than to famish?"}]
+
+
+def check_prompts_file(name, folder, hf_tok, hf_greedy, checks):
+    """--prompts: each line as HF generate, the same file at 2 and 3 ranks, seeds per prompt."""
+    jsonl = os.path.join(WORK, f"{name}_prompts.jsonl")
+    with open(jsonl, "w", encoding="utf-8") as f:
+        f.write("\n".join(json.dumps(p) for p in PROMPTS[:3]) + "\n\n" + "\n".join(json.dumps(p) for p in PROMPTS[3:]))
+    run = ["--model_name_or_path", folder, "--prompts", jsonl, "--max_new_tokens", "16"]
+    one = os.path.join(WORK, f"{name}_one.jsonl")
+    ours(*run, "--output", one)
+    got = read_lines(one)
+    ids = [p.get("input_ids") or hf_tok(p["text"])["input_ids"] for p in PROMPTS]
+    want = [hf_greedy(x, eos=1)[:16] for x in ids]
+    checks["prompts file: greedy ids per line"] = (
+        [(g["index"], g["input_ids"], g["output_ids"]) for g in got], [(i, ids[i], w) for i, w in enumerate(want)])
+    checks["prompts file: text per line"] = (
+        [g["text"] for g in got], [hf_tok.decode(w, skip_special_tokens=True) for w in want])
+    with open(one, "rb") as f:
+        one_bytes = f.read()
+    for ranks in (2, 3):
+        out = os.path.join(WORK, f"{name}_np{ranks}.jsonl")
+        ours(*run, "--output", out, ranks=ranks)
+        with open(out, "rb") as f:
+            checks[f"prompts file: {ranks} ranks write the same file"] = (f.read(), one_bytes)
+    # Batched: 3 sequences at once, finishing at different steps (an EOS, 16 tokens), the later
+    # prompts taking the freed places.
+    batched = os.path.join(WORK, f"{name}_batch3.jsonl")
+    ours(*run, "--output", batched, "--batch_size", "3")
+    with open(batched, "rb") as f:
+        checks["prompts file: --batch_size 3 writes the same file"] = (f.read(), one_bytes)
+    sample = ["--do_sample", "--temperature", "2.0", "--top_k", "0", "--seed", "5"]
+    sampled = [g["output_ids"] for g in json.loads("[" + ",".join(
+        ours(*run, *sample, "--batch_size", "3", ranks=2).splitlines()) + "]")]
+    alone = [[int(t) for t in ours("--model_name_or_path", folder, "--input_ids", " ".join(map(str, x)),
+                                   "--max_new_tokens", "16", "--output_ids", *sample).split()] for x in ids]
+    checks["prompts file: sampled, batched at 2 ranks, as each prompt alone"] = (sampled, alone)
+    text_file = os.path.join(WORK, f"{name}_prompts.txt")
+    with open(text_file, "w", encoding="utf-8") as f:
+        f.write(PROMPTS[0]["text"] + "\r\n  \n" + PROMPTS[2]["text"])  # a blank line, a Windows end, no last end
+    texts = [json.loads(line)["output_ids"] for line in ours(*run[:2], "--prompts", text_file,
+                                                              "--max_new_tokens", "16").splitlines()]
+    checks["prompts file: text lines as JSONL texts"] = (texts, [want[0], want[2]])
+
+
+def check_bad_prompts(folder):
+    """One line naming FILE:LINE, exit 2, nothing written; an existing --output left as it was."""
+    checks = {}
+    bad = os.path.join(WORK, "bad_prompts.jsonl")
+    with open(bad, "w") as f:
+        f.write('{"text": "fine"}\n{"input_ids": [1, 2]}\n{"input_ids": [1, -2]}\n')
+    out = os.path.join(WORK, "bad_out.jsonl")
+    for ranks in (0, 2):
+        mpi = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)] if ranks else []
+        r = subprocess.run([*mpi, GENERATE, "--model_name_or_path", folder, "--prompts", bad, "--output", out],
+                           capture_output=True, text=True, timeout=120)
+        checks[f"bad prompts file at {max(ranks, 1)} rank(s): exit 2 naming FILE:LINE, no output"] = (
+            (r.returncode, f"{bad}:3: \"input_ids\" holds -2" in r.stderr, os.path.exists(out)), (2, True, False))
+    with open(out, "w") as f:
+        f.write("keep me\n")
+    ok = os.path.join(WORK, "llama_prompts.jsonl")
+    r = subprocess.run([GENERATE, "--model_name_or_path", folder, "--prompts", ok, "--output", out],
+                       capture_output=True, text=True, timeout=120)
+    with open(out) as f:
+        checks["an existing --output is refused and kept"] = ((r.returncode, "exists" in r.stderr, f.read()),
+                                                               (2, True, "keep me\n"))
+    return checks
+
 for name, config in configs.items():
     folder = os.path.join(WORK, name)
     torch.manual_seed(0)
@@ -103,10 +187,18 @@ for name, config in configs.items():
     checks["ids without a tokenizer"] = (
         [int(x) for x in ours("--model_name_or_path", bare, "--input_ids", " ".join(map(str, prompt_ids)),
                               "--max_new_tokens", "32").split()], want)
+    if name in ("llama", "gpt2"):
+        check_prompts_file(name, folder, hf_tok, hf_greedy, checks)
     for what, (x, y) in checks.items():
         if x != y:
             failures += 1
             print(f"FAILED: {name}: {what}: ours {x!r} vs expected {y!r}")
         else:
             print(f"ok: {name}: {what}" + (f" ({len(x)} tokens)" if isinstance(x, list) else ""))
+for what, (x, y) in check_bad_prompts(os.path.join(WORK, "llama")).items():
+    if x != y:
+        failures += 1
+        print(f"FAILED: {what}: ours {x!r} vs expected {y!r}")
+    else:
+        print(f"ok: {what}")
 sys.exit(1 if failures else 0)

@@ -9,5 +9,5 @@ echo "$out"
 passed=$((passed + $(grep -c '^ok: ' <<<"$out")))
 failed=$((failed + $(grep -c '^FAILED: ' <<<"$out")))
 [[ $code -eq 0 ]] || [[ $failed -gt 0 ]] || fail "generate.py exited $code: $(tail -3 "$WORK/generate.log")"
-[[ $passed -eq 24 ]] || fail "expected 24 checks (6 per model), $passed passed"
+[[ $passed -eq 41 ]] || fail "expected 41 checks (6 per model, 7 more for Llama and GPT-2, 3 bad inputs), $passed passed"
 finish

@@ -1,4 +1,5 @@
-// Token shards (llm.c format), their validation, and the deterministic distributed sampler.
+// Token shards (llm.c format), their validation, the deterministic distributed sampler, and the
+// corpora and prompts files the tools read.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,6 +9,7 @@
 
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
+#include "data/prompts.h"
 #include "data/sampler.h"
 #include "data/text_documents.h"
 #include "data/token_shard.h"
@@ -125,6 +127,56 @@ TEST_F(DataTest, JsonlHoldsOneDocumentPerLine) {
   EXPECT_NE(e.find("comma.jsonl:1: not a JSON line"), std::string::npos) << e;
   e = error_of([&] { input_format_of(path("c.jsonl"), "parquet"); });
   EXPECT_NE(e.find("--input_format must be auto, text or jsonl"), std::string::npos) << e;
+}
+
+// zero_generate --prompts: text lines or JSONL records, blank lines skipped, each prompt
+// numbered in file order and knowing its line; a bad record names FILE:LINE.
+TEST_F(DataTest, PromptsFileHoldsOnePromptPerLine) {
+  std::ofstream(path("p.jsonl"), std::ios::binary) << "{\"text\": \"caf\\u00e9\"}\n"
+                                                   << " \t\r\n"
+                                                   << "{\"input_ids\": [0, 2147483647, 7]}\r\n"
+                                                   << "{\"text\": \"last\", \"id\": 3}";
+  std::vector<Prompt> p = read_prompts(path("p.jsonl"), InputFormat::kJsonl);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0].text, "caf\xc3\xa9");
+  EXPECT_TRUE(p[0].input_ids.empty());
+  EXPECT_EQ(p[1].input_ids, (std::vector<int32_t>{0, 2147483647, 7}));
+  EXPECT_EQ(p[2].text, "last");
+  EXPECT_EQ((std::vector<size_t>{p[0].index, p[1].index, p[2].index}), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ((std::vector<size_t>{p[0].line, p[1].line, p[2].line}), (std::vector<size_t>{1, 3, 4}));
+
+  std::ofstream(path("p.txt"), std::ios::binary) << "\n  one prompt, spaces kept \r\n\ntwo";
+  p = read_prompts(path("p.txt"), InputFormat::kText);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].text, "  one prompt, spaces kept ");
+  EXPECT_EQ(p[1].text, "two");
+  EXPECT_EQ(p[1].line, 4u);
+
+  auto error_in = [&](const std::string& line) {
+    std::ofstream(path("bad.jsonl"), std::ios::binary) << "{\"text\": \"fine\"}\n\n" << line << "\n";
+    return error_of([&] { read_prompts(path("bad.jsonl"), InputFormat::kJsonl); });
+  };
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{\"text\": 5}", "bad.jsonl:3: \"text\" is not a string"},
+      {"{\"text\": \"\"}", "bad.jsonl:3: \"text\" is empty"},
+      {"{\"text\": \"a\", \"input_ids\": [1]}", "bad.jsonl:3: give the prompt as \"text\" or as \"input_ids\""},
+      {"{\"prompt\": \"a\"}", "bad.jsonl:3: give the prompt as \"text\" or as \"input_ids\""},
+      {"{\"input_ids\": []}", "bad.jsonl:3: \"input_ids\" must be a non-empty array"},
+      {"{\"input_ids\": \"1 2\"}", "bad.jsonl:3: \"input_ids\" must be a non-empty array"},
+      {"{\"input_ids\": [1, 5.0]}", "bad.jsonl:3: \"input_ids\" holds 5E0, not an integer"},
+      {"{\"input_ids\": [1, -2]}", "bad.jsonl:3: \"input_ids\" holds -2, not a token id"},
+      {"{\"input_ids\": [2147483648]}", "bad.jsonl:3: \"input_ids\" holds 2147483648, not a token id"},
+      {"{\"input_ids\": [18446744073709551615]}", "holds 18446744073709551615, not a token id"},
+      {"[1, 2]", "bad.jsonl:3: a JSONL line must be a JSON object"},
+      {"{\"text\": \"a\",}", "bad.jsonl:3: not a JSON line"},
+  };
+  for (const auto& [line, expected] : bad) {
+    const std::string e = error_in(line);
+    EXPECT_NE(e.find(expected), std::string::npos) << line << " gave: " << e;
+  }
+  std::ofstream(path("blank.txt")) << "\n \n\t\n";
+  const std::string e = error_of([&] { read_prompts(path("blank.txt"), InputFormat::kText); });
+  EXPECT_NE(e.find("blank.txt: no prompts"), std::string::npos) << e;
 }
 
 TEST_F(DataTest, BadShardsAreClearErrors) {
