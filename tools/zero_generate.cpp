@@ -1,6 +1,6 @@
 // zero_generate --model_name_or_path DIR (--prompt TEXT | --prompt_file FILE | --input_ids "1 2 3")
 //               [--max_new_tokens N] [--do_sample --temperature T --top_k K --top_p P --seed S]
-// zero_generate --model_name_or_path DIR --prompts FILE [--output FILE]   (also under mpirun/srun)
+// zero_generate --model_name_or_path DIR --prompts FILE [--output FILE] [--batch_size B]  (also under mpirun)
 //
 // Generates from an HF model folder (config.json and safetensors, sharded or not: GPT-2, Llama,
 // Mistral, Qwen2, or zero_to_fp32's export) with a KV cache: the prompt runs once, then one token
@@ -10,10 +10,11 @@
 // The continuation goes to stdout; speeds to stderr.
 //
 // --prompts FILE generates for every prompt of a file (data/prompts.h: text lines, or JSONL with
-// "text" or "input_ids"), one after another through one KV cache, each with a sampler seeded by
-// --seed, so a prompt's continuation is the one it gets alone. Under mpirun or srun each rank
-// holds the whole model and takes prompts rank, rank + world, ...; rank 0 writes one JSON line a
-// prompt, in the file's order, to --output (a new file, whole or not at all) or stdout.
+// "text" or "input_ids"), up to --batch_size sequences at once (each its own KV cache), each with
+// a sampler seeded by --seed, so a prompt's continuation is the one it gets alone. Under mpirun or
+// srun each rank holds the whole model and takes prompts rank, rank + world, ...; rank 0 writes
+// one JSON line a prompt, in the file's order, to --output (a new file, whole or not at all) or
+// stdout.
 #include <mpi.h>
 
 #include <algorithm>
