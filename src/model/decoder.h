@@ -26,7 +26,8 @@ class Decoder {
   const float* append(const std::vector<int32_t>& tokens, int slot = 0);
   /// Runs tokens[i] of sequence slots[i] (distinct slots), each at its own position, and returns
   /// their logits: tokens.size() rows of vocab_size floats in host memory, row i for slots[i],
-  /// valid until the next call. Each row is what append({tokens[i]}, slots[i]) would return.
+  /// valid until the next call. Each row is what append({tokens[i]}, slots[i]) would compute, to
+  /// the bit where the backend's matrix products do not depend on the row count (the CPU's).
   const float* step(const std::vector<int>& slots, const std::vector<int32_t>& tokens);
   /// Starts a new sequence in `slot` at position 0. The cache's rows are overwritten as it runs,
   /// and attention reads only the positions run since: nothing of the last sequence is seen.
