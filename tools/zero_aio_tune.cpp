@@ -22,7 +22,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -30,6 +29,7 @@
 
 #include "config/ds_config.h"
 #include "config/tool_options.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -164,11 +164,13 @@ int run(int argc, char** argv) {
   }
   ZT_USAGE_CHECK(write_config.empty() || !fs::exists(write_config, ec), "--write_config: ", write_config,
                  " exists; give a new file (nothing is overwritten)");
+  const std::vector<int64_t> depth_list = parse_list(depths, "--queue_depths", 1, 4096);
+  const std::vector<int64_t> thread_list = parse_list(threads, "--intra_op_parallelism", 1, 64);
   std::vector<zt::AioConfig> sweep;
   for (int64_t b : parse_list(block_sizes, "--block_sizes", 4096, int64_t(1) << 30)) {
     ZT_USAGE_CHECK(b % 4096 == 0, "--block_sizes: ", b, " is not a multiple of 4096 (O_DIRECT)");
-    for (int64_t q : parse_list(depths, "--queue_depths", 1, 4096)) {
-      for (int64_t t : parse_list(threads, "--intra_op_parallelism", 1, 64)) {
+    for (int64_t q : depth_list) {
+      for (int64_t t : thread_list) {
         for (bool single : {false, true}) {
           for (bool overlap : {true, false}) sweep.push_back({b, q, t, single, overlap});
         }
@@ -237,14 +239,7 @@ int run(int argc, char** argv) {
   const std::string json = boost::json::serialize(boost::json::object{{"aio", aio_json(best.aio)}});
   std::printf("%s\n", json.c_str());
   if (!write_config.empty()) {
-    const std::string tmp = write_config + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << json << "\n";
-      ZT_USAGE_CHECK(out.good(), "--write_config: cannot write ", tmp);
-    }
-    fs::rename(tmp, write_config, ec);
-    ZT_USAGE_CHECK(!ec, "--write_config: cannot write ", write_config, ": ", ec.message());
+    zt::write_file_atomically(write_config, json + "\n", false);  // every write checked; no stray temporary
     zt::log_info("wrote ", write_config);
   }
   return 0;
