@@ -3,6 +3,9 @@
 //   zero_estimate --stage 2|3 (--params N --largest_layer_params L | --config_name MODEL.json)
 //                 [--num_gpus_per_node G] [--num_nodes K] [--additional_buffer_factor 1.5]
 //                 [--accelerator cpu|emulated|cuda] [--gpu_memory 80GB [--cpu_memory 512GB]] [--json]
+//   zero_estimate --generate --config_name MODEL.json [--deepspeed CONFIG | --stage S] [--bf16|--fp16]
+//                 [--batch_size B] [--max_length P] [--num_gpus_per_node G] [--num_nodes K]
+//                 [--gpu_memory 80GB] [--json]
 //
 // prints DeepSpeed's model-state table (the same rows, numbers and rounding as its
 // estimate_zero{2,3}_model_states_mem_needs_all_cold). With --config_name it also estimates what
@@ -12,7 +15,10 @@
 // --accelerator cuda adds the GPU view: GPU memory per rank with the CUDA caching allocator's
 // rounding, the CUDA context, cuBLASLt's workspace and NCCL's buffers, and with --gpu_memory alone
 // whether the estimated run fits (exit 1 when not); the recommender then fits that total.
-// --json prints all of it as one JSON object.
+// --json prints all of it as one JSON object. --generate estimates a zero_generate run instead
+// (ZeRO-Inference): per rank, the weights where the config puts them, stage 3's gathered layers,
+// the KV caches of --batch_size sequences of --max_length positions, the decoder's buffers, by
+// pool; with --gpu_memory, whether the device's part fits (exit 1 when not).
 #include <boost/json.hpp>
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -27,6 +33,7 @@
 #include "config/train_args.h"
 #include "config/sizes.h"
 #include "core/error.h"
+#include "core/human_units.h"
 #include "core/tool_main.h"
 #include "model/model_layout.h"
 #include "model/model_memory.h"
@@ -67,10 +74,12 @@ json::object estimate_json(const MemoryEstimate& e) {
             {"nvme", e.by_pool[int(Pool::kNvme)]}}}};
 }
 
-std::string describe(const DsConfig& c) {
-  std::string s = cat("stage ", c.zero.stage, ", ", dtype_name(c.param_dtype()), ", ", optimizer_name(c.optimizer.type));
+// `training` false: a generation run's, which has no optimizer.
+std::string describe(const DsConfig& c, bool training = true) {
+  std::string s = cat("stage ", c.zero.stage, ", ", dtype_name(c.param_dtype()));
+  if (training) s += cat(", ", optimizer_name(c.optimizer.type));
   auto where = [](const OffloadConfig& o) { return o.device == OffloadConfig::Device::kNvme ? "nvme" : "cpu"; };
-  if (c.zero.offload_optimizer.enabled()) s += cat(", optimizer on ", where(c.zero.offload_optimizer));
+  if (training && c.zero.offload_optimizer.enabled()) s += cat(", optimizer on ", where(c.zero.offload_optimizer));
   if (c.zero.offload_param.enabled()) s += cat(", parameters on ", where(c.zero.offload_param));
   return s;
 }
@@ -155,12 +164,16 @@ struct Args {
   std::string optim_args;  // HF's --optim_args (Adafactor's keyword arguments)
   bool checkpointing = false, bf16 = false, fp16 = false, as_json = false;
   bool delayed_update = false;  // zerotrain's --delayed_param_update: the pending parameters' host copy
+  bool generate = false;        // a zero_generate run: --batch_size sequences of --max_length positions
+  int64_t gen_batch = 1, max_length = 0;
   std::string activation_dtype = "auto";
   std::string classifier_chunk = "auto";
   bool cuda() const { return accelerator == "cuda"; }
   /// The recommender: host memory or NVMe given, or a GPU's memory outside the GPU view (where
   /// --gpu_memory alone checks the estimate instead).
-  bool recommend_wanted() const { return !cpu_text.empty() || !nvme_text.empty() || (!gpu_text.empty() && !cuda()); }
+  bool recommend_wanted() const {
+    return !generate && (!cpu_text.empty() || !nvme_text.empty() || (!gpu_text.empty() && !cuda()));
+  }
   /// The GPU view's verdict on the estimated configuration.
   bool gpu_fit_wanted() const { return cuda() && !gpu_text.empty(); }
   bool estimate_wanted() const { return stage >= 0 || !ds_path.empty(); }
@@ -185,6 +198,10 @@ void check_args(const Args& a) {
   ZT_USAGE_CHECK(a.accelerator == "cpu" || a.accelerator == "emulated" || a.accelerator == "cuda",
                  "--accelerator \"", a.accelerator, "\": choose one of ", kEstimateAccelerators,
                  a.accelerator == "auto" ? " (auto is decided where the trainer runs)" : "");
+  ZT_USAGE_CHECK(!a.generate || !a.model_path.empty(), "--generate needs --config_name MODEL.json");
+  ZT_USAGE_CHECK(a.gen_batch >= 1 && a.max_length >= 0, "--batch_size must be >= 1 and --max_length >= 0");
+  ZT_USAGE_CHECK(!a.generate || (a.cpu_text.empty() && a.nvme_text.empty()),
+                 "--generate takes --gpu_memory alone: the recommender is for training runs");
   ZT_USAGE_CHECK(!a.delayed_update || a.params_text.empty(),
                  "--delayed_param_update needs --config_name: DeepSpeed's tables (--params) assume no delayed update");
   ZT_USAGE_CHECK(!a.delayed_update || !a.ds_path.empty(),
@@ -245,6 +262,11 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("cpu_memory", po::value(&a.cpu_text), "recommender: host memory per node, e.g. 512GB")
     ("nvme_capacity", po::value(&a.nvme_text), "recommender: NVMe per node, e.g. 2TB (enables the NVMe rungs)")
     ("nvme_path", po::value(&a.nvme_path), "recommender: nvme_path for the NVMe rungs (default /local_nvme)")
+    ("generate", po::bool_switch(&a.generate),
+     "estimate a zero_generate run (ZeRO-Inference) with --config_name and --deepspeed or --stage")
+    ("batch_size", po::value(&a.gen_batch), "with --generate: sequences at once per rank (default 1)")
+    ("max_length", po::value(&a.max_length),
+     "with --generate: each sequence's KV cache in tokens (default: the model's positions)")
     ("json", po::bool_switch(&a.as_json), "print one JSON object instead of text");
   po::variables_map vm;
   if (!parse_tool_command_line(argc, argv, opts, vm)) return false;
@@ -473,6 +495,54 @@ bool report_recommendation(const Args& a, const ModelConfig& model, const DsConf
   return rec.chosen >= 0;
 }
 
+// --generate: what one rank of a zero_generate run holds. Returns false when --gpu_memory was
+// given and the device's part does not fit it.
+bool report_generation(const Args& a, const ModelConfig& model, const DsConfig& config, json::object& out) {
+  const int world = a.gpus_per_node * a.num_nodes;
+  const int positions = int(a.max_length > 0 ? a.max_length : model.n_positions);
+  ZT_USAGE_CHECK(positions <= model.n_positions, "--max_length ", positions, " exceeds the model's ",
+                 model.n_positions, " positions");
+  const GenerationMemory m = estimate_generation_memory(model, config, world, int(a.gen_batch), positions);
+  const size_t device = m.by_pool[int(Pool::kDevice)];
+  json::object g{{"config", describe(config, false)}, {"weights", m.weights}, {"gathered", m.gather},
+                 {"kv_cache", m.kv_cache}, {"kv_cache_per_sequence", m.kv_cache_per_sequence()},
+                 {"decoder_buffers", m.decoder}, {"pinned_staging", m.staging},
+                 {"per_pool", {{"device", device}, {"host", m.by_pool[int(Pool::kHost)]},
+                               {"pinned", m.by_pool[int(Pool::kPinned)]}, {"nvme", m.by_pool[int(Pool::kNvme)]}}}};
+  bool fits = true;
+  if (!a.gpu_text.empty()) {
+    const uint64_t capacity = parse_size(a.gpu_text, SizeKind::kBytesMemory, "--gpu_memory");
+    fits = device <= capacity;
+    g["gpu_memory"] = capacity;
+    g["fits"] = fits;
+  }
+  if (!a.as_json) {
+    std::printf("zero_generate, per rank (%d rank(s), %s, %lld sequence(s) of %d positions):\n", world,
+                describe(config, false).c_str(), static_cast<long long>(a.gen_batch), positions);
+    auto row = [](const char* what, size_t bytes, const std::string& note = "") {
+      std::printf("  %-24s %11s%s\n", what, human_bytes(double(bytes)).c_str(), note.c_str());
+    };
+    const size_t on_nvme = m.by_pool[int(Pool::kNvme)];
+    row("weights", m.weights,
+        config.zero.stage != 3 ? "  (the whole model, fp32)"
+                               : cat("  (this rank's partition", on_nvme ? cat("; ", human_bytes(double(on_nvme)),
+                                                                                " more on NVMe") : "", ")"));
+    if (config.zero.stage == 3) row("gathered layers", m.gather, "  (at most: stage3_max_live_parameters)");
+    row("KV cache", m.kv_cache, cat("  (", a.gen_batch, " x ", human_bytes(double(m.kv_cache_per_sequence())), ")"));
+    row("decoder buffers", m.decoder);
+    std::printf("  per pool: device %s, host %s, pinned %s, nvme %s\n", human_bytes(double(device)).c_str(),
+                human_bytes(double(m.by_pool[int(Pool::kHost)])).c_str(),
+                human_bytes(double(m.by_pool[int(Pool::kPinned)])).c_str(),
+                human_bytes(double(m.by_pool[int(Pool::kNvme)])).c_str());
+    if (!a.gpu_text.empty()) {
+      std::printf("%s: device %s of %s\n", fits ? "fits" : "does not fit", human_bytes(double(device)).c_str(),
+                  a.gpu_text.c_str());
+    }
+  }
+  out["generation"] = std::move(g);
+  return fits;
+}
+
 // Prints each part the flags ask for, in order; with --json, all of them as one object at the
 // end. Exits 1 when the recommender finds nothing that fits or, without the recommender, when the
 // GPU view of the estimated run does not fit --gpu_memory.
@@ -490,6 +560,11 @@ int run(int argc, char** argv) {
     run = make_run_shape(a, *m.config);
     config = make_ds_config(a, *m.config, *run);
     run->micro_batch = int(config->train_micro_batch_size_per_gpu);
+  }
+  if (a.generate) {
+    const bool fits = report_generation(a, *m.config, *config, out);
+    if (a.as_json) std::cout << json::serialize(out) << "\n";
+    return fits ? 0 : 1;
   }
   if (a.stage == 2 || a.stage == 3) report_deepspeed_table(a, m, out);
   bool fits = true;

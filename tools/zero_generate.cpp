@@ -1,10 +1,11 @@
 // zero_generate --model_name_or_path DIR (--prompt TEXT | --prompt_file FILE | --input_ids "1 2 3")
 //               [--max_new_tokens N] [--do_sample --temperature T --top_k K --top_p P --seed S]
-// zero_generate --model_name_or_path DIR --prompts FILE [--output FILE] [--batch_size B]  (also under mpirun)
+// zero_generate --model_name_or_path DIR --prompts FILE [--output FILE] [--batch_size B] [--deepspeed DS.json]
+//               (also under mpirun or srun)
 //
 // Generates from an HF model folder (config.json and safetensors, sharded or not: GPT-2, Llama,
-// Mistral, Qwen2, or zero_to_fp32's export) with a KV cache: the prompt runs once, then one token
-// per step. Text goes in and comes out through the folder's tokenizer.json (or --tokenizer);
+// Mistral, Qwen2, or zero_to_fp32's export) or a zerotrain checkpoint (its master weights, from
+// any world size and stage) with a KV cache: the prompt runs once, then one token per step. Text goes in and comes out through the folder's tokenizer.json (or --tokenizer);
 // --input_ids and --output_ids skip it (and --input_ids alone prints ids where there is none).
 // Sampling defaults come from generation_config.json as in HF generate, and flags override them.
 // The continuation goes to stdout; speeds to stderr.
@@ -12,47 +13,58 @@
 // --prompts FILE generates for every prompt of a file (data/prompts.h: text lines, or JSONL with
 // "text" or "input_ids"), up to --batch_size sequences at once (each its own KV cache), each with
 // a sampler seeded by --seed, so a prompt's continuation is the one it gets alone. Under mpirun or
-// srun each rank holds the whole model and takes prompts rank, rank + world, ...; rank 0 writes
-// one JSON line a prompt, in the file's order, to --output (a new file, whole or not at all) or
-// stdout.
+// srun each rank takes prompts rank, rank + world, ...; rank 0 writes one JSON line a prompt, in
+// the file's order, to --output (a new file, whole or not at all) or stdout. --deepspeed places
+// the weights as the config does (ZeRO-Inference, zero/inference_weights.h): at stage 3 each rank
+// holds its partition, on the device, in host memory or on NVMe, and the ranks run their forward
+// passes in lockstep (model/generation_loop.h); otherwise each rank holds the whole model. Before
+// anything loads, a run whose memory estimate passes what the machine has free is refused.
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/json.hpp>
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "backend/accelerator.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
+#include "config/ds_config.h"
 #include "config/generation_config.h"
 #include "config/json_reader.h"
 #include "config/model_config.h"
+#include "comm/data_comm.h"
+#include "comm/mpi_comm.h"
 #include "comm/mpi_runtime.h"
 #include "config/tool_options.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/human_units.h"
 #include "core/log.h"
-#include "core/timer.h"
+#include "core/memory_pool.h"
 #include "core/tool_main.h"
 #include "data/prompts.h"
 #include "model/decoder.h"
+#include "model/generation_loop.h"
 #include "model/sampler.h"
 #include "tokenizer/tokenizer.h"
+#include "zero/inference_weights.h"
+#include "zero/memory_estimate.h"
 
 namespace po = boost::program_options;
 
 namespace {
 
 struct Args {
-  std::string model, tokenizer, prompt, prompt_file, input_ids, prompts, output, accelerator = "auto";
+  std::string model, tokenizer, prompt, prompt_file, input_ids, prompts, output, deepspeed, accelerator = "auto";
   int max_new_tokens = 32, max_length = 0, batch_size = 1;
   zt::SamplingParams sampling;
   uint64_t seed = 42;
@@ -89,73 +101,6 @@ void apply_generation_config(const po::variables_map& vm, const zt::GenerationCo
   if (g.top_k && unset("top_k")) a.sampling.top_k = *g.top_k;
   if (g.top_p && unset("top_p")) a.sampling.top_p = *g.top_p;
   if (g.max_new_tokens && unset("max_new_tokens")) a.max_new_tokens = *g.max_new_tokens;
-}
-
-// What generation needs besides the decoder: when to stop and how to choose.
-struct Generation {
-  std::set<int32_t> eos;
-  int max_new_tokens = 0;
-  int vocab_size = 0;
-  double prefill_s = 0, decode_s = 0;  // summed over the prompts
-  size_t prompt_tokens = 0, new_tokens = 0, steps = 0;
-};
-
-// One sequence in a decoder slot: its prompt's place, its own sampler (seeded alike for every
-// prompt, so its draws never depend on what runs beside it), what it has generated.
-struct Sequence {
-  size_t prompt;
-  zt::Sampler sampler;
-  std::vector<int32_t> generated;
-};
-
-// Every prompt's continuation, up to decoder.slots() sequences at once: a prompt takes a free slot
-// (its prefill runs alone), then each step runs the last token of every sequence in a slot
-// together; a sequence that stops (an EOS, max_new_tokens, the cache's end) leaves, and the next
-// prompt takes its slot. A sequence gets the ids it would get alone.
-std::vector<std::vector<int32_t>> continue_prompts(zt::Decoder& decoder, const std::vector<zt::Prompt>& prompts,
-                                                   const zt::SamplingParams& sampling, uint64_t seed,
-                                                   Generation& g) {
-  std::vector<std::vector<int32_t>> out(prompts.size());
-  std::vector<std::optional<Sequence>> slots(size_t(decoder.slots()));
-  // Samples the slot's next token from its logits; a sequence that stops there leaves its slot.
-  auto sample = [&](int slot, const float* logits) {
-    Sequence& s = *slots[size_t(slot)];
-    s.generated.push_back(s.sampler.next(logits, g.vocab_size));
-    if (g.eos.count(s.generated.back()) || int(s.generated.size()) >= g.max_new_tokens ||
-        decoder.position(slot) >= decoder.max_positions()) {
-      g.new_tokens += s.generated.size();
-      out[s.prompt] = std::move(s.generated);
-      slots[size_t(slot)].reset();
-    }
-  };
-  size_t next = 0;
-  while (true) {
-    for (int slot = 0; slot < decoder.slots(); ++slot) {
-      while (!slots[size_t(slot)] && next < prompts.size()) {
-        const zt::Prompt& p = prompts[next];
-        slots[size_t(slot)].emplace(Sequence{next++, zt::Sampler(sampling, seed), {}});
-        decoder.reset(slot);
-        zt::Stopwatch prefill_clock;
-        const float* logits = decoder.append(p.input_ids, slot);
-        g.prefill_s += prefill_clock.seconds();
-        g.prompt_tokens += p.input_ids.size();
-        sample(slot, logits);
-      }
-    }
-    std::vector<int> running;
-    std::vector<int32_t> tokens;
-    for (int slot = 0; slot < decoder.slots(); ++slot) {
-      if (!slots[size_t(slot)]) continue;
-      running.push_back(slot);
-      tokens.push_back(slots[size_t(slot)]->generated.back());
-    }
-    if (running.empty()) return out;
-    zt::Stopwatch decode_clock;
-    const float* logits = decoder.step(running, tokens);
-    g.decode_s += decode_clock.seconds();
-    g.steps += 1;
-    for (size_t i = 0; i < running.size(); ++i) sample(running[i], logits + i * size_t(g.vocab_size));
-  }
 }
 
 // The KV cache's length for prompts of up to `longest` tokens: --max_length, else the longest
@@ -225,7 +170,9 @@ std::optional<Args> parse_args(int argc, char** argv, const zt::ProcessPlace& pl
   po::options_description opts("zero_generate --model_name_or_path DIR (--prompt TEXT | --prompts FILE)");
   opts.add_options()
     ("help,h", "print this help")
-    ("model_name_or_path", po::value(&a.model), "an HF model folder: config.json and *.safetensors")
+    ("model_name_or_path", po::value(&a.model),
+     "an HF model folder (config.json and *.safetensors), or a zerotrain checkpoint (global_stepN, or an output "
+     "directory with `latest`)")
     ("tokenizer", po::value(&a.tokenizer), "the tokenizer's folder or tokenizer.json (default: the model folder)")
     ("prompt", po::value(&a.prompt), "the text to continue")
     ("prompt_file", po::value(&a.prompt_file), "a file holding the text to continue")
@@ -239,6 +186,10 @@ std::optional<Args> parse_args(int argc, char** argv, const zt::ProcessPlace& pl
     ("batch_size", po::value(&a.batch_size)->default_value(1),
      "with --prompts: sequences generated at once (each rank), each with its own KV cache; a finished one's "
      "place goes to the next prompt, and each gets the ids it would get alone")
+    ("deepspeed", po::value(&a.deepspeed),
+     "a DeepSpeed config (ZeRO-Inference): stage 3 partitions the weights across the ranks and gathers each "
+     "layer before use, offload_param keeps the partitions in host memory or on NVMe; stages 0-2 hold them "
+     "whole on every rank (default: whole, fp32)")
     ("max_new_tokens", po::value(&a.max_new_tokens)->default_value(32), "tokens to generate at most")
     ("max_length", po::value(&a.max_length)->default_value(0),
      "the KV cache's length in tokens (default: prompt + max_new_tokens, at most max_position_embeddings)")
@@ -268,9 +219,110 @@ std::optional<Args> parse_args(int argc, char** argv, const zt::ProcessPlace& pl
   return a;
 }
 
-int generate(Args a, const zt::ProcessPlace& place) {
+// What this rank will hold at most (zero_estimate's arithmetic, zero/memory_estimate.h), logged
+// before anything is loaded, beside the measured peaks at the end.
+void log_estimate(const zt::GenerationMemory& m, const std::string& who) {
+  zt::log_info(who, "memory estimate: device ", m.by_pool[int(zt::Pool::kDevice)], " B, host ",
+               m.by_pool[int(zt::Pool::kHost)], " B, pinned ", m.by_pool[int(zt::Pool::kPinned)], " B, nvme ",
+               m.by_pool[int(zt::Pool::kNvme)], " B (weights ", m.weights, " B, gathered at most ", m.gather,
+               " B, KV cache ", m.kv_cache, " B = ", m.slots, " x ", m.kv_cache_per_sequence(), " B a sequence)");
+}
+
+// Refuses, before anything loads, a run whose estimate passes what this machine has now: a GPU's
+// free memory for the device pool and the host's available memory for the host pools of the
+// node's ranks together, or, where device memory is host memory (the CPU backends), the host's
+// for all of it. The message says how many sequences would fit.
+void check_memory_fits(const zt::GenerationMemory& m, const zt::Backend& backend, int batch_size, int positions,
+                       int ranks_here) {
+  const size_t device = m.by_pool[int(zt::Pool::kDevice)];
+  const size_t host = m.by_pool[int(zt::Pool::kHost)] + m.by_pool[int(zt::Pool::kPinned)];
+  const bool shared = backend.device_is_host_memory();
+  struct Budget {
+    size_t per_rank, ranks, available;
+    const char* what;
+  };
+  for (const Budget& b : {Budget{shared ? device + host : device, shared ? size_t(ranks_here) : 1,
+                                 backend.available_device_memory(),
+                                 shared ? "host memory (the device's and the host pools')" : "device memory"},
+                          Budget{shared ? 0 : host, size_t(ranks_here), zt::host_memory_available(), "host memory"}}) {
+    const size_t need = b.per_rank * b.ranks;
+    if (b.available == 0 || need <= b.available) continue;  // 0: not known here
+    // Each sequence adds its KV cache (and a row of a few buffers, left out: the cache dwarfs it).
+    const size_t per_sequence = std::max<size_t>(m.kv_cache_per_sequence(), 1) * b.ranks;
+    const size_t fixed = need - std::min(need, m.kv_cache * b.ranks);
+    const size_t fit = b.available > fixed ? (b.available - fixed) / per_sequence : 0;
+    throw zt::UsageError(zt::cat(
+        "--batch_size ", batch_size, ": ", m.slots, " sequence(s) of ", positions, " positions need ",
+        zt::human_bytes(double(b.per_rank)), " of ", b.what, " on each rank",
+        b.ranks > 1 ? zt::cat(" (", zt::human_bytes(double(need)), " for the ", b.ranks, " ranks of this node)") : "",
+        " (KV cache ", m.slots, " x ", zt::human_bytes(double(m.kv_cache_per_sequence())), ", weights ",
+        zt::human_bytes(double(m.weights)), ", gathered layers ", zt::human_bytes(double(m.gather)), ", buffers ",
+        zt::human_bytes(double(m.decoder)), "), but ", zt::human_bytes(double(b.available)), " is available: ",
+        fit == 0 ? std::string("not one sequence fits; a smaller --max_length") : zt::cat("at most ", fit, " fit"),
+        ", or ZeRO stage 3 across more ranks, or offload_param, needs less (zero_estimate --generate); nothing was "
+        "loaded"));
+  }
+}
+
+// Rank 0 logs every rank's measured peak bytes in each pool (what zero_estimate predicts).
+void log_memory_peaks(const zt::ProcessPlace& place) {
+  const zt::PoolBytes peak = zt::pool_peaks();
+  const std::array<unsigned long long, 4> mine{peak[zt::Pool::kDevice], peak[zt::Pool::kHost], peak[zt::Pool::kPinned],
+                                               peak[zt::Pool::kNvme]};
+  std::vector<unsigned long long> all(place.rank == 0 ? mine.size() * size_t(place.world_size) : 0);
+  MPI_Gather(mine.data(), int(mine.size()), MPI_UNSIGNED_LONG_LONG, all.data(), int(mine.size()),
+             MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  for (size_t r = 0; r < all.size() / mine.size(); ++r) {
+    const unsigned long long* p = all.data() + r * mine.size();
+    zt::log_info(place.world_size > 1 ? zt::cat("rank ", r, ": ") : std::string(), "memory peak: device ", p[0],
+                 " B, host ", p[1], " B, pinned ", p[2], " B, nvme ", p[3], " B");
+  }
+}
+
+// The DeepSpeed config of --deepspeed, its "auto" values filled as the trainer fills them (the
+// micro-batch from --batch_size), else DeepSpeed's defaults: stage 0, fp32.
+zt::DsConfig load_config(const Args& a, int world_size, int64_t hidden_size) {
+  zt::AutoValues autos;
+  autos.world_size = world_size;
+  autos.hidden_size = hidden_size;
+  autos.micro_batch.value = a.batch_size;
+  if (a.deepspeed.empty()) return zt::parse_ds_config(boost::json::object(), "the default config", autos);
+  return zt::load_ds_config(a.deepspeed, autos);
+}
+
+// Where the weights come from: an HF folder (config.json and safetensors), or a zerotrain
+// checkpoint (a global_stepN directory, or an output directory with `latest`), written at any
+// world size and stage, whose shards each rank reads only its part of (HDF5's checksum of each
+// chunk it reads checked).
+struct WeightsFolder {
+  std::optional<zt::SafetensorsReader> safetensors;
+  std::optional<zt::CheckpointReader> checkpoint;
+  zt::ModelConfig config;
+
+  explicit WeightsFolder(const std::string& dir) {
+    if (std::filesystem::exists(std::filesystem::path(dir) / "config.json")) {
+      config = zt::load_model_config(dir + "/config.json");
+      return;
+    }
+    checkpoint.emplace(dir, dir, nullptr, false, 0, 1, zt::CheckpointReader::Verify::kChunksRead);
+    config = checkpoint->model_config();
+  }
+  /// The master weights, checked against the layout first.
+  zt::StateSource source(const std::string& dir, const zt::ModelLayout& layout) {
+    if (checkpoint) {
+      return {[this](zt::StateField f, size_t lo, size_t hi, float* out) { checkpoint->read(f, lo, hi, out); }, false,
+              std::nullopt, nullptr, nullptr, nullptr, nullptr};
+    }
+    safetensors.emplace(dir);
+    zt::check_pretrained(*safetensors, layout, dir);
+    return zt::pretrained_source(*safetensors, layout);
+  }
+};
+
+int generate(Args a, const zt::ProcessPlace& place, zt::HostComm& comm) {
   const po::variables_map& vm = a.flags;
-  const zt::ModelConfig config = zt::load_model_config(a.model + "/config.json");
+  WeightsFolder folder(a.model);
+  const zt::ModelConfig& config = folder.config;
   const zt::GenerationConfig gen = zt::load_generation_config(a.model + "/generation_config.json");
   apply_generation_config(vm, gen, a);
   for (const auto& what : gen.not_applied) {
@@ -331,31 +383,36 @@ int generate(Args a, const zt::ProcessPlace& place) {
   const int positions = prompts.empty() ? 1 : cache_positions(a, config, longest, longest_where);
 
   // Stop at any EOS HF would stop at: config.json's, generation_config.json's, the tokenizer's.
-  Generation g;
-  g.eos.insert(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  g.eos.insert(gen.eos_token_ids.begin(), gen.eos_token_ids.end());
-  if (tokenizer && tokenizer->eos_token_id()) g.eos.insert(int32_t(*tokenizer->eos_token_id()));
-  g.max_new_tokens = a.max_new_tokens;
-  g.vocab_size = config.vocab_size;
+  zt::StopRule stop;
+  stop.eos.insert(config.eos_token_ids.begin(), config.eos_token_ids.end());
+  stop.eos.insert(gen.eos_token_ids.begin(), gen.eos_token_ids.end());
+  if (tokenizer && tokenizer->eos_token_id()) stop.eos.insert(int32_t(*tokenizer->eos_token_id()));
+  stop.max_new_tokens = a.max_new_tokens;
 
-  // The weights, converted to fp32 once and copied to the device.
+  const std::string who = place.world_size > 1 ? zt::cat("rank ", place.rank, ": ") : std::string();
+  // The weights where the DeepSpeed config puts them (stage 3: this rank's partition, gathered a
+  // unit at a time), read from the folder a chunk at a time; without --deepspeed, whole in fp32.
   std::unique_ptr<zt::Backend> backend = zt::make_backend(a.accelerator, place.local_rank, "--accelerator");
   const std::unique_ptr<zt::ModelLayout> layout = zt::make_model_layout(config);
-  zt::SafetensorsReader weights(a.model);
-  zt::check_pretrained(weights, *layout, a.model);
-  zt::DeviceArray<float> device_weights(*backend, layout->flat_size());
-  {
-    zt::DeviceArray<float> staging(*backend, layout->flat_size(), zt::Pool::kPinned);
-    zt::pretrained_source(weights, *layout).read(zt::StateField::kMaster, 0, layout->flat_size(), staging.data());
-    backend->copy_async(device_weights.data(), staging.data(), staging.bytes(), backend->compute_stream());
-    backend->synchronize(backend->compute_stream());
-  }
+  const zt::DsConfig ds = load_config(a, place.world_size, config.n_embd);
   const int slots = int(std::clamp<size_t>(prompts.size(), 1, size_t(a.batch_size)));
-  zt::FlatWeights params(*layout, device_weights.data());
+  const zt::GenerationMemory need = zt::estimate_generation_memory(config, ds, place.world_size, slots, positions);
+  log_estimate(need, who);
+  check_memory_fits(need, *backend, a.batch_size, positions, place.local_size);
+  const zt::StateSource source = folder.source(a.model, *layout);
+  const std::unique_ptr<zt::DataComm> data_comm = zt::make_data_comm(*backend, comm);
+  zt::InferenceWeights params(ds, *layout, *backend, *data_comm, source);
   const std::unique_ptr<zt::Decoder> decoder = zt::make_decoder(*layout, *backend, params, positions, slots);
+  // At stage 3 every rank runs every pass (its gathers are collectives), idle where it has no work.
+  zt::PassSync sync{[&](bool mine) { return comm.all_reduce_max(mine ? 1.0 : 0.0) > 0; },
+                    [&](bool another) { params.end_pass(another); }};
 
+  std::vector<std::vector<int32_t>> ids;
+  for (const zt::Prompt& p : prompts) ids.push_back(p.input_ids);
+  zt::GenerationStats g;
+  std::vector<std::vector<int32_t>> continuations = zt::generate_continuations(
+      *decoder, ids, a.sampling, a.seed, stop, config.vocab_size, g, params.lockstep() ? &sync : nullptr);
   std::vector<Continuation> mine;
-  std::vector<std::vector<int32_t>> continuations = continue_prompts(*decoder, prompts, a.sampling, a.seed, g);
   for (size_t i = 0; i < prompts.size(); ++i) {
     mine.push_back({prompts[i].index, prompts[i].input_ids, std::move(continuations[i])});
   }
@@ -388,12 +445,18 @@ int generate(Args a, const zt::ProcessPlace& place) {
       }
     }
   }
-  // Each prompt's first new token comes from its prefill; the steps make the rest.
-  zt::log_info(place.world_size > 1 ? zt::cat("rank ", place.rank, ": ") : std::string(), prompts.size(),
-               prompts.size() == 1 ? " prompt, " : " prompts, ", g.prompt_tokens, " tokens in ", g.prefill_s * 1e3,
-               " ms; ", g.new_tokens, " new tokens at ",
+  // Each prompt's first new token comes from its prompt's last pass; the decoding passes make the rest.
+  zt::log_info(who, prompts.size(), prompts.size() == 1 ? " prompt, " : " prompts, ", g.prompt_tokens, " tokens in ",
+               g.prefill_s * 1e3, " ms; ", g.new_tokens, " new tokens at ",
                g.decode_s > 0 ? double(g.new_tokens - prompts.size()) / g.decode_s : 0.0, " tokens/s (",
-               g.steps, " steps of up to ", slots, " sequences; ", backend->describe(), ")");
+               g.decode_passes, " steps of up to ", slots, " sequences; ", backend->describe(), ")");
+  const size_t held = params.lockstep() ? params.plan().partition.partition_size : layout->flat_size();
+  zt::log_info(who, "ZeRO stage ", ds.zero.stage, ", ", zt::dtype_name(params.plan().dtype), " weights, ", held,
+               " of the model's ", layout->flat_size(), " parameters held",
+               params.lockstep() ? zt::cat(", ", g.idle_passes, " idle passes, at most ",
+                                           params.peak_live_parameters(), " parameters gathered")
+                                 : std::string());
+  log_memory_peaks(place);
   return 0;
 }
 
@@ -419,9 +482,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!args) return 0;
-  if (place.world_size == 1) return zt::run_tool("zero_generate", [&] { return generate(*args, place); });
+  zt::MpiComm comm(MPI_COMM_WORLD);
+  if (place.world_size == 1) return zt::run_tool("zero_generate", [&] { return generate(*args, place, comm); });
   try {
-    const int code = generate(*args, place);
+    const int code = generate(*args, place, comm);
     zt::check_log_written();
     return code;
   } catch (const zt::UsageError& e) {

@@ -63,6 +63,13 @@ class Backend {
   /// Allocates from a pool with byte accounting. Device memory is not host-addressable.
   virtual void* allocate(Pool pool, size_t bytes) = 0;
   virtual void deallocate(Pool pool, void* ptr, size_t bytes) = 0;
+  /// Bytes the device pool could still take now, to refuse a run that cannot fit before it
+  /// allocates: a GPU's free memory (cudaMemGetInfo); where device memory is host memory (the
+  /// CPU and emulated backends, device_is_host_memory), the host's available memory, which the
+  /// host pools share.
+  virtual size_t available_device_memory() const { return host_memory_available(); }
+  /// Device memory is host memory: the device pool and the host pools draw on the same RAM.
+  virtual bool device_is_host_memory() const { return true; }
 
   // ---- streams and events ----
   /// The stream the kernels run on.

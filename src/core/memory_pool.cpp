@@ -4,12 +4,25 @@
 
 #include <omp.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "core/error.h"
 
 namespace zt {
+
+size_t host_memory_available() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  unsigned long long kib = 0;
+  while (std::getline(meminfo, line)) {
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return size_t(kib) * 1024;
+  }
+  return 0;
+}
 
 const char* pool_name(Pool p) {
   switch (p) {

@@ -46,6 +46,10 @@ PoolBytes pool_peaks();
 PoolBytes pool_in_use();
 void reset_pool_peaks();
 
+/// The host memory the kernel says a new allocation could take without swapping
+/// (/proc/meminfo's MemAvailable), in bytes; 0 where it cannot be read.
+size_t host_memory_available();
+
 /// Allocates `bytes` of host memory charged to `pool` (device/host/pinned on the CPU backend),
 /// 64-byte-aligned, page-aligned from 4 KiB up (O_DIRECT swaps need it). Pages are touched in
 /// parallel so that first-touch page faults happen here, once, and not inside the first timed

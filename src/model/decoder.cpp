@@ -261,6 +261,26 @@ class Gpt2Decoder final : public Decoder {
 
 }  // namespace
 
+// Every allocation of Decoder's constructor and the two decoders' above, in elements of 4 bytes.
+DecoderMemory decoder_memory(const ModelLayout& layout, int max_positions, int slots) {
+  const ModelConfig& cfg = layout.config();
+  const size_t P = size_t(max_positions), n = size_t(slots), L = size_t(cfg.n_layer), C = size_t(cfg.n_embd);
+  const size_t H = size_t(cfg.n_head);
+  size_t chunk = 1, kv = 0, device = 0;
+  if (dynamic_cast<const LlamaLayout*>(&layout)) {
+    chunk = size_t(std::min(LlamaDecoder::kChunk, max_positions));
+    const size_t rows = std::max(chunk, n), I = size_t(cfg.intermediate_size), hs = size_t(cfg.head_size());
+    kv = 2 * n * L * P * size_t(cfg.n_kv_head) * hs;
+    device = rows * C + rows * (3 * C + 2 * H * hs + 3 * I + 2) + H * chunk * P + rows * (C + 1) +
+             2 * P * rope_inv_freq(cfg).size();
+  } else {
+    kv = 2 * n * L * P * C;
+    device = 2 * n * C + n * (C + 2) + 3 * n * C + n * C + 8 * n * C + H * P;
+  }
+  const size_t rows = std::max(chunk, n), io = rows + rows * size_t(cfg.vocab_size);  // tokens, logits
+  return {kv * sizeof(float), (device + io) * sizeof(float), io * sizeof(float)};
+}
+
 std::unique_ptr<Decoder> make_decoder(const ModelLayout& layout, Backend& backend, ParamSource<float>& params,
                                       int max_positions, int slots) {
   ZT_USAGE_CHECK(max_positions >= 1 && max_positions <= layout.config().n_positions, "a sequence of ", max_positions,

@@ -38,6 +38,8 @@ class Decoder {
   int max_positions() const { return max_positions_; }
   /// How many sequences the decoder holds.
   int slots() const { return int(positions_.size()); }
+  /// The most tokens of one sequence a forward pass runs: append() of more runs several passes.
+  int chunk() const { return chunk_; }
 
  protected:
   /// `chunk`: the most tokens one run() takes; tokens_ and logits_ hold max(chunk, slots) rows.
@@ -79,6 +81,14 @@ class FlatWeights final : public ParamSource<float> {
   const ModelLayout& layout_;
   const float* weights_;
 };
+
+/// Bytes a decoder of `layout` for `slots` sequences of up to max_positions tokens allocates: its
+/// KV caches and its other device buffers (activations, logits, tokens, rope tables), and its
+/// pinned staging (tokens in, logits out). What make_decoder allocates, to the byte.
+struct DecoderMemory {
+  size_t kv_cache = 0, device = 0, pinned = 0;
+};
+DecoderMemory decoder_memory(const ModelLayout& layout, int max_positions, int slots);
 
 /// The decoder of `layout`'s architecture over `params` (which must outlive it), for `slots`
 /// sequences of up to max_positions tokens each.

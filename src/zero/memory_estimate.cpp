@@ -10,9 +10,11 @@
 #include "comm/mpi_comm.h"
 #include "config/train_args.h"
 #include "core/error.h"
+#include "model/decoder.h"
 #include "model/model_layout.h"
 #include "model/model_memory.h"
 #include "zero/gradient_reducer.h"
+#include "zero/inference_weights.h"
 #include "zero/mixed_precision_buffers.h"
 #include "zero/adafactor_factors.h"
 #include "zero/muon_matrices.h"
@@ -274,6 +276,42 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   list_devices(activations);
   return est;
 }
+
+// ---- a generation run ----
+
+// InferenceWeights' allocations and the decoder's, each from its own size function.
+GenerationMemory estimate_generation_memory(const ModelConfig& model, const DsConfig& config, int world_size,
+                                            int slots, int positions) {
+  const std::unique_ptr<ModelLayout> layout = make_model_layout(model);
+  const ZeroPlan plan = ZeroPlan::inference(config, layout->flat_size(), world_size, /*rank=*/0);
+  GenerationMemory m;
+  m.slots = slots;
+  auto add = [&](Pool p, size_t bytes) { m.by_pool[int(p)] += bytes; };
+  if (plan.params_replicated()) {
+    m.weights = layout->flat_size() * sizeof(float);
+    add(Pool::kDevice, m.weights);
+  } else {
+    m.weights = plan.params_on_nvme ? 0 : plan.params_count * plan.elem();
+    add(plan.param_pool, m.weights);
+    m.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero);
+    add(Pool::kDevice, m.gather);
+    const OffloadFootprint store = PartitionedParameterCoordinator::store_footprint(plan, *layout, config);
+    m.weights += store.host_state;
+    add(plan.offloaded_param_pool, store.host_state + store.buffers);
+    add(Pool::kNvme, store.nvme);
+  }
+  const DecoderMemory d = decoder_memory(*layout, positions, slots);
+  m.kv_cache = d.kv_cache;
+  m.decoder = d.device;
+  add(Pool::kDevice, d.kv_cache + d.device);
+  // Stages 0-2 load through a pinned chunk, freed before the decoder's staging is allocated.
+  const size_t load = plan.params_replicated() ? InferenceWeights::load_staging_bytes(*layout) : 0;
+  m.staging = std::max(load, d.pinned);
+  add(Pool::kPinned, m.staging);
+  return m;
+}
+
+size_t GenerationMemory::kv_cache_per_sequence() const { return kv_cache / size_t(std::max(slots, 1)); }
 
 // ---- the GPU view ----
 

@@ -87,6 +87,22 @@ struct MemoryEstimate {
 
 MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config, const RunShape& run);
 
+/// A generation run's peak bytes per rank (zero_generate --deepspeed, ZeRO-Inference): the weights
+/// where InferenceWeights puts them, stage 3's gathered units (the worst case) and parameter
+/// store, and the decoder's KV caches and buffers for `slots` sequences of `positions` tokens.
+struct GenerationMemory {
+  size_t weights = 0;     ///< stage 3: this rank's partition (any pool); stages 0-2: the model in fp32
+  size_t gather = 0;      ///< stage 3: gathered units and their fp32 working copies (device)
+  size_t kv_cache = 0;    ///< every sequence's keys and values (device)
+  size_t decoder = 0;     ///< the decoder's other device buffers
+  size_t staging = 0;     ///< pinned: the decoder's, or stages 0-2's load chunk, the larger
+  int slots = 1;
+  std::array<size_t, kNumPools> by_pool{};  ///< everything above, and the store's, by pool
+  size_t kv_cache_per_sequence() const;
+};
+GenerationMemory estimate_generation_memory(const ModelConfig& model, const DsConfig& config, int world_size,
+                                            int slots, int positions);
+
 // ---- the GPU view ----
 
 /// GPU memory the CUDA caching allocator reserves (its cudaMalloc segments) to serve allocations

@@ -277,4 +277,16 @@ void PartitionedParameterCoordinator::invalidate() {
   position_ = 0;
 }
 
+void PartitionedParameterCoordinator::end_pass(bool another) {
+  std::vector<int> units;
+  for (const auto& [unit, g] : live_) {
+    ZT_CHECK(!g.in_use, "unit ", unit, " is still in use at the end of a forward pass");
+    if (!persistent(unit)) units.push_back(unit);
+  }
+  for (int unit : units) drop(unit);
+  if (!trace_.empty()) trace_complete_ = true;
+  position_ = 0;
+  if (another) prefetch();
+}
+
 }  // namespace zt

@@ -61,6 +61,12 @@ class PartitionedParameterCoordinator {
   void release(int unit);
   /// Drops every gathered copy (the partitions changed).
   void invalidate();
+  /// Inference: a forward pass is over, and the weights have not changed. Every gathered unit but
+  /// the persistent ones is freed (DeepSpeed releases them at the end of each forward), the first
+  /// pass's order of units becomes the trace, and with `another` (a pass follows) the next pass's
+  /// first units are gathered ahead within stage3_prefetch_bucket_size. Collective: every rank
+  /// ends the same passes.
+  void end_pass(bool another);
   /// Elements [lo, hi) of the parameters in the training dtype, assembled from every rank's
   /// partition into host memory `out`. Collective.
   void gather_params(size_t lo, size_t hi, void* out);

@@ -6,18 +6,22 @@
 
 namespace zt {
 
+ZeroPlan ZeroPlan::inference(const DsConfig& config, size_t flat_size, int world_size, int rank, DType working) {
+  return ZeroPlan(config, flat_size, world_size, rank, true, working, false);
+}
+
 ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank_, bool kernels_reach_host,
-                   DType working)
+                   DType working, bool training_)
     : stage(config.zero.stage), world(world_size), rank(rank_), dtype(config.param_dtype()),
       grad_dtype(config.grad_dtype()), comm_dtype(config.communication_data_type.value_or(config.param_dtype())),
-      working_dtype(working), partition(flat_size, world_size) {
+      working_dtype(working), partition(flat_size, world_size), training(training_) {
   ZT_USAGE_CHECK(working == DType::kF32 || working == DType::kBF16, "activations in ", dtype_name(working),
                  " are not implemented (fp32 or bf16)");
   ZT_USAGE_CHECK(!(dtype == DType::kF16 && working == DType::kBF16),
                  "bf16 activations with fp16 parameters are not implemented: train in bf16 or fp32");
   const size_t padded = partition.padded_size, part = partition.partition_size;
   opt_begin = stage == 0 ? 0 : partition.begin(rank);
-  opt_count = stage == 0 ? padded : part;
+  opt_count = !training ? 0 : stage == 0 ? padded : part;
   const OffloadConfig& off = config.zero.offload_optimizer;
   const OffloadConfig& off_param = config.zero.offload_param;
   // Partial offload (ratio < 1) keeps the first part of the range on the device.
@@ -27,7 +31,7 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   params_base = stage == 3 ? partition.begin(rank) : 0;
   params_count = stage == 3 ? part : padded;
   grads_base = stage >= 2 ? partition.begin(rank) : 0;
-  grads_count = stage >= 2 ? part : padded;
+  grads_count = !training ? 0 : stage >= 2 ? part : padded;
   grads_on_host = stage == 3 && offloaded > 0 && device_count == 0 && kernels_reach_host;
   params_on_host = stage == 3 && off_param.enabled();
   params_on_nvme = params_on_host && off_param.device == OffloadConfig::Device::kNvme;
@@ -35,6 +39,7 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   offloaded_optimizer_pool = off.pin_memory ? Pool::kPinned : Pool::kHost;
   param_pool = params_on_host ? offloaded_param_pool : Pool::kDevice;
   grad_pool = grads_on_host ? offloaded_optimizer_pool : Pool::kDevice;
+  if (!training) return;
   // fp32 gradients under 16-bit parameters are DeepSpeed's BF16_Optimizer: stages 0 and 1, every
   // gradient on the device (the config refuses the rest; this guards programmatic configs).
   ZT_USAGE_CHECK(config.grad_dtype_supported(), config.source, ": data_types.grad_accum_dtype ",

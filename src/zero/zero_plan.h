@@ -29,8 +29,14 @@ struct ZeroPlan {
   /// `kernels_reach_host` (Backend::kernels_reach_host_memory): whether the backend's kernels and
   /// collectives may write host memory; without it the gradients stay on the device.
   /// `working_dtype`: the dtype the model computes with (its activation dtype, kernel_ops.h).
+  /// `training` false: see inference().
   ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int rank, bool kernels_reach_host = true,
-           DType working_dtype = DType::kF32);
+           DType working_dtype = DType::kF32, bool training = true);
+  /// ZeRO-Inference's plan: the parameters held as for training (stage 3 partitions them,
+  /// offload_param keeps the partition in host memory or on NVMe), and no gradient or optimizer
+  /// state, so none of the rules that tie offload_param to offload_optimizer apply.
+  static ZeroPlan inference(const DsConfig& config, size_t flat_size, int world_size, int rank,
+                            DType working_dtype = DType::kF32);
 
   int stage, world, rank;
   DType dtype;       ///< parameters (bf16, fp16 or fp32)
@@ -59,6 +65,7 @@ struct ZeroPlan {
   /// --delayed_param_update: from this many steps on, the offloaded part's CPU Adam runs beside
   /// the next step's forward and backward (-1: never).
   int64_t delayed_update_after = -1;
+  bool training = true;  ///< false: ZeroPlan::inference (no gradients, no optimizer range)
 
   size_t elem() const { return dtype_size(dtype); }
   size_t grad_elem() const { return dtype_size(grad_dtype); }

@@ -18,12 +18,18 @@ lengths gives, line by line in the file's order, HF generate's greedy ids and te
 mpirun at 2 and 3 ranks (uneven shares), and batched (--batch_size 3), the same file to the byte;
 sampled, batched at 2 ranks, each prompt's line equals that prompt run alone with the same seed;
 a text file's lines equal the same texts in
-JSONL. Then bad input: a malformed line names FILE:LINE and leaves no output; an existing
+JSONL; with --deepspeed (ZeRO-Inference), the same file from stage 3 at 2 ranks, with offload_param
+cpu at 3 (a rank runs idle passes) and nvme at 2 (no swap file left), and stage 1 at 2; bf16
+weights at stage 3 on 2 ranks as at stage 0 alone; a zerotrain checkpoint (2 steps of GPT-2 at
+stage 2 on 2 ranks) as --model_name_or_path, from its output directory and at stage 3 on 2 ranks
+from global_step2, as zero_to_fp32's export of it. Memory: at stage 3 on 2 ranks, with and without
+offload_param cpu, each rank's measured device peak is within its share. Then bad input: a malformed line names FILE:LINE and leaves no output; an existing
 --output is refused and left as it was.
 Exit 1 on the first difference, naming it.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,6 +129,157 @@ def check_prompts_file(name, folder, hf_tok, hf_greedy, checks):
     texts = [json.loads(line)["output_ids"] for line in ours(*run[:2], "--prompts", text_file,
                                                               "--max_new_tokens", "16").splitlines()]
     checks["prompts file: text lines as JSONL texts"] = (texts, [want[0], want[2]])
+    check_zero_inference(name, run, one_bytes, checks)
+
+
+def ds_config(name, stage, dtype=None, offload=None):
+    """A DeepSpeed config file for ZeRO-Inference. At stage 3 at most MAX_LIVE parameters are
+    gathered at once (above every unit of these models), half of them ahead, none persistent: each
+    unit is gathered and freed on every pass."""
+    zero = {"stage": stage}
+    if stage == 3:
+        zero.update(stage3_max_live_parameters=MAX_LIVE, stage3_prefetch_bucket_size=MAX_LIVE // 2,
+                    stage3_param_persistence_threshold=0)
+    if offload == "cpu":
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    elif offload == "nvme":  # every element in the swap file (max_in_cpu 0), read through 4 buffers
+        zero["offload_param"] = {"device": "nvme", "nvme_path": NVME, "max_in_cpu": 0, "buffer_count": 4,
+                                 "buffer_size": MAX_LIVE}
+    config = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": zero}
+    if dtype:
+        config[dtype] = {"enabled": True}
+    path = os.path.join(WORK, f"ds_{name}.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return path
+
+
+MAX_LIVE = 60000
+NVME = os.path.join(WORK, "nvme")
+os.makedirs(NVME, exist_ok=True)
+
+
+def check_zero_inference(name, run, one_bytes, checks):
+    """--deepspeed (issue 32): ZeRO-3 across ranks gives the file one process gives."""
+    def output(*args, ranks):
+        out = os.path.join(WORK, f"{name}_zero_{len(os.listdir(WORK))}.jsonl")
+        ours(*run, "--output", out, *args, ranks=ranks)
+        with open(out, "rb") as f:
+            return f.read()
+    cases = [("stage 3 at 2 ranks, batch 2", ds_config("s3", 3), 2, "2"),
+             ("stage 3, offload_param cpu, at 3 ranks (one idles)", ds_config("s3cpu", 3, offload="cpu"), 3, "1"),
+             ("stage 3, offload_param nvme, at 2 ranks, batch 3", ds_config("s3nvme", 3, offload="nvme"), 2, "3"),
+             ("stage 1 at 2 ranks", ds_config("s1", 1), 2, "2")]
+    for what, config, ranks, batch in cases:
+        checks[f"--deepspeed {what}: the same file"] = (
+            output("--deepspeed", config, "--batch_size", batch, ranks=ranks), one_bytes)
+    checks["--deepspeed nvme: no swap file left"] = (os.listdir(NVME), [])
+    # bf16 weights (rounded once, widened to fp32 for the matrix products): stage 3 across ranks
+    # as stage 0 in one process.
+    checks["--deepspeed bf16: stage 3 at 2 ranks as stage 0 alone"] = (
+        output("--deepspeed", ds_config("s3bf16", 3, "bf16"), "--batch_size", "2", ranks=2),
+        output("--deepspeed", ds_config("s0bf16", 0, "bf16"), ranks=0))
+
+
+def check_checkpoint_weights(folder, checks):
+    """A zerotrain checkpoint as --model_name_or_path: its master weights, read by each rank from
+    the shards, give what zero_to_fp32's export of it gives, from the output directory (its
+    `latest`) in one process and from global_step2 at stage 3 on 2 ranks."""
+    bins = os.path.dirname(GENERATE)
+    corpus = os.path.join(WORK, "ckpt_corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write("\n".join(CORPUS))
+    data, out, export = (os.path.join(WORK, n) for n in ("ckpt_data", "ckpt_out", "ckpt_export"))
+    steps = [[os.path.join(bins, "zero_prepare_data"), corpus, "--output_dir", data, "--val_fraction", "0"],
+             ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "OMP_NUM_THREADS=1",
+              os.path.join(os.path.dirname(bins), "src", "zerotrain"), "--model_name_or_path", folder,
+              "--deepspeed", ds_config("ckpt_train", 2), "--train_data", os.path.join(data, "train_*.bin"),
+              "--output_dir", out, "--max_steps", "2", "--save_steps", "2", "--block_size", "32",
+              "--per_device_train_batch_size", "2", "--learning_rate", "1e-2", "--disable_tqdm"],
+             [os.path.join(bins, "zero_to_fp32"), out, export]]
+    for step in steps:
+        r = subprocess.run(step, capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            sys.exit(f"FAILED: {' '.join(step)}: {r.stderr.strip()[-2000:]}")
+    prompts = os.path.join(WORK, "ckpt_prompts.jsonl")
+    with open(prompts, "w") as f:
+        f.write("".join(json.dumps({"input_ids": ids}) + "\n" for ids in (prompt_ids[:10], [5, 6, 7], [40, 41])))
+    run = ["--prompts", prompts, "--max_new_tokens", "12"]
+    exported = ours("--model_name_or_path", export, *run)
+    checks["a checkpoint's output directory generates as its export"] = (ours("--model_name_or_path", out, *run),
+                                                                        exported)
+    checks["a checkpoint at stage 3 on 2 ranks generates as its export"] = (
+        ours("--model_name_or_path", os.path.join(out, "global_step2"), *run, "--deepspeed", ds_config("s3", 3),
+             ranks=2), exported)
+
+
+def memory_peaks(stderr, what="peak"):
+    """Each rank's measured device, host, pinned and nvme peaks (what="peak") from zero_generate's
+    log, or rank 0's estimate of them (what="estimate")."""
+    peaks = {}
+    for line in stderr.splitlines():
+        m = re.search(r"(?:rank (\d+): )?memory " + what +
+                      r": device (\d+) B, host (\d+) B, pinned (\d+) B, nvme (\d+) B", line)
+        if m:
+            peaks[int(m.group(1) or 0)] = [int(x) for x in m.group(2, 3, 4, 5)]
+    return peaks
+
+
+def check_zero_memory(checks):
+    """Every rank of a stage-3 run holds its share: its partition, what it gathers (at most
+    MAX_LIVE plus one unit, each at most MAX_LIVE), and what the decoder holds, which one process's
+    whole-model run measures (its device peak less the model's fp32 weights). An 8-layer GPT-2,
+    so that the gathered units are a small part of the model."""
+    folder = os.path.join(WORK, "gpt2_8")
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(GPT2Config(n_layer=8, n_embd=64, n_head=4, n_positions=128, vocab_size=300,
+                                                bos_token_id=0, eos_token_id=None)).save_pretrained(folder)
+    prompts = os.path.join(WORK, "memory_prompts.jsonl")
+    with open(prompts, "w") as f:
+        f.write("".join(json.dumps({"input_ids": [i + 2, i + 3]}) + "\n" for i in range(4)))
+    run = [GENERATE, "--model_name_or_path", folder, "--prompts", prompts, "--max_new_tokens", "8", "--max_length",
+           "16"]
+    mpi = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "OMP_NUM_THREADS=1"]
+    alone = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    held = re.search(r"(\d+) of the model's (\d+) parameters held", alone.stderr)
+    whole = int(held.group(2)) * 4
+    decoder = memory_peaks(alone.stderr)[0][0] - whole
+    # The estimate (zero_estimate's arithmetic) is what one process allocates, to the byte.
+    checks["memory: one process: the estimate is the measured peak in every pool"] = (
+        memory_peaks(alone.stderr, "estimate")[0], memory_peaks(alone.stderr)[0])
+    estimate_tool = os.path.join(os.path.dirname(GENERATE), "zero_estimate")
+
+    def zero_estimate(*args):
+        """zero_estimate --generate's pools for the same run, before launching it."""
+        r = subprocess.run([estimate_tool, "--generate", "--config_name", os.path.join(folder, "config.json"),
+                            "--max_length", "16", "--json", *args], capture_output=True, text=True, timeout=60)
+        pools = json.loads(r.stdout)["generation"]["per_pool"]
+        return [pools[p] for p in ("device", "host", "pinned", "nvme")]
+    checks["memory: zero_estimate --generate says what one process allocates"] = (
+        zero_estimate("--stage", "0"), memory_peaks(alone.stderr)[0])
+    for offload in (None, "cpu"):
+        r = subprocess.run([*mpi, *run, "--deepspeed", ds_config(f"mem_{offload}", 3, offload=offload)],
+                           capture_output=True, text=True, timeout=300)
+        part = int(re.search(r"(\d+) of the model's \d+ parameters held", r.stderr).group(1)) * 4
+        on_device = 0 if offload else part
+        share = on_device + 2 * MAX_LIVE * 4 + decoder
+        peaks = memory_peaks(r.stderr)
+        label = f"stage 3{', offload_param ' + offload if offload else ''} at 2 ranks"
+        checks[f"memory: {label}: each rank's device peak within its share ({share} B; whole {whole} B)"] = (
+            sorted(peaks) == [0, 1] and all(p[0] <= share for p in peaks.values()), True)
+        # Every rank runs the same shape here (2 prompts of 2 tokens, 16 positions, 1 sequence):
+        # rank 0's estimate bounds each rank's peak in every pool.
+        estimate = memory_peaks(r.stderr, "estimate")[0]
+        checks[f"memory: {label}: each rank's peaks within the estimate {estimate}"] = (
+            all(all(x <= e for x, e in zip(p, estimate)) for p in peaks.values()), True)
+        checks[f"memory: {label}: zero_estimate --generate gives the same estimate"] = (
+            zero_estimate("--deepspeed", ds_config(f"mem_{offload}", 3, offload=offload),
+                          "--num_gpus_per_node", "2"), estimate)
+        print(f"{label}: device peaks {[p[0] for p in peaks.values()]} B, host+pinned "
+              f"{[p[1] + p[2] for p in peaks.values()]} B; alone: device {whole + decoder} B")
+        if offload:
+            checks[f"memory: {label}: the partition in host memory"] = (
+                all(p[1] + p[2] >= part for p in peaks.values()), True)
 
 
 def check_bad_prompts(folder):
@@ -146,6 +303,24 @@ def check_bad_prompts(folder):
     with open(out) as f:
         checks["an existing --output is refused and kept"] = ((r.returncode, "exists" in r.stderr, f.read()),
                                                                (2, True, "keep me\n"))
+    # A batch whose KV caches no machine holds (1024 layers, 2^24 positions, 2 sequences: 563 TB)
+    # is refused before anything loads: the folder's weights are an empty file, never read.
+    big = os.path.join(WORK, "llama_too_big")
+    shutil.copytree(folder, big, dirs_exist_ok=True)
+    with open(os.path.join(big, "config.json")) as f:
+        config = json.load(f)
+    config.update(num_hidden_layers=1024, hidden_size=4096, max_position_embeddings=1 << 24)
+    with open(os.path.join(big, "config.json"), "w") as f:
+        json.dump(config, f)
+    open(os.path.join(big, "model.safetensors"), "w").close()
+    r = subprocess.run([GENERATE, "--model_name_or_path", big, "--prompts", ok, "--max_length", str(1 << 24),
+                        "--batch_size", "2"], capture_output=True, text=True, timeout=120)
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    checks["a batch too large: exit 2, one line with the figures and how many fit, before loading"] = (
+        (r.returncode, len(errors), bool(re.fullmatch(
+            r"zero_generate: error: --batch_size 2: 2 sequence\(s\) of 16777216 positions need [0-9.]+ TB of .* on "
+            r"each rank \(KV cache 2 x [0-9.]+ TB, .*\), but .* is available: (not one sequence fits|at most \d+ "
+            r"fit).*; nothing was loaded", errors[0] if errors else ""))), (2, 1, True))
     return checks
 
 for name, config in configs.items():
@@ -195,7 +370,10 @@ for name, config in configs.items():
             print(f"FAILED: {name}: {what}: ours {x!r} vs expected {y!r}")
         else:
             print(f"ok: {name}: {what}" + (f" ({len(x)} tokens)" if isinstance(x, list) else ""))
-for what, (x, y) in check_bad_prompts(os.path.join(WORK, "llama")).items():
+memory_checks = {}
+check_zero_memory(memory_checks)
+check_checkpoint_weights(os.path.join(WORK, "gpt2"), memory_checks)
+for what, (x, y) in [*check_bad_prompts(os.path.join(WORK, "llama")).items(), *memory_checks.items()]:
     if x != y:
         failures += 1
         print(f"FAILED: {what}: ours {x!r} vs expected {y!r}")

@@ -9,5 +9,6 @@ echo "$out"
 passed=$((passed + $(grep -c '^ok: ' <<<"$out")))
 failed=$((failed + $(grep -c '^FAILED: ' <<<"$out")))
 [[ $code -eq 0 ]] || [[ $failed -gt 0 ]] || fail "generate.py exited $code: $(tail -3 "$WORK/generate.log")"
-[[ $passed -eq 41 ]] || fail "expected 41 checks (6 per model, 7 more for Llama and GPT-2, 3 bad inputs), $passed passed"
+[[ $passed -eq 65 ]] || fail "expected 65 checks (6 per model, 13 more for Llama and GPT-2, 4 bad inputs, 9 of \
+memory, 2 of checkpoints), $passed passed"
 finish

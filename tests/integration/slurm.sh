@@ -48,6 +48,21 @@ wait_job() {
   echo "TIMEOUT-WAITING $state"
   return 1
 }
+# sbatch_wait SECONDS SBATCH_ARGS...: submits a job and waits for its end as wait_job does;
+# true when it COMPLETED with exit code 0. Not sbatch --wait, which sleeps 2, 8, then 32 s between
+# its looks at the job (MinJobAge is 600 s here): a 20-second job returned after 42 s, and the
+# test's dozen jobs spent about two minutes asleep.
+sbatch_wait() {
+  local limit=$1 id verdict
+  shift
+  id=$(timeout 30 sbatch --parsable "$@") || return 1
+  id=${id%%;*}
+  if ! verdict=$(wait_job "$id" "$limit"); then
+    timeout 30 scancel "$id"
+    return 1
+  fi
+  [[ $verdict == "COMPLETED 0:0" ]]
+}
 losses() { /usr/bin/python3 -c "
 import json, sys
 steps = {}
@@ -66,8 +81,8 @@ fi
 # outputs here) and no other setting.
 mkdir -p "$WORK/out"
 cp -r "$WORK/data" "$WORK/out/data"
-if (cd "$ZT_SOURCE_DIR" && env -u ZT_HOME -u ZT_TRAIN_DATA -u ZT_CONFIG ZT_OUT="$WORK/out" \
-      timeout 600 sbatch --wait -o "$WORK/default.out" jobs/train_slurm.sbatch >/dev/null); then
+if (cd "$ZT_SOURCE_DIR" && unset ZT_HOME ZT_TRAIN_DATA ZT_CONFIG &&
+      ZT_OUT="$WORK/out" sbatch_wait 600 -o "$WORK/default.out" jobs/train_slurm.sbatch); then
   default_run=$(grep -o "output $WORK/out/slurm-[0-9]*" "$WORK/default.out" | cut -d' ' -f2)
 fi
 if [[ -n ${default_run:-} && $(cat "$default_run/latest" 2>/dev/null) == global_step300 ]] &&
@@ -77,20 +92,20 @@ else
   fail "train_slurm.sbatch defaults: $(tail -5 "$WORK/default.out")"
 fi
 if ZT_OUTPUT_DIR=$WORK/run1 ZT_SAVE_STEPS=10 ZT_ARGS="$base_args --max_steps 20" \
-   timeout 300 sbatch --wait -n 2 -o "$WORK/run1.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   sbatch_wait 300 -n 2 -o "$WORK/run1.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" &&
    [[ $(cat "$WORK/run1/latest") == global_step20 ]] && grep -q '"world_size":2' "$WORK/run1/metrics.jsonl"; then
   pass "train_slurm.sbatch: 2 tasks, 20 steps, checkpoints at 10 and 20"
 else
   fail "train_slurm.sbatch: $(tail -5 "$WORK/run1.out")"
 fi
-if ZT_OUTPUT_DIR=$WORK/run1 timeout 300 sbatch --wait -o "$WORK/consolidate.out" "$ZT_SOURCE_DIR/jobs/consolidate.sh" >/dev/null &&
+if ZT_OUTPUT_DIR=$WORK/run1 sbatch_wait 300 -o "$WORK/consolidate.out" "$ZT_SOURCE_DIR/jobs/consolidate.sh" &&
    [[ -s $WORK/run1/hf/model.safetensors && -s $WORK/run1/hf/config.json ]]; then
   pass "consolidate.sh as a job: model.safetensors from global_step20"
 else
   fail "consolidate.sh: $(tail -5 "$WORK/consolidate.out")"
 fi
 if ZT_MODEL=$ZT_SOURCE_DIR/configs/models/gpt2-demo.json ZT_GPU_MEMORY=1GB ZT_CPU_MEMORY=4GB \
-   timeout 300 sbatch --wait -n 2 --ntasks-per-node 2 -o "$WORK/estimate.out" "$ZT_SOURCE_DIR/jobs/estimate.sh" >/dev/null &&
+   sbatch_wait 300 -n 2 --ntasks-per-node 2 -o "$WORK/estimate.out" "$ZT_SOURCE_DIR/jobs/estimate.sh" &&
    grep -q 'per CPU  |  per GPU' "$WORK/estimate.out" && grep -q 'HW: Setup with 1 node, 2 GPUs per node' "$WORK/estimate.out" &&
    grep -q '^recommended: stage 0' "$WORK/estimate.out"; then
   pass "estimate.sh as a job: 2 tasks per node from Slurm, DeepSpeed's table and a recommendation"
@@ -100,8 +115,8 @@ fi
 # ---- GPUs per node, and the environment through --export ----
 # This cluster has no GPUs (no gres), so the GPU step is checked as the command the script
 # prints with ZT_DRY_RUN=1 inside a real allocation.
-if ZT_GPUS_PER_NODE=2 ZT_DRY_RUN=1 timeout 120 sbatch --wait -N 1 --ntasks-per-node 2 -o "$WORK/gpu_dry.out" \
-     "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+if ZT_GPUS_PER_NODE=2 ZT_DRY_RUN=1 sbatch_wait 120 -N 1 --ntasks-per-node 2 -o "$WORK/gpu_dry.out" \
+     "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" &&
    grep -q -- "^OMP_NUM_THREADS=1 srun --export=ALL --kill-on-bad-exit=1 --mpi=pmix --nodes=1 --ntasks=2 --ntasks-per-node=2 --gpus-per-node=2 .* --accelerator cuda$" \
      "$WORK/gpu_dry.out"; then
   pass "train_slurm.sbatch ZT_GPUS_PER_NODE=2 in a 1-node job (dry run): srun --ntasks-per-node=2 --gpus-per-node=2, --accelerator cuda"
@@ -114,9 +129,9 @@ fi
 mkdir -p "$WORK/fakebin/src"
 printf '#!/bin/sh\necho "task $SLURM_PROCID OMP_NUM_THREADS=$OMP_NUM_THREADS NCCL_DEBUG=$NCCL_DEBUG"\n' >"$WORK/fakebin/src/zerotrain"
 chmod +x "$WORK/fakebin/src/zerotrain"
-if timeout 120 sbatch --wait -n 2 -o "$WORK/export.out" \
+if sbatch_wait 120 -n 2 -o "$WORK/export.out" \
      --export="PATH=$PATH,ZT_HOME=$ZT_HOME,ZT_BIN=$WORK/fakebin,ZT_TRAIN_DATA=$ZT_TRAIN_DATA,ZT_CONFIG=$ZT_CONFIG,ZT_OUTPUT_DIR=$WORK/export,ZT_THREADS=3,NCCL_DEBUG=INFO" \
-     "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+     "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" &&
    [[ $(grep -c '^task [01] OMP_NUM_THREADS=3 NCCL_DEBUG=INFO$' "$WORK/export.out") -eq 2 ]]; then
   pass "a job submitted with --export=LIST: both tasks get OMP_NUM_THREADS=3 and NCCL_DEBUG=INFO (srun --export=ALL)"
 else
@@ -124,7 +139,7 @@ else
 fi
 # ---- preemption: SIGTERM -> checkpoint -> requeue -> finish, identical losses ----
 ZT_OUTPUT_DIR=$WORK/straight ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps 80" \
-  timeout 300 sbatch --wait -n 2 -o "$WORK/straight.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null
+  sbatch_wait 300 -n 2 -o "$WORK/straight.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch"
 reference=$(losses "$WORK/straight/metrics.jsonl" 2>/dev/null)
 for at in 4 17; do
   out=$WORK/preempt$at
@@ -187,7 +202,7 @@ for seed in 1 2 3; do
 done
 # The last checkpoint of a killed job resumes.
 if ZT_OUTPUT_DIR=$WORK/kill1 ZT_SAVE_STEPS=1000 ZT_ARGS="$base_args --max_steps $(($(cat "$WORK/kill1/latest" | tr -dc 0-9) + 2))" \
-   timeout 300 sbatch --wait -n 2 -o "$WORK/kill1_resume.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   sbatch_wait 300 -n 2 -o "$WORK/kill1_resume.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" &&
    grep -q 'resuming from the last checkpoint' "$WORK/kill1_resume.out"; then
   pass "after the lost rank, a new job resumes from latest and finishes"
 else
@@ -203,7 +218,7 @@ fi
 sed 's/"zero_optimization"/"checkpoint": {"use_node_local_storage": true}, "zero_optimization"/' "$WORK/ds.json" >"$WORK/ds_local.json"
 nodes=$ZT_SLURM_DIR/nodes
 if ZT_CONFIG=$WORK/ds_local.json ZT_OUTPUT_DIR=/mnt/nodelocal/run ZT_SAVE_STEPS=5 ZT_ARGS="$base_args --max_steps 10" \
-   timeout 300 sbatch --wait -N 2 --ntasks-per-node 1 -o "$WORK/local1.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   sbatch_wait 300 -N 2 --ntasks-per-node 1 -o "$WORK/local1.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" &&
    [[ -s $nodes/node1/local/run/global_step10/zero_rank_0_optim_states.h5 && -s $nodes/node2/local/run/global_step10/zero_rank_1_optim_states.h5 ]] &&
    [[ ! -e $nodes/node1/local/run/global_step10/zero_rank_1_optim_states.h5 ]] && grep -q '"num_nodes":2' "$nodes/node1/local/run/metrics.jsonl"; then
   pass "2 nodes, node-local storage: each node's disk holds its own rank's shard"
@@ -211,7 +226,7 @@ else
   fail "2 nodes node-local: $(tail -5 "$WORK/local1.out")"
 fi
 if ZT_CONFIG=$WORK/ds_local.json ZT_OUTPUT_DIR=/mnt/nodelocal/run ZT_SAVE_STEPS=5 ZT_ARGS="$base_args --max_steps 15" \
-   timeout 300 sbatch --wait -N 2 --ntasks-per-node 1 -o "$WORK/local2.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null &&
+   sbatch_wait 300 -N 2 --ntasks-per-node 1 -o "$WORK/local2.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" &&
    grep -q 'resuming from the last checkpoint' "$WORK/local2.out" && [[ $(cat "$nodes/node2/local/run/latest") == global_step15 ]]; then
   pass "2 nodes: a second job resumes from the node-local checkpoints and saves step 15 on both"
 else
@@ -219,7 +234,7 @@ else
 fi
 shared2() {
   ZT_OUTPUT_DIR=$WORK/shared2 ZT_SAVE_STEPS=5 ZT_ARGS="$base_args --max_steps 10" \
-    timeout 300 sbatch --wait -N 2 --ntasks-per-node 2 -o "$WORK/shared2.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch" >/dev/null
+    sbatch_wait 300 -N 2 --ntasks-per-node 2 -o "$WORK/shared2.out" "$ZT_SOURCE_DIR/jobs/train_slurm.sbatch"
 }
 # As above: a job Slurm fails before its script runs (no line of ours in its output) is the
 # scheduler's failure, submitted once more; one of ours that fails is still a failure.
@@ -228,7 +243,7 @@ if ! shared2 && ! grep -q '^train_slurm: job' "$WORK/shared2.out" 2>/dev/null; t
   shared2
 fi
 if [[ $(cat "$WORK/shared2/latest" 2>/dev/null) == global_step10 ]] &&
-   ZT_OUTPUT_DIR=$WORK/shared2 timeout 300 sbatch --wait -o "$WORK/shared2c.out" "$ZT_SOURCE_DIR/jobs/consolidate.sh" >/dev/null &&
+   ZT_OUTPUT_DIR=$WORK/shared2 sbatch_wait 300 -o "$WORK/shared2c.out" "$ZT_SOURCE_DIR/jobs/consolidate.sh" &&
    [[ -s $WORK/shared2/hf/model.safetensors ]] && grep -q '"world_size":4' "$WORK/shared2/metrics.jsonl"; then
   pass "2 nodes x 2 tasks, shared storage: train, save, consolidate"
 else

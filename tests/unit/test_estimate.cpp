@@ -402,5 +402,24 @@ TEST(ZeroPlanOnGpu, KeepsGradientsOnTheDeviceAndRefusesDeviceAdamOnHostParameter
   EXPECT_NO_THROW(ZeroPlan(cfg, 1000, 2, 0, false));
 }
 
+// ZeRO-Inference's plan holds the parameters as training's does and nothing else: offload_param
+// on NVMe needs no offload_optimizer there, where a training plan refuses it.
+TEST(ZeroPlanForInference, HoldsTheParametersAlone) {
+  DsConfig cfg;
+  cfg.source = "ds.json";
+  cfg.zero.stage = 3;
+  cfg.zero.offload_param.device = OffloadConfig::Device::kNvme;
+  EXPECT_THROW(ZeroPlan(cfg, 1000, 2, 1), UsageError);
+  const ZeroPlan plan = ZeroPlan::inference(cfg, 1000, 2, 1);
+  EXPECT_FALSE(plan.training);
+  EXPECT_TRUE(plan.params_on_nvme);
+  EXPECT_EQ(plan.params_base, plan.partition.begin(1));
+  EXPECT_EQ(plan.params_count, plan.partition.partition_size);
+  EXPECT_EQ(plan.opt_count + plan.offloaded + plan.device_count + plan.grads_count, 0u);
+  cfg.zero.stage = 1;  // stages 0-2: every parameter on every rank
+  const ZeroPlan whole = ZeroPlan::inference(cfg, 1000, 2, 1);
+  EXPECT_EQ(whole.params_count, whole.partition.padded_size);
+}
+
 }  // namespace
 }  // namespace zt

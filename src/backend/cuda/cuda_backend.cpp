@@ -182,6 +182,13 @@ class CudaBackend final : public Backend {
                cublasLtGetVersion(), ")");
   }
   bool synchronous() const override { return false; }
+  bool device_is_host_memory() const override { return false; }
+  size_t available_device_memory() const override {
+    ZT_CUDA_CHECK(cudaSetDevice(device_));  // the current device is per host thread
+    size_t free = 0, total = 0;
+    ZT_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return free;
+  }
   bool kernels_reach_host_memory() const override { return false; }
 
   // ---- memory ----

@@ -1,0 +1,142 @@
+#include "model/generation_loop.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace zt {
+namespace {
+
+// One sequence in a decoder slot: its prompt, how much of it has run, its own sampler (seeded
+// alike for every prompt, so its draws never depend on what runs beside it), what it generated.
+struct Sequence {
+  size_t prompt;
+  Sampler sampler;
+  size_t fed = 0;
+  std::vector<int32_t> generated;
+};
+
+class Loop {
+ public:
+  Loop(Decoder& decoder, const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& sampling,
+       uint64_t seed, const StopRule& stop, int vocab_size, GenerationStats& stats)
+      : decoder_(decoder), prompts_(prompts), sampling_(sampling), seed_(seed), stop_(stop), vocab_(vocab_size),
+        stats_(stats), out_(prompts.size()), slots_(size_t(decoder.slots())) {}
+
+  bool has_work() const {
+    return next_ < prompts_.size() || std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s; });
+  }
+
+  // One forward pass: free slots take the next prompts, then a prompt's chunk or a step of every
+  // sequence; with nothing here, the idle pass.
+  void pass() {
+    for (int slot = 0; slot < decoder_.slots(); ++slot) {
+      if (slots_[size_t(slot)] || next_ >= prompts_.size()) continue;
+      slots_[size_t(slot)].emplace(Sequence{next_++, Sampler(sampling_, seed_), 0, {}});
+      decoder_.reset(slot);
+    }
+    if (decoder_.chunk() > 1) {
+      for (int slot = 0; slot < decoder_.slots(); ++slot) {
+        const std::optional<Sequence>& s = slots_[size_t(slot)];
+        if (s && s->fed < prompts_[s->prompt].size()) return prompt_chunk(slot);
+      }
+    }
+    step();
+  }
+
+  std::vector<std::vector<int32_t>> take() { return std::move(out_); }
+
+ private:
+  void prompt_chunk(int slot) {
+    Sequence& s = *slots_[size_t(slot)];
+    const std::vector<int32_t>& prompt = prompts_[s.prompt];
+    const size_t n = std::min(size_t(decoder_.chunk()), prompt.size() - s.fed);
+    Stopwatch clock;
+    const float* logits = decoder_.append({prompt.begin() + long(s.fed), prompt.begin() + long(s.fed + n)}, slot);
+    stats_.prefill_s += clock.seconds();
+    stats_.prefill_passes += 1;
+    stats_.prompt_tokens += n;
+    s.fed += n;
+    if (s.fed == prompt.size()) sample(slot, logits);
+  }
+
+  void step() {
+    std::vector<int> running;
+    std::vector<int32_t> tokens;
+    bool prompt_rows = false;
+    for (int slot = 0; slot < decoder_.slots(); ++slot) {
+      const std::optional<Sequence>& s = slots_[size_t(slot)];
+      if (!s) continue;
+      const std::vector<int32_t>& prompt = prompts_[s->prompt];
+      running.push_back(slot);
+      prompt_rows |= s->fed < prompt.size();
+      tokens.push_back(s->fed < prompt.size() ? prompt[s->fed] : s->generated.back());
+    }
+    Stopwatch clock;
+    if (running.empty()) {  // nothing here: a pass for the other ranks' gathers
+      decoder_.reset(0);
+      decoder_.step({0}, {0});
+      decoder_.reset(0);
+      stats_.idle_s += clock.seconds();
+      stats_.idle_passes += 1;
+      return;
+    }
+    const float* logits = decoder_.step(running, tokens);
+    (prompt_rows ? stats_.prefill_s : stats_.decode_s) += clock.seconds();
+    (prompt_rows ? stats_.prefill_passes : stats_.decode_passes) += 1;
+    for (size_t i = 0; i < running.size(); ++i) {
+      Sequence& s = *slots_[size_t(running[i])];
+      if (s.fed < prompts_[s.prompt].size()) {
+        s.fed += 1;
+        stats_.prompt_tokens += 1;
+        if (s.fed < prompts_[s.prompt].size()) continue;  // the prompt's last token gives the first new one
+      }
+      sample(running[i], logits + i * size_t(vocab_));
+    }
+  }
+
+  // The slot's next id from its logits; a sequence that stops there leaves its slot.
+  void sample(int slot, const float* logits) {
+    Sequence& s = *slots_[size_t(slot)];
+    s.generated.push_back(s.sampler.next(logits, vocab_));
+    if (stop_.eos.count(s.generated.back()) || int(s.generated.size()) >= stop_.max_new_tokens ||
+        decoder_.position(slot) >= decoder_.max_positions()) {
+      stats_.new_tokens += s.generated.size();
+      out_[s.prompt] = std::move(s.generated);
+      slots_[size_t(slot)].reset();
+    }
+  }
+
+  Decoder& decoder_;
+  const std::vector<std::vector<int32_t>>& prompts_;
+  const SamplingParams& sampling_;
+  uint64_t seed_;
+  const StopRule& stop_;
+  int vocab_;
+  GenerationStats& stats_;
+  std::vector<std::vector<int32_t>> out_;
+  std::vector<std::optional<Sequence>> slots_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> generate_continuations(Decoder& decoder,
+                                                         const std::vector<std::vector<int32_t>>& prompts,
+                                                         const SamplingParams& sampling, uint64_t seed,
+                                                         const StopRule& stop, int vocab_size, GenerationStats& stats,
+                                                         const PassSync* sync) {
+  for (const std::vector<int32_t>& prompt : prompts) ZT_CHECK(!prompt.empty(), "a prompt of no tokens");
+  Loop loop(decoder, prompts, sampling, seed, stop, vocab_size, stats);
+  auto agree = [&](bool mine) { return sync ? sync->any_work(mine) : mine; };
+  for (bool more = agree(loop.has_work()); more;) {
+    loop.pass();
+    more = agree(loop.has_work());
+    if (sync) sync->end_pass(more);
+  }
+  return loop.take();
+}
+
+}  // namespace zt

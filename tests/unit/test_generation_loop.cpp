@@ -1,0 +1,170 @@
+// decoder_memory against what make_decoder allocates, measured by the pools; then the generation
+// loop over a stand-in decoder whose logits pick the next id from a hash of the
+// sequence so far, so that any token fed to the wrong sequence, at the wrong place, or twice
+// changes what follows. Batched and with other ranks still busy (a PassSync), every prompt gets
+// the ids it gets alone, and the idle passes and end_pass calls are the ones the ranks need.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/memory_pool.h"
+#include "model/generation_loop.h"
+#include "model/model_layout.h"
+#include "tiny_models.h"
+
+namespace zt {
+namespace {
+
+constexpr int kVocab = 37;
+
+class HashDecoder final : public Decoder {
+ public:
+  HashDecoder(Backend& backend, int chunk, int slots, int max_positions)
+      : Decoder(backend, kVocab, max_positions, chunk, slots), history_(size_t(slots)) {}
+  int runs = 0;  // forward passes
+
+ private:
+  void run(int slot, int n) override {
+    feed({slot}, read_tokens(n), true);
+    write_logits({slot});
+  }
+  void run_step(const std::vector<int>& slots) override {
+    feed(slots, read_tokens(int(slots.size())), false);
+    write_logits(slots);
+  }
+  // A run at position 0 starts a new sequence (Decoder::reset); `one_slot`: all tokens are slots[0]'s.
+  void feed(const std::vector<int>& slots, const std::vector<int32_t>& tokens, bool one_slot) {
+    for (int slot : slots) {
+      if (position(slot) == 0) history_[size_t(slot)].clear();
+    }
+    for (size_t i = 0; i < tokens.size(); ++i) history_[size_t(slots[one_slot ? 0 : i])].push_back(tokens[i]);
+  }
+  std::vector<int32_t> read_tokens(int n) {
+    ++runs;
+    std::vector<int32_t> out(static_cast<size_t>(n), 0);
+    backend_.copy_to_host(out.data(), tokens_.data(), size_t(n) * sizeof(int32_t));
+    return out;
+  }
+  void write_logits(const std::vector<int>& slots) {
+    std::vector<float> rows(slots.size() * kVocab, 0.0f);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      uint64_t h = 1469598103934665603ull;  // FNV-1a over the sequence so far
+      for (int32_t t : history_[size_t(slots[i])]) h = (h ^ uint64_t(t + 1)) * 1099511628211ull;
+      rows[i * kVocab + h % kVocab] = 1.0f;
+    }
+    backend_.copy_from_host(logits_.data(), rows.data(), rows.size() * sizeof(float));
+  }
+  std::vector<std::vector<int32_t>> history_;
+};
+
+TEST(DecoderMemory, IsWhatTheDecoderAllocates) {
+  auto backend = make_cpu_backend();
+  for (const ModelConfig& config : {testing::tiny_gpt2(), testing::tiny_llama()}) {
+    const std::unique_ptr<ModelLayout> layout = make_model_layout(config);
+    FlatWeights weights(*layout, nullptr);
+    for (const auto& [positions, slots] : std::vector<std::pair<int, int>>{{1, 1}, {16, 1}, {9, 3}, {16, 7}}) {
+      const PoolBytes before = pool_in_use();
+      const std::unique_ptr<Decoder> decoder = make_decoder(*layout, *backend, weights, positions, slots);
+      const PoolBytes after = pool_in_use();
+      const DecoderMemory m = decoder_memory(*layout, positions, slots);
+      const std::string where = config.model_type + ", " + std::to_string(positions) + " positions, " +
+                                std::to_string(slots) + " sequences";
+      EXPECT_EQ(after[Pool::kDevice] - before[Pool::kDevice], m.kv_cache + m.device) << where;
+      EXPECT_EQ(after[Pool::kPinned] - before[Pool::kPinned], m.pinned) << where;
+      const int kv_heads = config.n_kv_head ? config.n_kv_head : config.n_head;  // GPT-2: every head's
+      EXPECT_EQ(m.kv_cache, size_t(2 * config.n_layer * positions * slots * kv_heads * config.head_size()) * 4)
+          << where;
+    }
+  }
+}
+
+std::vector<std::vector<int32_t>> prompts() {
+  return {{3, 4, 5, 6, 7, 8, 9}, {11}, {2, 30, 2}, {5, 5, 5, 5, 5}, {20, 21}};
+}
+
+StopRule stop_rule() {
+  StopRule stop;
+  stop.eos = {0, 1, 2, 3, 4};
+  stop.max_new_tokens = 9;
+  return stop;
+}
+
+// What the stand-in model continues each prompt with, greedily, worked out without a decoder.
+std::vector<std::vector<int32_t>> expected() {
+  std::vector<std::vector<int32_t>> out;
+  for (std::vector<int32_t> seq : prompts()) {
+    std::vector<int32_t>& generated = out.emplace_back();
+    while (true) {
+      uint64_t h = 1469598103934665603ull;
+      for (int32_t t : seq) h = (h ^ uint64_t(t + 1)) * 1099511628211ull;
+      generated.push_back(int32_t(h % kVocab));
+      seq.push_back(generated.back());
+      if (stop_rule().eos.count(generated.back()) || generated.size() == 9) break;
+    }
+  }
+  return out;
+}
+
+// Each prompt alone, one slot, no other rank.
+std::vector<std::vector<int32_t>> alone(Backend& backend, int chunk) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& p : prompts()) {
+    HashDecoder decoder(backend, chunk, 1, 32);
+    GenerationStats stats;
+    out.push_back(generate_continuations(decoder, {p}, SamplingParams{}, 1, stop_rule(), kVocab, stats).at(0));
+  }
+  return out;
+}
+
+TEST(GenerationLoop, EachPromptAloneAsTheModelSays) {
+  auto backend = make_cpu_backend();
+  const auto want = expected();
+  ASSERT_TRUE(std::any_of(want.begin(), want.end(), [](const auto& g) { return g.size() < 9; })) << "no EOS stop";
+  for (int chunk : {1, 3}) EXPECT_EQ(alone(*backend, chunk), want) << "chunk " << chunk;
+}
+
+TEST(GenerationLoop, BatchedAsAlone) {
+  auto backend = make_cpu_backend();
+  const auto want = expected();
+  for (int chunk : {1, 3}) {
+    for (int slots : {2, 3, 5}) {
+      HashDecoder decoder(*backend, chunk, slots, 32);
+      GenerationStats stats;
+      EXPECT_EQ(generate_continuations(decoder, prompts(), SamplingParams{}, 1, stop_rule(), kVocab, stats), want)
+          << "chunk " << chunk << ", " << slots << " slots";
+      EXPECT_EQ(stats.prompt_tokens, 18u);
+      EXPECT_EQ(stats.idle_passes, 0u);
+    }
+  }
+}
+
+TEST(GenerationLoop, IdlePassesWhileOtherRanksWork) {
+  auto backend = make_cpu_backend();
+  const auto want = expected();
+  HashDecoder decoder(*backend, 3, 2, 32);
+  // The other ranks have work for 200 rounds: this one, done sooner, runs idle passes until then.
+  int round = 0;
+  std::vector<bool> ends;
+  PassSync sync{[&](bool mine) { return mine || round++ < 200; }, [&](bool another) { ends.push_back(another); }};
+  GenerationStats stats;
+  EXPECT_EQ(generate_continuations(decoder, prompts(), SamplingParams{}, 1, stop_rule(), kVocab, stats, &sync), want);
+  const size_t passes = stats.prefill_passes + stats.decode_passes + stats.idle_passes;
+  EXPECT_EQ(size_t(decoder.runs), passes);
+  EXPECT_GT(stats.idle_passes, 0u);
+  ASSERT_EQ(ends.size(), passes);  // end_pass after every pass, `another` on all but the last
+  EXPECT_FALSE(ends.back());
+  EXPECT_EQ(std::count(ends.begin(), ends.end(), true), long(passes) - 1);
+
+  // No rank with work: no pass at all.
+  HashDecoder idle(*backend, 3, 1, 32);
+  ends.clear();
+  PassSync none{[](bool mine) { return mine; }, [&](bool another) { ends.push_back(another); }};
+  EXPECT_TRUE(generate_continuations(idle, {}, SamplingParams{}, 1, stop_rule(), kVocab, stats, &none).empty());
+  EXPECT_EQ(idle.runs, 0);
+  EXPECT_TRUE(ends.empty());
+}
+
+}  // namespace
+}  // namespace zt
