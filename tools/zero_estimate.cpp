@@ -499,9 +499,10 @@ bool report_recommendation(const Args& a, const ModelConfig& model, const DsConf
 // given and the device's part does not fit it.
 bool report_generation(const Args& a, const ModelConfig& model, const DsConfig& config, json::object& out) {
   const int world = a.gpus_per_node * a.num_nodes;
-  const int positions = int(a.max_length > 0 ? a.max_length : model.n_positions);
-  ZT_USAGE_CHECK(positions <= model.n_positions, "--max_length ", positions, " exceeds the model's ",
+  ZT_USAGE_CHECK(a.max_length <= model.n_positions, "--max_length ", a.max_length, " exceeds the model's ",
                  model.n_positions, " positions");
+  ZT_USAGE_CHECK(a.gen_batch <= (int64_t(1) << 20), "--batch_size ", a.gen_batch, " is more than 2^20 sequences");
+  const int positions = int(a.max_length > 0 ? a.max_length : model.n_positions);
   const GenerationMemory m = estimate_generation_memory(model, config, world, int(a.gen_batch), positions);
   const size_t device = m.by_pool[int(Pool::kDevice)];
   json::object g{{"config", describe(config, false)}, {"weights", m.weights}, {"gathered", m.gather},
