@@ -5,7 +5,8 @@
 //
 // Generates from an HF model folder (config.json and safetensors, sharded or not: GPT-2, Llama,
 // Mistral, Qwen2, or zero_to_fp32's export) or a zerotrain checkpoint (its master weights, from
-// any world size and stage) with a KV cache: the prompt runs once, then one token per step. Text goes in and comes out through the folder's tokenizer.json (or --tokenizer);
+// any world size and stage) with a KV cache: the prompt runs once, then one token per step. Text
+// goes in and comes out through the folder's tokenizer.json (or --tokenizer);
 // --input_ids and --output_ids skip it (and --input_ids alone prints ids where there is none).
 // Sampling defaults come from generation_config.json as in HF generate, and flags override them.
 // The continuation goes to stdout; speeds to stderr.

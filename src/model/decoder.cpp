@@ -68,11 +68,6 @@ const float* Decoder::step(const std::vector<int>& slots, const std::vector<int3
   return download(int(tokens.size()));
 }
 
-float* FlatWeights::grad_accumulator(int unit) {
-  ZT_CHECK(false, "unit ", unit, ": generation computes no gradients");
-  return nullptr;
-}
-
 namespace {
 
 // The Llama family: each block through llama_block_forward (a prompt) or llama_block_decode (a

@@ -3,8 +3,8 @@
 // its own cache and position: a prompt runs into one slot (append), and a decoding step runs one
 // token of each of several slots at once (step), the matrix products over all of them together.
 // The weights come unit by unit from a ParamSource<float> (acquired before a unit runs, released
-// after), as the training model takes them: a whole model's flat buffer (FlatWeights), or a
-// source that gathers each unit's partitions first. Nothing here is trained.
+// after), as the training model takes them (zero/inference_weights.h: the whole model, or each
+// unit gathered from the ranks' partitions first). Nothing here is trained.
 #pragma once
 
 #include <cstdint>
@@ -65,21 +65,6 @@ class Decoder {
   int vocab_size_;
   DeviceArray<int32_t> tokens_staging_;  // pinned
   DeviceArray<float> logits_host_;       // pinned
-};
-
-/// A whole model's weights: the flat fp32 buffer of a ModelLayout on the device (which must
-/// outlive it), each unit a pointer into it. Nothing is gathered or released; nothing is trained.
-class FlatWeights final : public ParamSource<float> {
- public:
-  FlatWeights(const ModelLayout& layout, const float* weights) : layout_(layout), weights_(weights) {}
-  const float* acquire_weights(int unit) override { return weights_ + layout_.unit_offset(unit); }
-  void release_weights(int) override {}
-  float* grad_accumulator(int unit) override;
-  void grads_done(int) override {}
-
- private:
-  const ModelLayout& layout_;
-  const float* weights_;
 };
 
 /// Bytes a decoder of `layout` for `slots` sequences of up to max_positions tokens allocates: its

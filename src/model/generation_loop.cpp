@@ -74,15 +74,14 @@ class Loop {
       prompt_rows |= s->fed < prompt.size();
       tokens.push_back(s->fed < prompt.size() ? prompt[s->fed] : s->generated.back());
     }
-    Stopwatch clock;
     if (running.empty()) {  // nothing here: a pass for the other ranks' gathers
       decoder_.reset(0);
       decoder_.step({0}, {0});
       decoder_.reset(0);
-      stats_.idle_s += clock.seconds();
       stats_.idle_passes += 1;
       return;
     }
+    Stopwatch clock;
     const float* logits = decoder_.step(running, tokens);
     (prompt_rows ? stats_.prefill_s : stats_.decode_s) += clock.seconds();
     (prompt_rows ? stats_.prefill_passes : stats_.decode_passes) += 1;

@@ -31,7 +31,7 @@ struct StopRule {
 struct GenerationStats {
   size_t prompt_tokens = 0, new_tokens = 0;
   size_t prefill_passes = 0, decode_passes = 0, idle_passes = 0;
-  double prefill_s = 0, decode_s = 0, idle_s = 0;  ///< passes with prompt tokens; with none; idle
+  double prefill_s = 0, decode_s = 0;  ///< passes with prompt tokens; passes with none
 };
 
 /// What ties the passes of several ranks together (ZeRO-3).

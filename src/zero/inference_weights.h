@@ -44,8 +44,7 @@ class InferenceWeights final : public ParamSource<float> {
   /// Stage 3: the ranks gather together, so each forward pass must be every rank's.
   bool lockstep() const { return coordinator_ != nullptr; }
   const ZeroPlan& plan() const { return plan_; }
-  /// Device bytes of gathered units allocated (stage 3), and the most elements gathered at once.
-  size_t gather_buffer_bytes() const { return coordinator_ ? coordinator_->buffer_bytes() : 0; }
+  /// The most elements gathered at once (stage 3).
   size_t peak_live_parameters() const { return coordinator_ ? coordinator_->peak_live_elements() : 0; }
 
   /// Elements a rank reads from the source at a time, and converts, while loading.

@@ -59,11 +59,26 @@ class HashDecoder final : public Decoder {
   std::vector<std::vector<int32_t>> history_;
 };
 
+// Weights no one may read: building a decoder allocates, it runs nothing.
+class NoWeights final : public ParamSource<float> {
+ public:
+  const float* acquire_weights(int unit) override { return fail(unit); }
+  void release_weights(int unit) override { fail(unit); }
+  float* grad_accumulator(int unit) override { return fail(unit); }
+  void grads_done(int unit) override { fail(unit); }
+
+ private:
+  static std::nullptr_t fail(int unit) {
+    ADD_FAILURE() << "unit " << unit << "'s weights were asked for while the decoder was built";
+    return nullptr;
+  }
+};
+
 TEST(DecoderMemory, IsWhatTheDecoderAllocates) {
   auto backend = make_cpu_backend();
   for (const ModelConfig& config : {testing::tiny_gpt2(), testing::tiny_llama()}) {
     const std::unique_ptr<ModelLayout> layout = make_model_layout(config);
-    FlatWeights weights(*layout, nullptr);
+    NoWeights weights;
     for (const auto& [positions, slots] : std::vector<std::pair<int, int>>{{1, 1}, {16, 1}, {9, 3}, {16, 7}}) {
       const PoolBytes before = pool_in_use();
       const std::unique_ptr<Decoder> decoder = make_decoder(*layout, *backend, weights, positions, slots);
