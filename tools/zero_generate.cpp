@@ -448,7 +448,7 @@ int generate(Args a, const zt::ProcessPlace& place, zt::HostComm& comm) {
   }
   // Each prompt's first new token comes from its prompt's last pass; the decoding passes make the rest.
   zt::log_info(who, prompts.size(), prompts.size() == 1 ? " prompt, " : " prompts, ", g.prompt_tokens, " tokens in ",
-               g.prefill_s * 1e3, " ms; ", g.new_tokens, " new tokens at ",
+               g.prefill_s * 1e3, " ms (", g.prefill_passes, " passes); ", g.new_tokens, " new tokens at ",
                g.decode_s > 0 ? double(g.new_tokens - prompts.size()) / g.decode_s : 0.0, " tokens/s (",
                g.decode_passes, " steps of up to ", slots, " sequences; ", backend->describe(), ")");
   const size_t held = params.lockstep() ? params.plan().partition.partition_size : layout->flat_size();

@@ -15,81 +15,59 @@ Decoder::Decoder(Backend& backend, int vocab_size, int max_positions, int chunk,
     : backend_(backend), max_positions_(max_positions), chunk_(chunk), positions_(size_t(slots), 0),
       vocab_size_(vocab_size) {
   ZT_USAGE_CHECK(slots >= 1, "a decoder needs at least 1 sequence, got ", slots);
-  const size_t rows = size_t(std::max(chunk, slots));
-  tokens_ = DeviceArray<int32_t>(backend, rows);
-  tokens_staging_ = DeviceArray<int32_t>(backend, rows, Pool::kPinned);
+  const size_t tokens = size_t(chunk) * size_t(slots), rows = size_t(slots);
+  tokens_ = DeviceArray<int32_t>(backend, tokens);
+  tokens_staging_ = DeviceArray<int32_t>(backend, tokens, Pool::kPinned);
   logits_ = DeviceArray<float>(backend, rows * size_t(vocab_size));
   logits_host_ = DeviceArray<float>(backend, rows * size_t(vocab_size), Pool::kPinned);
 }
 
-void Decoder::upload(const int32_t* tokens, int n) {
+const float* Decoder::forward(const std::vector<DecoderSegment>& segments, const std::vector<int32_t>& tokens) {
+  size_t total = 0;
+  std::set<int> seen;
+  for (const DecoderSegment& s : segments) {
+    ZT_CHECK(s.slot >= 0 && s.slot < slots(), "slot ", s.slot, " of ", slots());
+    ZT_CHECK(seen.insert(s.slot).second, "a pass names sequence ", s.slot, " twice");
+    ZT_CHECK(s.tokens >= 1 && s.tokens <= chunk_, "a segment of ", s.tokens, " tokens (at most ", chunk_, ")");
+    ZT_USAGE_CHECK(positions_[size_t(s.slot)] + int64_t(s.tokens) <= max_positions_, "the sequence would pass ",
+                   max_positions_, " tokens (the model's max_position_embeddings, or --max_length)");
+    total += size_t(s.tokens);
+  }
+  ZT_CHECK(!segments.empty() && total == tokens.size(), "a pass of ", tokens.size(), " tokens for segments of ",
+           total);
   Stream& compute = backend_.compute_stream();
-  backend_.synchronize(compute);  // the previous upload has read the staging
-  std::copy(tokens, tokens + n, tokens_staging_.data());
-  backend_.copy_async(tokens_.data(), tokens_staging_.data(), size_t(n) * sizeof(int32_t), compute);
-}
-
-const float* Decoder::download(int rows) {
-  Stream& compute = backend_.compute_stream();
-  backend_.copy_async(logits_host_.data(), logits_.data(), size_t(rows) * size_t(vocab_size_) * sizeof(float),
+  backend_.synchronize(compute);  // the previous pass has read the staging
+  std::copy(tokens.begin(), tokens.end(), tokens_staging_.data());
+  backend_.copy_async(tokens_.data(), tokens_staging_.data(), total * sizeof(int32_t), compute);
+  run(segments);
+  for (const DecoderSegment& s : segments) positions_[size_t(s.slot)] += s.tokens;
+  backend_.copy_async(logits_host_.data(), logits_.data(), segments.size() * size_t(vocab_size_) * sizeof(float),
                       compute);
   backend_.synchronize(compute);
   return logits_host_.data();
 }
 
-const float* Decoder::append(const std::vector<int32_t>& tokens, int slot) {
-  ZT_CHECK(!tokens.empty(), "append of no tokens");
-  ZT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " of ", slots());
-  int& position = positions_[size_t(slot)];
-  ZT_USAGE_CHECK(position + int64_t(tokens.size()) <= max_positions_, "the sequence would pass ", max_positions_,
-                 " tokens (the model's max_position_embeddings, or --max_length)");
-  for (size_t done = 0; done < tokens.size();) {
-    const int n = int(std::min<size_t>(size_t(chunk_), tokens.size() - done));
-    upload(tokens.data() + done, n);
-    run(slot, n);
-    position += n;
-    done += size_t(n);
-  }
-  return download(1);
-}
-
-const float* Decoder::step(const std::vector<int>& slots, const std::vector<int32_t>& tokens) {
-  ZT_CHECK(!tokens.empty() && slots.size() == tokens.size(), "a step of ", tokens.size(), " tokens for ",
-           slots.size(), " sequences");
-  ZT_CHECK(std::set<int>(slots.begin(), slots.end()).size() == slots.size(), "a step names a sequence twice");
-  for (int slot : slots) {
-    ZT_CHECK(slot >= 0 && slot < this->slots(), "slot ", slot, " of ", this->slots());
-    ZT_USAGE_CHECK(positions_[size_t(slot)] < max_positions_, "the sequence would pass ", max_positions_,
-                   " tokens (the model's max_position_embeddings, or --max_length)");
-  }
-  upload(tokens.data(), int(tokens.size()));
-  run_step(slots);
-  for (int slot : slots) ++positions_[size_t(slot)];
-  return download(int(tokens.size()));
-}
-
 namespace {
 
-// The Llama family: each block through llama_block_forward (a prompt) or llama_block_decode (a
-// step of several sequences), its keys and values written straight into the cache rows of their
-// positions, attention over the cache.
+// The Llama family: each block through llama_block_decode over the pass's segments, their keys
+// and values written straight into the cache rows of their positions, attention over the cache.
 class LlamaDecoder final : public Decoder {
  public:
-  static constexpr int kChunk = 64;  // prompt tokens per run: bounds the attention scratch
+  static constexpr int kChunk = 64;  // tokens of one sequence a pass: bounds the attention scratch
 
   LlamaDecoder(const LlamaLayout& layout, Backend& backend, ParamSource<float>& params, int max_positions, int slots)
       : Decoder(backend, layout.config().vocab_size, max_positions, std::min(kChunk, max_positions), slots),
         layout_(layout), cfg_(layout.config()), params_(params) {
-    const size_t rows = size_t(std::max(chunk_, slots)), C = size_t(cfg_.n_embd), I = size_t(cfg_.intermediate_size);
+    const size_t rows = size_t(chunk_) * size_t(slots), C = size_t(cfg_.n_embd), I = size_t(cfg_.intermediate_size);
     const size_t q = size_t(cfg_.n_head) * size_t(cfg_.head_size());
     kv_dim_ = size_t(cfg_.n_kv_head) * size_t(cfg_.head_size());
     const size_t L = size_t(cfg_.n_layer), P = size_t(max_positions);
     k_cache_ = DeviceArray<float>(backend, size_t(slots) * L * P * kv_dim_);
     v_cache_ = DeviceArray<float>(backend, size_t(slots) * L * P * kv_dim_);
     x_ = DeviceArray<float>(backend, rows * C);
-    // A prompt's chunk attends chunk x P; a step's rows attend one at a time, P each.
-    acts_ = DeviceArray<float>(backend, rows * (3 * C + 2 * q + 3 * I + 2) + size_t(cfg_.n_head) * size_t(chunk_) * P);
-    lnf_ = DeviceArray<float>(backend, rows * (C + 1));
+    // The segments' attention runs one after another: a chunk's rows attend to P positions at most.
+    acts_ = DeviceArray<float>(backend, rows * (3 * C + 2 * q + 3 * I + 2) + att_elems());
+    lnf_ = DeviceArray<float>(backend, size_t(slots) * (C + 1));
     std::vector<double> cos, sin;
     rope_tables(cfg_, max_positions, cos, sin);
     rope_ = DeviceArray<float>(backend, 2 * cos.size());
@@ -102,47 +80,33 @@ class LlamaDecoder final : public Decoder {
   }
 
  private:
+  size_t att_elems() const { return size_t(cfg_.n_head) * size_t(chunk_) * size_t(max_positions_); }
   float* k_all(int slot, int layer) { return k_cache_.data() + cache_offset(slot, layer); }
   float* v_all(int slot, int layer) { return v_cache_.data() + cache_offset(slot, layer); }
   size_t cache_offset(int slot, int layer) const {
     return (size_t(slot) * size_t(cfg_.n_layer) + size_t(layer)) * size_t(max_positions_) * kv_dim_;
   }
 
-  void run(int slot, int n) override {
+  void run(const std::vector<DecoderSegment>& segments) override {
     KernelOps<float>& ops = backend_.ops();
-    const int position = positions_[size_t(slot)];
-    embed(n);
+    int rows = 0;
+    for (const DecoderSegment& s : segments) rows += s.tokens;
+    embed(rows);
+    std::vector<LlamaDecodeSegment<float>> at(segments.size());
     for (int l = 0; l < cfg_.n_layer; ++l) {
-      LlamaBlockActs<float> a = acts(n, size_t(cfg_.n_head) * size_t(n) * size_t(position + n));
-      a.k_all = k_all(slot, l);
-      a.v_all = v_all(slot, l);
-      a.k = k_all(slot, l) + size_t(position) * kv_dim_;
-      a.v = v_all(slot, l) + size_t(position) * kv_dim_;
+      for (size_t i = 0; i < segments.size(); ++i) {
+        const int slot = segments[i].slot;
+        at[i] = {positions_[size_t(slot)], segments[i].tokens, k_all(slot, l), v_all(slot, l)};
+      }
+      float* p = acts_.data();
+      const LlamaBlockActs<float> a = carve_llama_block_acts(p, p, cfg_, size_t(rows), att_elems(), false);
       const float* w = params_.acquire_weights(layout_.block_unit(l));
       // The block's output overwrites its input: x is read only before res2 is written.
-      llama_block_forward(ops, cfg_, layout_.block(), w, x_.data(), x_.data(), a, 1, n, position, rope_.data(),
-                          rope_.data() + half_);
-      params_.release_weights(layout_.block_unit(l));
-    }
-    head(x_.data() + size_t(n - 1) * size_t(cfg_.n_embd), 1);
-  }
-
-  void run_step(const std::vector<int>& slots) override {
-    KernelOps<float>& ops = backend_.ops();
-    const int n = int(slots.size());
-    embed(n);
-    std::vector<LlamaDecodeRow<float>> rows(slots.size());
-    for (int l = 0; l < cfg_.n_layer; ++l) {
-      for (size_t i = 0; i < slots.size(); ++i) {
-        rows[i] = {positions_[size_t(slots[i])], k_all(slots[i], l), v_all(slots[i], l)};
-      }
-      const LlamaBlockActs<float> a = acts(n, size_t(cfg_.n_head) * size_t(max_positions_));
-      const float* w = params_.acquire_weights(layout_.block_unit(l));
-      llama_block_decode(ops, cfg_, layout_.block(), w, x_.data(), x_.data(), a, rows, rope_.data(),
+      llama_block_decode(ops, cfg_, layout_.block(), w, x_.data(), x_.data(), a, at, rope_.data(),
                          rope_.data() + half_);
       params_.release_weights(layout_.block_unit(l));
     }
-    head(x_.data(), n);
+    head(segments);
   }
 
   // x's first n rows: the embeddings of tokens_'s first n.
@@ -153,22 +117,22 @@ class LlamaDecoder final : public Decoder {
     params_.release_weights(unit);
   }
 
-  // The final norm and the lm_head over `rows` rows of x: logits_'s first rows.
-  void head(const float* x, int rows) {
+  // The final norm of each segment's last row of x, then the lm_head over them: logits_'s rows.
+  void head(const std::vector<DecoderSegment>& segments) {
     KernelOps<float>& ops = backend_.ops();
-    const size_t C = size_t(cfg_.n_embd);
+    const size_t C = size_t(cfg_.n_embd), n = segments.size();
     const int norm = layout_.final_norm_unit(), lm_head = layout_.lm_head_unit();
-    ops.rmsnorm_forward(lnf_.data(), lnf_.data() + size_t(rows) * C, x, params_.acquire_weights(norm), rows, int(C),
-                        cfg_.layer_norm_epsilon);
+    const float* wn = params_.acquire_weights(norm);
+    size_t last = 0;
+    for (size_t i = 0; i < n; ++i) {
+      last += size_t(segments[i].tokens);
+      ops.rmsnorm_forward(lnf_.data() + i * C, lnf_.data() + n * C + i, x_.data() + (last - 1) * C, wn, 1, int(C),
+                          cfg_.layer_norm_epsilon);
+    }
     params_.release_weights(norm);
-    ops.linear_forward(logits_.data(), lnf_.data(), params_.acquire_weights(lm_head), nullptr, rows, int(C),
+    ops.linear_forward(logits_.data(), lnf_.data(), params_.acquire_weights(lm_head), nullptr, int(n), int(C),
                        cfg_.vocab_size);
     params_.release_weights(lm_head);
-  }
-
-  LlamaBlockActs<float> acts(int rows, size_t att) {
-    float* p = acts_.data();
-    return carve_llama_block_acts(p, p, cfg_, size_t(rows), att, false);
   }
 
   const LlamaLayout& layout_;
@@ -178,9 +142,9 @@ class LlamaDecoder final : public Decoder {
   DeviceArray<float> k_cache_, v_cache_, x_, acts_, lnf_, rope_;
 };
 
-// GPT-2: a prompt one token per run (its fused q|k|v rows make a single token's key and value
-// contiguous, so they copy straight into the cache), a step one token of each sequence; attention
-// over each sequence's cache with as many kv heads as heads.
+// GPT-2: one token of each segment's sequence a pass (its fused q|k|v rows make a single token's
+// key and value contiguous, so they copy straight into the cache); attention over each sequence's
+// cache with as many kv heads as heads.
 class Gpt2Decoder final : public Decoder {
  public:
   Gpt2Decoder(const Gpt2Layout& layout, Backend& backend, ParamSource<float>& params, int max_positions, int slots)
@@ -199,11 +163,11 @@ class Gpt2Decoder final : public Decoder {
   }
 
  private:
-  void run(int slot, int) override { run_step({slot}); }
-
-  void run_step(const std::vector<int>& slots) override {
+  void run(const std::vector<DecoderSegment>& segments) override {
     KernelOps<float>& ops = backend_.ops();
     Stream& compute = backend_.compute_stream();
+    std::vector<int> slots;  // chunk() is 1: a segment is one token
+    for (const DecoderSegment& s : segments) slots.push_back(s.slot);
     const int C = cfg_.n_embd, H = cfg_.n_head, hs = cfg_.head_size(), n = int(slots.size());
     const size_t P = size_t(max_positions_), c = size_t(C);
     const float eps = float(cfg_.layer_norm_epsilon);
@@ -264,15 +228,15 @@ DecoderMemory decoder_memory(const ModelLayout& layout, int max_positions, int s
   size_t chunk = 1, kv = 0, device = 0;
   if (dynamic_cast<const LlamaLayout*>(&layout)) {
     chunk = size_t(std::min(LlamaDecoder::kChunk, max_positions));
-    const size_t rows = std::max(chunk, n), I = size_t(cfg.intermediate_size), hs = size_t(cfg.head_size());
+    const size_t rows = chunk * n, I = size_t(cfg.intermediate_size), hs = size_t(cfg.head_size());
     kv = 2 * n * L * P * size_t(cfg.n_kv_head) * hs;
-    device = rows * C + rows * (3 * C + 2 * H * hs + 3 * I + 2) + H * chunk * P + rows * (C + 1) +
+    device = rows * C + rows * (3 * C + 2 * H * hs + 3 * I + 2) + H * chunk * P + n * (C + 1) +
              2 * P * rope_inv_freq(cfg).size();
   } else {
     kv = 2 * n * L * P * C;
     device = 2 * n * C + n * (C + 2) + 3 * n * C + n * C + 8 * n * C + H * P;
   }
-  const size_t rows = std::max(chunk, n), io = rows + rows * size_t(cfg.vocab_size);  // tokens, logits
+  const size_t io = chunk * n + n * size_t(cfg.vocab_size);  // tokens, logits
   return {kv * sizeof(float), (device + io) * sizeof(float), io * sizeof(float)};
 }
 

@@ -29,72 +29,58 @@ class Loop {
     return next_ < prompts_.size() || std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s; });
   }
 
-  // One forward pass: free slots take the next prompts, then a prompt's chunk or a step of every
-  // sequence; with nothing here, the idle pass.
+  // One forward pass: free slots take the next prompts, then every sequence runs its next tokens:
+  // its last id where it is generating, the next chunk of its prompt where it is reading one (a
+  // chunk a slot is what the decoder's pass holds); with nothing here, the idle pass.
   void pass() {
     for (int slot = 0; slot < decoder_.slots(); ++slot) {
       if (slots_[size_t(slot)] || next_ >= prompts_.size()) continue;
       slots_[size_t(slot)].emplace(Sequence{next_++, Sampler(sampling_, seed_), 0, {}});
       decoder_.reset(slot);
     }
-    if (decoder_.chunk() > 1) {
-      for (int slot = 0; slot < decoder_.slots(); ++slot) {
-        const std::optional<Sequence>& s = slots_[size_t(slot)];
-        if (s && s->fed < prompts_[s->prompt].size()) return prompt_chunk(slot);
-      }
-    }
-    step();
-  }
-
-  std::vector<std::vector<int32_t>> take() { return std::move(out_); }
-
- private:
-  void prompt_chunk(int slot) {
-    Sequence& s = *slots_[size_t(slot)];
-    const std::vector<int32_t>& prompt = prompts_[s.prompt];
-    const size_t n = std::min(size_t(decoder_.chunk()), prompt.size() - s.fed);
-    Stopwatch clock;
-    const float* logits = decoder_.append({prompt.begin() + long(s.fed), prompt.begin() + long(s.fed + n)}, slot);
-    stats_.prefill_s += clock.seconds();
-    stats_.prefill_passes += 1;
-    stats_.prompt_tokens += n;
-    s.fed += n;
-    if (s.fed == prompt.size()) sample(slot, logits);
-  }
-
-  void step() {
-    std::vector<int> running;
+    std::vector<DecoderSegment> segments;
     std::vector<int32_t> tokens;
-    bool prompt_rows = false;
+    size_t prompt_tokens = 0;
     for (int slot = 0; slot < decoder_.slots(); ++slot) {
       const std::optional<Sequence>& s = slots_[size_t(slot)];
       if (!s) continue;
+      if (!reading(*s)) {
+        segments.push_back({slot, 1});
+        tokens.push_back(s->generated.back());
+        continue;
+      }
       const std::vector<int32_t>& prompt = prompts_[s->prompt];
-      running.push_back(slot);
-      prompt_rows |= s->fed < prompt.size();
-      tokens.push_back(s->fed < prompt.size() ? prompt[s->fed] : s->generated.back());
+      const size_t n = std::min(size_t(decoder_.chunk()), prompt.size() - s->fed);
+      segments.push_back({slot, int(n)});
+      tokens.insert(tokens.end(), prompt.begin() + long(s->fed), prompt.begin() + long(s->fed + n));
+      prompt_tokens += n;
     }
-    if (running.empty()) {  // nothing here: a pass for the other ranks' gathers
+    if (segments.empty()) {  // nothing here: a pass for the other ranks' gathers
       decoder_.reset(0);
-      decoder_.step({0}, {0});
+      decoder_.forward({{0, 1}}, {0});
       decoder_.reset(0);
       stats_.idle_passes += 1;
       return;
     }
     Stopwatch clock;
-    const float* logits = decoder_.step(running, tokens);
-    (prompt_rows ? stats_.prefill_s : stats_.decode_s) += clock.seconds();
-    (prompt_rows ? stats_.prefill_passes : stats_.decode_passes) += 1;
-    for (size_t i = 0; i < running.size(); ++i) {
-      Sequence& s = *slots_[size_t(running[i])];
-      if (s.fed < prompts_[s.prompt].size()) {
-        s.fed += 1;
-        stats_.prompt_tokens += 1;
-        if (s.fed < prompts_[s.prompt].size()) continue;  // the prompt's last token gives the first new one
+    const float* logits = decoder_.forward(segments, tokens);
+    (prompt_tokens ? stats_.prefill_s : stats_.decode_s) += clock.seconds();
+    (prompt_tokens ? stats_.prefill_passes : stats_.decode_passes) += 1;
+    stats_.prompt_tokens += prompt_tokens;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      Sequence& s = *slots_[size_t(segments[i].slot)];
+      if (reading(s)) {
+        s.fed += size_t(segments[i].tokens);
+        if (reading(s)) continue;  // the prompt's last token gives the first new one
       }
-      sample(running[i], logits + i * size_t(vocab_));
+      sample(segments[i].slot, logits + i * size_t(vocab_));
     }
   }
+
+  std::vector<std::vector<int32_t>> take() { return std::move(out_); }
+
+ private:
+  bool reading(const Sequence& s) const { return s.fed < prompts_[s.prompt].size(); }
 
   // The slot's next id from its logits; a sequence that stops there leaves its slot.
   void sample(int slot, const float* logits) {

@@ -1,11 +1,10 @@
 // Generation for many prompts over a Decoder's slots (continuous batching): a prompt takes a free
-// slot, and each forward pass ("pass") is one of
-//   - the next chunk of one slot's prompt, where the decoder runs several tokens a pass (Llama);
-//   - a step of every sequence in a slot: its next prompt token while its prompt is still running
-//     in (GPT-2, whose decoder runs one token a pass), else its last generated token.
-// A sequence that stops (an EOS, max_new_tokens, the cache's end) leaves, and the next prompt
-// takes its slot. Each sequence has its own sampler seeded alike, and each pass's rows are what
-// the sequence would compute alone, so a prompt gets the ids it gets alone.
+// slot, and each forward pass ("pass") runs every slot's sequence one step on: the next chunk of
+// its prompt while it is reading one (Llama's decoder runs up to 64 tokens of a sequence a pass,
+// GPT-2's one), else its last generated token. A sequence that stops (an EOS, max_new_tokens, the
+// cache's end) leaves, and the next prompt takes its slot. Each sequence has its own sampler
+// seeded alike, and each pass's rows are what the sequence would compute alone, so a prompt gets
+// the ids it gets alone.
 //
 // Under ZeRO-3 every rank must run the same number of passes, since each pass gathers the
 // weights with collectives: with a PassSync the ranks agree before each pass whether any has work,

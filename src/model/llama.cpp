@@ -148,26 +148,31 @@ void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaB
 
 template <typename T>
 void llama_block_decode(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
-                        const T* x, T* out, const LlamaBlockActs<T>& a, const std::vector<LlamaDecodeRow<T>>& rows,
-                        const StatOf<T>* cos, const StatOf<T>* sin) {
-  const int n = int(rows.size()), C = cfg.n_embd, hs = cfg.head_size();
+                        const T* x, T* out, const LlamaBlockActs<T>& a,
+                        const std::vector<LlamaDecodeSegment<T>>& segments, const StatOf<T>* cos,
+                        const StatOf<T>* sin) {
+  const int C = cfg.n_embd, hs = cfg.head_size();
   const int q_dim = cfg.n_head * hs, kv_dim = cfg.n_kv_head * hs;
   const size_t half = size_t(hs / 2);
-  ops.rmsnorm_forward(a.xn1, a.rstd1, x, w + o.input_norm, n, C, cfg.layer_norm_epsilon);
-  project(ops, a.q, a.xn1, w, o.q, o.q_bias, n, C, q_dim);
-  for (int i = 0; i < n; ++i) {
-    const LlamaDecodeRow<T>& r = rows[size_t(i)];
-    const size_t at = size_t(r.position);
-    T* q = a.q + size_t(i) * q_dim;
-    T* k = r.k_all + at * kv_dim;
-    project(ops, k, a.xn1 + size_t(i) * C, w, o.k, o.k_bias, 1, C, kv_dim);
-    project(ops, r.v_all + at * kv_dim, a.xn1 + size_t(i) * C, w, o.v, o.v_bias, 1, C, kv_dim);
-    ops.rotary(q, cos + at * half, sin + at * half, 1, 1, cfg.n_head, hs, false);
-    ops.rotary(k, cos + at * half, sin + at * half, 1, 1, cfg.n_kv_head, hs, false);
-    ops.gqa_attention_forward(a.atty + size_t(i) * q_dim, a.att, q, r.k_all, r.v_all, 1, 1, r.position + 1,
+  int rows = 0;
+  for (const LlamaDecodeSegment<T>& s : segments) rows += s.tokens;
+  ops.rmsnorm_forward(a.xn1, a.rstd1, x, w + o.input_norm, rows, C, cfg.layer_norm_epsilon);
+  project(ops, a.q, a.xn1, w, o.q, o.q_bias, rows, C, q_dim);
+  size_t row = 0;
+  for (const LlamaDecodeSegment<T>& s : segments) {
+    const size_t at = size_t(s.position);
+    const T* xn = a.xn1 + row * C;
+    T* q = a.q + row * q_dim;
+    T* k = s.k_all + at * kv_dim;
+    project(ops, k, xn, w, o.k, o.k_bias, s.tokens, C, kv_dim);
+    project(ops, s.v_all + at * kv_dim, xn, w, o.v, o.v_bias, s.tokens, C, kv_dim);
+    ops.rotary(q, cos + at * half, sin + at * half, 1, s.tokens, cfg.n_head, hs, false);
+    ops.rotary(k, cos + at * half, sin + at * half, 1, s.tokens, cfg.n_kv_head, hs, false);
+    ops.gqa_attention_forward(a.atty + row * q_dim, a.att, q, s.k_all, s.v_all, 1, s.tokens, s.position + s.tokens,
                               cfg.n_head, cfg.n_kv_head, hs);
+    row += size_t(s.tokens);
   }
-  block_after_attention(ops, cfg, o, w, x, out, a, n);
+  block_after_attention(ops, cfg, o, w, x, out, a, rows);
 }
 
 // dres holds d(block output) on entry and d(block input) on return. a.xn1 = a.xn2 and a.h are
@@ -279,7 +284,7 @@ template void llama_block_forward(KernelOps<double>&, const ModelConfig&, const 
                                   const double*);
 template void llama_block_decode(KernelOps<float>&, const ModelConfig&, const LlamaBlockOffsets&, const float*,
                                  const float*, float*, const LlamaBlockActs<float>&,
-                                 const std::vector<LlamaDecodeRow<float>>&, const float*, const float*);
+                                 const std::vector<LlamaDecodeSegment<float>>&, const float*, const float*);
 template class LlamaModel<float>;
 template class LlamaModel<double>;
 template class LlamaModel<bf16>;

@@ -1,5 +1,6 @@
-// One Llama-family block's forward, shared by training (LlamaModel: keys and values of the whole
-// sequence) and generation (LlamaDecoder: keys and values appended to a cache).
+// One Llama-family block's forward, for training (LlamaModel: keys and values of the whole
+// sequence, llama_block_forward) and generation (LlamaDecoder: several sequences' tokens, keys and
+// values appended to each one's cache, llama_block_decode).
 #pragma once
 
 #include <vector>
@@ -58,29 +59,32 @@ LlamaBlockActs<T> carve_llama_block_acts(T*& p, StatOf<T>*& ps, const ModelConfi
 }
 
 /// out[B,T,C] = block(x) for positions [past, past + T); cos and sin are the tables from
-/// position 0 (rope.h). Training passes past = 0 and k_all = k. out may be x (the decoder's
-/// generation step), but no array of `a`: the residual projections add a.res2 into it.
+/// position 0 (rope.h). Training passes past = 0 and k_all = k. out may be x, but no array of
+/// `a`: the residual projections add a.res2 into it.
 template <typename T>
 void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
                          const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past,
                          const StatOf<T>* cos, const StatOf<T>* sin);
 
-/// Where one sequence's keys and values go in a batched decoding step (llama_block_decode).
+/// One sequence's rows in a generation pass (llama_block_decode): where its keys and values go.
 template <typename T>
-struct LlamaDecodeRow {
-  int position;      ///< the row's token's position in its sequence
+struct LlamaDecodeSegment {
+  int position;      ///< its first row's position in its sequence
+  int tokens;        ///< its rows: the pass's next `tokens` rows, at positions [position, position + tokens)
   T *k_all, *v_all;  ///< the sequence's cache: its keys and values from position 0
 };
 
-/// One token of each of rows.size() sequences at once, each at its own position (batched
-/// generation): row i of x is rows[i]'s token. The norms, the q projection and everything after
-/// the attention run over all rows together; each row's key and value are projected straight
-/// into its cache row, and it attends to its own cache. Each row computes exactly what
-/// llama_block_forward computes for that sequence alone (B = T = 1), where the kernels' matrix
-/// products give a row the same result whatever the other rows are.
+/// Several sequences' tokens in one pass (generation: a prompt's chunk beside other sequences'
+/// next tokens): the segments' rows one after another in x. The norms, the q projection and
+/// everything after the attention run over all rows together; each segment's keys and values are
+/// projected straight into its cache rows, and its rows attend causally to its own cache. Each
+/// segment computes exactly what llama_block_forward computes for that sequence alone (B = 1,
+/// T = tokens, past = position), where the kernels' matrix products give a row the same result
+/// whatever the other rows are. a.att holds one segment's probabilities at a time.
 template <typename T>
 void llama_block_decode(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
-                        const T* x, T* out, const LlamaBlockActs<T>& a, const std::vector<LlamaDecodeRow<T>>& rows,
-                        const StatOf<T>* cos, const StatOf<T>* sin);
+                        const T* x, T* out, const LlamaBlockActs<T>& a,
+                        const std::vector<LlamaDecodeSegment<T>>& segments, const StatOf<T>* cos,
+                        const StatOf<T>* sin);
 
 }  // namespace zt

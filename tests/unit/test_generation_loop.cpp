@@ -23,23 +23,25 @@ class HashDecoder final : public Decoder {
  public:
   HashDecoder(Backend& backend, int chunk, int slots, int max_positions)
       : Decoder(backend, kVocab, max_positions, chunk, slots), history_(size_t(slots)) {}
-  int runs = 0;  // forward passes
+  int runs = 0;                                        // forward passes
+  std::vector<std::vector<DecoderSegment>> passes;      // each pass's segments
 
  private:
-  void run(int slot, int n) override {
-    feed({slot}, read_tokens(n), true);
-    write_logits({slot});
-  }
-  void run_step(const std::vector<int>& slots) override {
-    feed(slots, read_tokens(int(slots.size())), false);
-    write_logits(slots);
-  }
-  // A run at position 0 starts a new sequence (Decoder::reset); `one_slot`: all tokens are slots[0]'s.
-  void feed(const std::vector<int>& slots, const std::vector<int32_t>& tokens, bool one_slot) {
-    for (int slot : slots) {
-      if (position(slot) == 0) history_[size_t(slot)].clear();
+  void run(const std::vector<DecoderSegment>& segments) override {
+    int n = 0;
+    for (const DecoderSegment& s : segments) n += s.tokens;
+    const std::vector<int32_t> tokens = read_tokens(n);
+    passes.push_back(segments);
+    size_t at = 0;
+    std::vector<int> slots;
+    for (const DecoderSegment& s : segments) {
+      std::vector<int32_t>& history = history_[size_t(s.slot)];
+      if (position(s.slot) == 0) history.clear();  // a new sequence (Decoder::reset)
+      history.insert(history.end(), tokens.begin() + long(at), tokens.begin() + long(at) + s.tokens);
+      at += size_t(s.tokens);
+      slots.push_back(s.slot);
     }
-    for (size_t i = 0; i < tokens.size(); ++i) history_[size_t(slots[one_slot ? 0 : i])].push_back(tokens[i]);
+    write_logits(slots);
   }
   std::vector<int32_t> read_tokens(int n) {
     ++runs;
@@ -151,8 +153,37 @@ TEST(GenerationLoop, BatchedAsAlone) {
           << "chunk " << chunk << ", " << slots << " slots";
       EXPECT_EQ(stats.prompt_tokens, 18u);
       EXPECT_EQ(stats.idle_passes, 0u);
+      // The first pass reads the first chunk of each place's prompt, all of them together.
+      std::vector<std::pair<int, int>> first, want_first;
+      for (const DecoderSegment& s : decoder.passes.at(0)) first.emplace_back(s.slot, s.tokens);
+      for (int slot = 0; slot < slots; ++slot) {
+        want_first.emplace_back(slot, std::min(chunk, int(prompts()[size_t(slot)].size())));
+      }
+      EXPECT_EQ(first, want_first) << "chunk " << chunk << ", " << slots << " slots";
     }
   }
+}
+
+// With chunk 3 and 2 places, the 7-token prompt reads in beside the others' decoding: a pass
+// holds its chunk and the other place's next token.
+TEST(GenerationLoop, PromptChunksBesideDecoding) {
+  auto backend = make_cpu_backend();
+  HashDecoder decoder(*backend, 3, 2, 32);
+  GenerationStats stats;
+  EXPECT_EQ(generate_continuations(decoder, {prompts()[1], prompts()[0]}, SamplingParams{}, 1, stop_rule(), kVocab,
+                                   stats),
+            (std::vector<std::vector<int32_t>>{expected()[1], expected()[0]}));
+  // {11} reads in and then decodes beside the 7 tokens' chunks of 3, 3 and 1.
+  ASSERT_GE(expected()[1].size(), 3u) << "the 1-token prompt must still decode in the third pass";
+  ASSERT_GE(decoder.passes.size(), 3u);
+  using Pass = std::vector<std::pair<int, int>>;
+  std::vector<Pass> got;
+  for (size_t i = 0; i < 3; ++i) {
+    got.emplace_back();
+    for (const DecoderSegment& s : decoder.passes[i]) got.back().emplace_back(s.slot, s.tokens);
+  }
+  EXPECT_EQ(got, (std::vector<Pass>{{{0, 1}, {1, 3}}, {{0, 1}, {1, 3}}, {{0, 1}, {1, 1}}}));
+  EXPECT_EQ(stats.prefill_passes, 3u);
 }
 
 TEST(GenerationLoop, IdlePassesWhileOtherRanksWork) {
