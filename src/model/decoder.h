@@ -30,8 +30,9 @@ class Decoder {
   /// One forward pass: segments[i].tokens of `tokens`, in order, run in sequence
   /// segments[i].slot (distinct slots, each at most chunk() tokens) from its position on. Returns
   /// the logits of each segment's last token: segments.size() rows of vocab_size floats in host
-  /// memory, row i for segments[i], valid until the next call. Each row is what the sequence's tokens compute alone, to the bit where the
-  /// backend's matrix products do not depend on the row count (the CPU's).
+  /// memory, row i for segments[i], valid until the next call. Each row is what the sequence's
+  /// tokens compute alone, but for the rounding of matrix products whose library picks its
+  /// kernels by the row count (docs/models.md).
   const float* forward(const std::vector<DecoderSegment>& segments, const std::vector<int32_t>& tokens);
   /// Starts a new sequence in `slot` at position 0. The cache's rows are overwritten as it runs,
   /// and attention reads only the positions run since: nothing of the last sequence is seen.

@@ -78,9 +78,9 @@ struct LlamaDecodeSegment {
 /// next tokens): the segments' rows one after another in x. The norms, the q projection and
 /// everything after the attention run over all rows together; each segment's keys and values are
 /// projected straight into its cache rows, and its rows attend causally to its own cache. Each
-/// segment computes exactly what llama_block_forward computes for that sequence alone (B = 1,
-/// T = tokens, past = position), where the kernels' matrix products give a row the same result
-/// whatever the other rows are. a.att holds one segment's probabilities at a time.
+/// segment computes what llama_block_forward computes for that sequence alone (B = 1, T = tokens,
+/// past = position), but for the matrix products' rounding where their library picks another
+/// kernel for another row count. a.att holds one segment's probabilities at a time.
 template <typename T>
 void llama_block_decode(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
                         const T* x, T* out, const LlamaBlockActs<T>& a,

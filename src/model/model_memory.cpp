@@ -110,36 +110,46 @@ size_t activation_bytes(const ModelConfig& m, size_t batch, size_t seq_len, bool
   return total;
 }
 
-// The floats each op of widened_bf16_kernels.cpp declares (its widened inputs and outputs),
-// for every op the model runs; the arena is the largest.
-size_t widened_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len, size_t logits_rows) {
-  const size_t T = seq_len, BT = batch * seq_len, C = size_t(m.n_embd), V = size_t(m.vocab_size);
+// The floats each op of the CPU's bf16 kernels (backend/cpu/bf16_kernels.cpp) widens at once,
+// from the same tile plans (bf16_tiles.h), for every op the models run; the arena is the largest.
+size_t cpu_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len, size_t logits_rows,
+                              size_t budget) {
+  using cpu::plan_gemm;
+  const size_t B = batch, T = seq_len, BT = batch * seq_len, C = size_t(m.n_embd), V = size_t(m.vocab_size);
   const size_t R = logits_rows ? logits_rows : BT;  // the classifier's rows a call
-  // A GEMM's forward (out, x, weight, bias) and backward (dx, dout, x, weight).
-  auto gemm = [&](size_t in, size_t out, bool bias) {
-    return std::max(BT * out + BT * in + in * out + (bias ? out : 0), BT * in + BT * out + BT * in + in * out);
+  auto tiles = [&](size_t units, size_t per_unit, size_t fixed) {
+    return cpu::tile_floats(units, per_unit, fixed, budget);
   };
-  std::vector<size_t> ops{
-      R * V + R * C + V * C,            // lm_head forward
-      R * C + R * V + R * C + V * C,    // lm_head backward
-      2 * BT * C,                       // residual accumulate
-      3 * BT * C + C,                   // norm backward (layernorm's forward 2 BT C + 2 C is smaller)
+  auto elementwise = [&](size_t n, size_t arrays) { return tiles((n + 63) / 64, arrays * 64, 0); };
+  // A GEMM's forward, its backward's dx and dweight; `conv1d`: GPT-2's weight [in, out], whose
+  // gradient has `in` rows, where nn.Linear's [out, in] has `out`.
+  std::vector<size_t> ops;
+  auto gemm = [&](size_t in, size_t out, bool conv1d) {
+    ops.push_back(plan_gemm(BT, out, in, true, budget).floats(true));
+    ops.push_back(plan_gemm(BT, in, out, true, budget).floats(true));
+    ops.push_back(conv1d ? plan_gemm(in, out, BT, false, budget).floats(false)
+                         : plan_gemm(out, in, BT, false, budget).floats(false));
   };
+  // The classifier: the lm_head (nn.Linear's layout) over R rows, the softmax and its backward.
+  ops.push_back(plan_gemm(R, V, C, true, budget).floats(true));
+  ops.push_back(plan_gemm(R, C, V, true, budget).floats(true));
+  ops.push_back(plan_gemm(V, C, R, false, budget).floats(false));
+  ops.push_back(tiles(R, V, 0));
+  ops.push_back(elementwise(BT * C, 2));  // a residual add
   if (m.architecture() == Architecture::kLlama) {
     const size_t q = size_t(m.n_head) * size_t(m.head_size()), kv = size_t(m.n_kv_head) * size_t(m.head_size());
     const size_t I = size_t(m.intermediate_size);
-    const bool qkv_bias = m.attention_bias || m.qkv_bias;
-    ops.insert(ops.end(), {(BT + V) * C,                 // embedding forward
-                           gemm(C, q, qkv_bias), gemm(C, kv, qkv_bias), gemm(q, C, m.attention_bias),
-                           gemm(C, I, m.mlp_bias), gemm(I, C, m.mlp_bias),
-                           2 * BT * q + 2 * BT * kv,      // attention forward
-                           3 * BT * q + 4 * BT * kv,      // attention backward
-                           5 * BT * I});                  // SwiGLU backward
+    for (auto [in, out] : {std::pair{C, q}, {C, kv}, {q, C}, {C, I}, {I, C}}) gemm(in, out, false);
+    ops.insert(ops.end(), {tiles(BT, 2 * C, C), tiles(BT, 3 * C, C),             // RMSNorm, its backward
+                           tiles(B, T * q, 0), tiles(B, T * kv, 0),              // the rotary on q and k
+                           tiles(B, 2 * T * q + 2 * T * kv, 0),                  // attention
+                           tiles(B, 4 * T * q + 4 * T * kv, 0),                  // its backward
+                           elementwise(BT * I, 3), elementwise(BT * I, 5)});     // SwiGLU, its backward
   } else {
-    ops.insert(ops.end(), {(BT + V + T) * C,  // embedding forward, with positions
-                           gemm(C, 3 * C, true), gemm(C, C, true), gemm(C, 4 * C, true), gemm(4 * C, C, true),
-                           7 * BT * C,        // attention backward (forward: 4 BT C)
-                           12 * BT * C});     // GELU backward on the 4C intermediate
+    for (auto [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) gemm(in, out, true);
+    ops.insert(ops.end(), {tiles(BT, 2 * C, 2 * C), tiles(BT, 3 * C, C),         // LayerNorm, its backward
+                           tiles(B, 4 * T * C, 0), tiles(B, 8 * T * C, 0),       // attention, its backward
+                           elementwise(BT * 4 * C, 2), elementwise(BT * 4 * C, 3)});  // GELU, its backward
   }
   return *std::max_element(ops.begin(), ops.end()) * sizeof(float);
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cpu/bf16_tiles.h"
 #include "config/model_config.h"
 #include "core/dtype.h"
 
@@ -78,11 +79,12 @@ size_t activation_bytes(const ModelConfig& config, size_t batch, size_t seq_len,
                         DType activation_dtype = DType::kF32, bool attention_lse = false, size_t logits_stride = 0,
                         size_t logits_rows = 0);
 
-/// The fp32 scratch the CPU's bf16 kernels hold (backend/cpu/widened_bf16_kernels.cpp: each op
-/// widens its bf16 operands into one arena, which grows to the largest op's): the largest op of
-/// a forward and backward of `batch` x `seq_len`, counting the whole embedding table (the
-/// kernels widen its rows up to the batch's largest token).
-size_t widened_bf16_scratch_bytes(const ModelConfig& config, size_t batch, size_t seq_len, size_t logits_rows = 0);
+/// The fp32 scratch the CPU's bf16 kernels hold (backend/cpu/bf16_kernels.cpp: each op widens
+/// its bf16 operands a tile at a time into one arena, which grows to the largest op's tile): the
+/// largest of a forward and backward of `batch` x `seq_len`, the classifier over `logits_rows`
+/// rows a call (0: all), for a scratch budget of `budget` floats (bf16_tiles.h).
+size_t cpu_bf16_scratch_bytes(const ModelConfig& config, size_t batch, size_t seq_len, size_t logits_rows = 0,
+                              size_t budget = cpu::kBf16ScratchFloats);
 
 /// DeepSpeed's "largest layer": the most parameters held directly by one module of the HF model
 /// (the token embedding or the lm_head, or an MLP projection when the model is wide).

@@ -238,6 +238,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   const size_t probabilities = batch * size_t(model.n_head) * run.seq_len * run.seq_len;
   const bool cuda_bf16 = run.cuda && activation_dtype == DType::kBF16;
   const bool flash = cuda_bf16 && (model.head_size() == 64 || model.head_size() == 128);
+  // Every bf16 table's attention saves the logsumexp: the GPU's (flash, or its fp32 fallback) and
+  // the CPU's (backend/cpu/lse_attention.h).
+  const bool attention_lse = activation_dtype == DType::kBF16;
   // Its logits rows are padded to 16-byte alignment for the lm_head's tensor-core GEMMs.
   const size_t logits_stride = cuda_bf16 ? size_t(aligned_logits_stride(model.vocab_size)) : 0;
   // The classifier's chunk (CausalLM's constructor): the rows of logits held at once.
@@ -245,7 +248,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
       BT, (logits_stride ? logits_stride : size_t(model.vocab_size)) * dtype_size(activation_dtype),
       run.classifier_chunk);
   std::vector<size_t> activations = activation_allocations(model, batch, size_t(run.seq_len),
-                                                           run.gradient_checkpointing, activation_dtype, cuda_bf16,
+                                                           run.gradient_checkpointing, activation_dtype, attention_lse,
                                                            logits_stride, logits_rows);
   // A GPU's kernels share one scratch buffer, as large as their largest request. Besides the
   // attention's and the classifier's below, the column sums of bias and norm-weight gradients
@@ -268,8 +271,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
     // (backend/cuda/cuda_attention.cu): as large as one layer's saved probabilities.
     activations.push_back(std::max(sizeof(float) * probabilities, column_sums));
   } else if (activation_dtype == DType::kBF16) {
-    // The CPU's bf16 kernels widen their operands into an fp32 arena (widened_bf16_kernels.cpp).
-    activations.push_back(widened_bf16_scratch_bytes(model, batch, size_t(run.seq_len), logits_rows));
+    // The CPU's bf16 kernels widen their operands into an fp32 arena a tile at a time
+    // (backend/cpu/bf16_kernels.cpp).
+    activations.push_back(cpu_bf16_scratch_bytes(model, batch, size_t(run.seq_len), logits_rows));
   }
   for (size_t bytes : activations) est.activations += bytes;
   add(Pool::kDevice, est.activations);

@@ -2,10 +2,12 @@
 // flags or any architecture's HF config.json (--config), and the same run's OpenBLAS sgemm rate on
 // the model's own GEMM shapes, so achieved GFLOP/s is judged against what the BLAS delivers on this
 // machine today (nccl-tests style: fixed columns, a footer). --profile 1 times every kernel op
-// (the CPU backend runs them synchronously) and prints where a step's time goes.
+// (the CPU backend runs them synchronously) and prints where a step's time goes. The run's peak
+// bytes in the device pool (the memory pools' measurement: parameters, states, activations and
+// scratch) close the report.
 // Usage: bench_train_step [--config config.json | --layers 12 --embd 768 --heads 12 --vocab 50257
 //                          --positions 1024] [--block 64 --batch 4 --steps 5 --dtype fp32
-//                          --checkpointing 0 --profile 0]
+//                          --activation_dtype fp32|bf16 --checkpointing 0 --profile 0]
 #include <omp.h>
 
 #include <algorithm>
@@ -19,9 +21,11 @@
 #include "backend/cpu/gemm.h"
 #include "comm/data_comm.h"
 #include "comm/self_comm.h"
+#include "core/memory_pool.h"
 #include "core/timer.h"
 #include "model/causal_lm.h"
 #include "zero/engine.h"
+#include "zero/engine_model.h"
 
 using namespace zt;
 
@@ -30,7 +34,7 @@ namespace {
 struct Options {
   std::string config;  // an HF config.json; when empty, the GPT-2 shape of the flags below
   int layers = 12, embd = 768, heads = 12, vocab = 50257, positions = 1024, block = 64, batch = 4, steps = 5;
-  std::string dtype = "fp32";
+  std::string dtype = "fp32", activation_dtype = "fp32";
   bool checkpointing = false, profile = false;
 };
 
@@ -48,6 +52,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--batch") o.batch = std::atoi(v.c_str());
     else if (k == "--steps") o.steps = std::atoi(v.c_str());
     else if (k == "--dtype") o.dtype = v;
+    else if (k == "--activation_dtype") o.activation_dtype = v;
     else if (k == "--checkpointing") o.checkpointing = v == "1";
     else if (k == "--profile") o.profile = v == "1";
     else {
@@ -191,17 +196,28 @@ int main(int argc, char** argv) {
   ds.bf16 = o.dtype == "bf16";
   ds.fp16.enabled = o.dtype == "fp16";
 
+  if (o.activation_dtype != "fp32" && o.activation_dtype != "bf16") {
+    std::fprintf(stderr, "--activation_dtype: fp32 or bf16, got '%s'\n", o.activation_dtype.c_str());
+    return 2;
+  }
+  const DType activations = o.activation_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  if (o.profile && activations != DType::kF32) {
+    std::fprintf(stderr, "--profile 1 times the fp32 kernel table: --activation_dtype fp32 only\n");
+    return 2;
+  }
+
   auto backend = make_cpu_backend();
   const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(mc);
   const ModelLayout& layout = *layout_ptr;
   SelfComm comm;
   auto engine_comm = make_data_comm(*backend, comm);
-  ZeroEngine engine(layout, *backend, *engine_comm, comm, ds);
+  ZeroEngine engine(layout, *backend, *engine_comm, comm, ds, activations);
   engine.init_params(1);
   TimedOps timed(backend->ops());
   KernelOps<float>& ops = o.profile ? static_cast<KernelOps<float>&>(timed) : backend->ops();
-  const auto model_ptr = make_causal_lm<float>(layout, *backend, ops, o.batch, o.block, o.checkpointing);
-  CausalLM<float>& model = *model_ptr;
+  const std::unique_ptr<BoundModel> model_ptr =
+      make_engine_model(engine, layout, *backend, ops, backend->ops_bf16(), o.batch, o.block, o.checkpointing);
+  BoundModel& model = *model_ptr;
   const int BT = o.batch * o.block;
   std::vector<int32_t> in(BT), tg(BT);
   for (int i = 0; i < BT; ++i) {
@@ -216,8 +232,8 @@ int main(int argc, char** argv) {
   if (mc.architecture() == Architecture::kLlama) {
     std::printf(" %dKV I%d%s", mc.n_kv_head, mc.intermediate_size, mc.tie_word_embeddings ? " tied" : " untied");
   }
-  std::printf(" vocab %d, %zu params, batch %dx%d, %s%s\n", mc.vocab_size, layout.num_params(), o.batch, o.block,
-              o.dtype.c_str(), o.checkpointing ? ", checkpointing" : "");
+  std::printf(" vocab %d, %zu params, batch %dx%d, %s, %s activations%s\n", mc.vocab_size, layout.num_params(), o.batch,
+              o.block, o.dtype.c_str(), o.activation_dtype.c_str(), o.checkpointing ? ", checkpointing" : "");
   std::printf("%8s %12s %12s %12s %12s %12s\n", "step", "total_ms", "forward_ms", "backward_ms", "adam_ms", "GFLOP/s");
   const double flops = 3.0 * model.flops_per_token_forward(o.block) * BT;
   std::vector<double> totals;
@@ -226,10 +242,10 @@ int main(int argc, char** argv) {
     if (s == 1) timed.totals().clear();
     Stopwatch total, part;
     // As the trainer: given the backward's scale, the lm_head's backward runs in the forward.
-    model.forward(engine, in.data(), tg.data(), o.batch, o.block, 1.0, engine.backward_scale());
+    model.forward(in.data(), tg.data(), o.batch, o.block, 1.0, engine.backward_scale());
     double fwd = part.ms();
     part.reset();
-    model.backward(engine, engine.backward_scale());
+    model.backward(engine.backward_scale());
     double bwd = part.ms();
     part.reset();
     engine.step();
@@ -274,6 +290,9 @@ int main(int argc, char** argv) {
   std::printf("# median step: %.1f ms, %.0f tokens/s\n", median_ms, BT / (median_ms / 1e3));
   std::printf("# achieved: %.1f GFLOP/s; OpenBLAS sgemm on the same shapes: %.1f GFLOP/s; ratio %.2f\n", achieved,
               sgemm_rate, achieved / sgemm_rate);
-  std::printf("RESULT step_ms=%.2f achieved_gflops=%.2f sgemm_gflops=%.2f\n", median_ms, achieved, sgemm_rate);
+  const size_t peak = pool_peaks()[Pool::kDevice];
+  std::printf("# peak device-pool memory: %.1f MiB\n", double(peak) / (1 << 20));
+  std::printf("RESULT step_ms=%.2f achieved_gflops=%.2f sgemm_gflops=%.2f peak_bytes=%zu\n", median_ms, achieved,
+              sgemm_rate, peak);
   return 0;
 }

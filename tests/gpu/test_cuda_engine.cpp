@@ -2,7 +2,7 @@
 // on the CUDA backend and on the CPU backend in one process, at every ZeRO stage and with the
 // optimizer offloaded, must give the same losses: within 1e-5 in fp32 (TF32 is off, so only the
 // order of the reductions differs), within 1e-2 in bf16. A bf16 model (bf16 parameters and bf16
-// activations: the CUDA KernelOps<bf16> against the CPU's widened bf16 table) within 2e-2. Under
+// activations: the CUDA KernelOps<bf16> against the CPU's bf16 table) within 2e-2. Under
 // mpirun -np 2 on one GPU both ranks share it, so the data path is the host-staged communicator;
 // with a GPU each, NCCL.
 #include <gtest/gtest.h>
@@ -84,7 +84,7 @@ INSTANTIATE_TEST_SUITE_P(All, CudaEngine,
 
 // A bf16 model end to end: bf16 parameters and bf16 activations, so every layer runs the CUDA
 // KernelOps<bf16> (tests/gpu/test_cuda_ops_bf16.cpp checks them op by op) against the CPU's
-// widened bf16 table. The two round the same fp32 values to bf16 at the same places and differ
+// bf16 table. The two round the same fp32 values to bf16 at the same places and differ
 // only in summation order, so a rounding flips now and then: 2e-2 per step, twice the bf16
 // parameters' 1e-2 above, since activations and their gradients round too.
 struct Bf16ActivationsCase {

@@ -1,5 +1,5 @@
 // Every KernelOps<bf16> op of the CUDA backend (cuda_kernels_bf16.cu, cuda_llama_ops_bf16.cu,
-// cuda_attention_bf16.cu) against the CPU backend's widened bf16 table (widened_bf16_kernels.cpp)
+// cuda_attention_bf16.cu) against the CPU backend's bf16 table (backend/cpu/bf16_kernels.cpp)
 // on the same random bf16 inputs, as test_cuda_ops.cpp checks the fp32 table. Each op runs on an
 // aligned shape (C a multiple of 8, 16-byte aligned pointers: the 16-byte vector paths) and on an
 // unaligned one (odd sizes or pointers one element off: the scalar paths).
@@ -419,8 +419,8 @@ TEST_F(CudaOpsBf16, FusedGemmNeighbours) {
 
 // ---- attention ----------------------------------------------------------------------------------
 
-// The CPU's table saves the probabilities; the GPU's (flash attention, attention_saves_lse) the
-// logsumexp of each row's scaled, masked scores: att's first B*NH*Tq floats. The reference lse
+// Both tables save the logsumexp of each row's scaled, masked scores (attention_saves_lse: the
+// GPU's flash attention, the CPU's lse_attention.h): att's first B*NH*Tq floats. The reference lse
 // in double from the bf16 inputs: q row r (of NH*Tq per batch) at position Tk - Tq + i reads
 // keys 0..Tk - Tq + i of its kv head. `q_at(b, i, h)` and `k_at(b, j, kvh)` point at hs values.
 template <typename QAt, typename KAt>

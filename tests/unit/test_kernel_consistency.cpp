@@ -2,10 +2,12 @@
 // mean squared error (as ggml's test-backend-ops compares backends).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/lse_attention.h"
 #include "core/cpu_features.h"
 
 namespace zt {
@@ -138,6 +140,66 @@ TEST_P(KernelConsistency, MatmulsAndEmbedding) {
   EXPECT_LT(nmse(ef, e), kTol);
   EXPECT_LT(nmse(dwtef, dwte), kTol);
   EXPECT_LT(nmse(dwpef, dwpe), kTol);
+}
+
+// The attention that saves each row's logsumexp (the CPU's bf16 table: lse_attention.h) against
+// the fp64 kernels, which keep the probabilities: GPT-2's packed qkv, and grouped-query attention
+// (4 query heads on 2 kv heads) in training's shape and with a KV cache (7 queries over 19 keys).
+// lse must be the log of each row's sum of exponentials: exp(score - lse) sums to 1.
+TEST(LseAttention, MatchesTheProbabilities) {
+  auto f64 = cpu::make_kernels_f64();
+  constexpr double kTol = 1e-10;
+  {  // packed: qkv [B, T, 3C], out [B, T, C]
+    const int B = 2, T = 33, C = 64, NH = 4, hs = C / NH;
+    auto qkv = rnd(B * T * 3 * C, 21), d = rnd(B * T * C, 22);
+    std::vector<double> o(B * T * C), att(B * NH * T * T), dq(qkv.size());
+    f64->attention_forward(o.data(), att.data(), qkv.data(), B, T, C, NH);
+    f64->attention_backward(dq.data(), d.data(), o.data(), qkv.data(), att.data(), B, T, C, NH);
+    auto qf = to_f(qkv), df = to_f(d);
+    std::vector<float> of(o.size()), lse(B * NH * T), dqf(dq.size(), 7.0f);  // dqkv overwritten
+    const cpu::AttentionShape s{B, T, T, NH, NH, hs, 3 * size_t(C), 3 * size_t(C), size_t(C)};
+    cpu::lse_attention_forward(s, of.data(), lse.data(), qf.data(), qf.data() + C, qf.data() + 2 * C);
+    cpu::lse_attention_backward(s, dqf.data(), dqf.data() + C, dqf.data() + 2 * C, df.data(), of.data(), qf.data(),
+                                qf.data() + C, qf.data() + 2 * C, lse.data());
+    EXPECT_LT(nmse(of, o), kTol);
+    EXPECT_LT(nmse(dqf, dq), kTol);
+    for (int b = 0; b < B; ++b) {  // the probabilities from lse are the fp64 kernel's
+      for (int h = 0; h < NH; ++h) {
+        for (int t = 0; t < T; t += 8) {
+          const double* q = qkv.data() + (size_t(b) * T + t) * 3 * C + h * hs;
+          for (int j = 0; j <= t; ++j) {
+            const double* k = qkv.data() + (size_t(b) * T + j) * 3 * C + C + h * hs;
+            double score = 0;
+            for (int i = 0; i < hs; ++i) score += q[i] * k[i];
+            score /= std::sqrt(double(hs));
+            EXPECT_NEAR(std::exp(score - lse[(size_t(b) * NH + h) * T + t]),
+                        att[((size_t(b) * NH + h) * T + t) * T + j], 1e-5);
+          }
+        }
+      }
+    }
+  }
+  for (const auto& [Tq, Tk] : {std::pair{19, 19}, std::pair{7, 19}}) {  // grouped-query, a cache
+    const int B = 2, NH = 4, NKV = 2, hs = 16;
+    const size_t nq = size_t(B) * Tq * NH * hs, nkv = size_t(B) * Tk * NKV * hs;
+    auto q = rnd(nq, 23), k = rnd(nkv, 24), v = rnd(nkv, 25), d = rnd(nq, 26);
+    std::vector<double> o(nq), att(size_t(B) * NH * Tq * Tk), dq(nq), dk(nkv), dv(nkv);
+    f64->gqa_attention_forward(o.data(), att.data(), q.data(), k.data(), v.data(), B, Tq, Tk, NH, NKV, hs);
+    auto qf = to_f(q), kf = to_f(k), vf = to_f(v), df = to_f(d);
+    std::vector<float> of(nq), lse(size_t(B) * NH * Tq);
+    const cpu::AttentionShape s{B, Tq, Tk, NH, NKV, hs, size_t(NH) * hs, size_t(NKV) * hs, size_t(NH) * hs};
+    cpu::lse_attention_forward(s, of.data(), lse.data(), qf.data(), kf.data(), vf.data());
+    EXPECT_LT(nmse(of, o), kTol) << Tq << " queries, " << Tk << " keys";
+    if (Tq != Tk) continue;  // the backward is training's
+    f64->gqa_attention_backward(dq.data(), dk.data(), dv.data(), d.data(), o.data(), q.data(), k.data(), v.data(),
+                                att.data(), B, Tq, NH, NKV, hs);
+    std::vector<float> dqf(nq, 7.0f), dkf(nkv, 7.0f), dvf(nkv, 7.0f);
+    cpu::lse_attention_backward(s, dqf.data(), dkf.data(), dvf.data(), df.data(), of.data(), qf.data(), kf.data(),
+                                vf.data(), lse.data());
+    EXPECT_LT(nmse(dqf, dq), kTol);
+    EXPECT_LT(nmse(dkf, dk), kTol);
+    EXPECT_LT(nmse(dvf, dv), kTol);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, KernelConsistency,

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backend/cpu/cpu_kernels.h"
 #include "core/error.h"
 #include "core/memory_pool.h"
 #include "grad_check.h"
@@ -191,21 +192,21 @@ TEST_P(ArchGradient, Bf16ModelTracksFloat) {
     inputs[i] = (i * 5 + 1) % cfg.vocab_size;
     targets[i] = i == 3 ? -1 : (i * 3 + 2) % cfg.vocab_size;  // one ignored position
   }
-  inputs[1] = cfg.vocab_size - 1;  // the whole embedding table is widened
+  inputs[1] = cfg.vocab_size - 1;  // the embedding's last row
   const auto mf = make_causal_lm<float>(layout, *backend, backend->ops(), B, T, false);
   const auto mb = make_causal_lm<bf16>(layout, *backend, backend->ops_bf16(), B, T, false);
   const auto mc = make_causal_lm<bf16>(layout, *backend, backend->ops_bf16(), B, T, true);
   // bf16 activations take half the bytes, statistics aside.
   EXPECT_LT(mb->activation_bytes(), mf->activation_bytes() * 3 / 4);
-  EXPECT_EQ(mb->activation_bytes(), activation_bytes(cfg, B, T, false, DType::kBF16));
-  EXPECT_EQ(mc->activation_bytes(), activation_bytes(cfg, B, T, true, DType::kBF16));
+  EXPECT_EQ(mb->activation_bytes(), activation_bytes(cfg, B, T, false, DType::kBF16, true));  // logsumexp saved
+  EXPECT_EQ(mc->activation_bytes(), activation_bytes(cfg, B, T, true, DType::kBF16, true));
   mf->forward(pf, inputs.data(), targets.data(), B, T);
   // The CPU's bf16 kernels widen into one fp32 arena, in the device pool, as large as
-  // zero_estimate says: their largest op's operands.
+  // zero_estimate says: their largest op's operands (all of them, at this size).
   const size_t before = pool_counter(Pool::kDevice).in_use();
   mb->forward(pb, inputs.data(), targets.data(), B, T);
   mb->backward(pb, 1.0);
-  EXPECT_EQ(pool_counter(Pool::kDevice).in_use() - before, widened_bf16_scratch_bytes(cfg, B, T));
+  EXPECT_EQ(pool_counter(Pool::kDevice).in_use() - before, cpu_bf16_scratch_bytes(cfg, B, T));
   mb->take_loss();  // starts the sum again
   std::fill(pb.grads.begin(), pb.grads.end(), 0.0f);
   mb->forward(pb, inputs.data(), targets.data(), B, T);
@@ -226,6 +227,63 @@ TEST_P(ArchGradient, Bf16ModelTracksFloat) {
   EXPECT_LT(std::sqrt(err / ref), 3e-2);
   EXPECT_GT(err, 0) << "the bf16 model's gradients equal the fp32 model's";
   EXPECT_EQ(0, std::memcmp(pb.grads.data(), pc.grads.data(), pb.grads.size() * sizeof(float)));
+}
+
+// The CPU's bf16 kernels widen their operands a tile at a time within a scratch budget
+// (backend/cpu/bf16_tiles.h): at budgets that cut every op into tiles of one row, one sequence or
+// one GEMM output row (the lm_head's dx summed over the vocabulary one product at a time), and
+// into tiles of several, a forward and backward give what the
+// whole-operand run gives (the same arithmetic: the loss and every gradient within what
+// OpenBLAS's GEMMs round differently on a tile than on the whole), and the scratch they take is
+// the estimate's.
+TEST_P(ArchGradient, Bf16TilesMatchWholeOperands) {
+  auto backend = make_cpu_backend();
+  const ModelConfig cfg = GetParam();
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(cfg);
+  const ModelLayout& layout = *layout_ptr;
+  std::vector<float> init(layout.flat_size());
+  layout.init(5, init.data(), 0, layout.flat_size());
+  const int B = 3, T = 6;
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    inputs[i] = (i * 7 + 1) % cfg.vocab_size;
+    targets[i] = i == 4 ? -1 : (i * 3 + 2) % cfg.vocab_size;
+  }
+  struct Run {
+    double loss;
+    std::vector<float> grads;
+  };
+  auto run = [&](size_t budget, bool checkpointing) {
+    // OpenBLAS's GEMMs (not bf16 matmul mode: oneDNN may pick another kernel for another tile).
+    const std::unique_ptr<KernelOps<bf16>> ops = cpu::make_bf16_kernels(cpu::make_kernels_f32_avx2(), budget);
+    FlatParams<bf16> p(layout);
+    for (size_t i = 0; i < init.size(); ++i) p.weights[i] = to_bf16(init[i]);
+    const auto m = make_causal_lm<bf16>(layout, *backend, *ops, B, T, checkpointing);
+    const size_t before = pool_counter(Pool::kDevice).in_use();
+    m->forward(p, inputs.data(), targets.data(), B, T);
+    m->backward(p, 1.0);
+    EXPECT_EQ(pool_counter(Pool::kDevice).in_use() - before, cpu_bf16_scratch_bytes(cfg, B, T, 0, budget))
+        << "budget " << budget;
+    return Run{m->take_loss(), p.grads};
+  };
+  const Run whole = run(size_t(1) << 40, false);
+  const size_t one_unit = cpu_bf16_scratch_bytes(cfg, B, T, 0, 1) / sizeof(float);
+  const size_t all = cpu_bf16_scratch_bytes(cfg, B, T, 0, size_t(1) << 40) / sizeof(float);
+  ASSERT_LT(one_unit, all) << "the smallest budget did not cut the largest op";
+  for (size_t budget : {size_t(1), size_t(100), size_t(200), all / 3}) {
+    for (bool checkpointing : {false, true}) {
+      const Run tiled = run(budget, checkpointing);
+      const std::string what = "budget " + std::to_string(budget) + (checkpointing ? ", checkpointing" : "");
+      EXPECT_NEAR(tiled.loss, whole.loss, 1e-6 * whole.loss) << what;
+      double err = 0, ref = 0;
+      for (size_t i = 0; i < whole.grads.size(); ++i) {
+        err = std::max(err, double(std::abs(tiled.grads[i] - whole.grads[i])));
+        ref = std::max(ref, double(std::abs(whole.grads[i])));
+      }
+      ASSERT_GT(ref, 0);
+      EXPECT_LE(err, 1e-5 * ref) << what;
+    }
+  }
 }
 
 // --classifier_chunk_tokens: the lm_head and the loss over chunks of 5 of the batch's 12 tokens
@@ -261,7 +319,7 @@ void check_chunked_classifier(const ModelConfig& cfg) {
   ASSERT_EQ(mw->logits_rows(), BT) << what;
   ASSERT_EQ(mc->logits_rows(), 5) << what;
   const DType dt = std::is_same_v<T, bf16> ? DType::kBF16 : DType::kF32;
-  EXPECT_EQ(mc->activation_bytes(), activation_bytes(cfg, B, T_, false, dt, false, 0, 5)) << what;
+  EXPECT_EQ(mc->activation_bytes(), activation_bytes(cfg, B, T_, false, dt, ops.attention_saves_lse(), 0, 5)) << what;
   EXPECT_EQ(mw->activation_bytes() - mc->activation_bytes(), size_t(BT - 5) * V * sizeof(T)) << what;
 
   const double scale = 0.5;

@@ -43,8 +43,8 @@ class CpuBackend final : public Backend {
       optimizer_ = cpu::make_optimizer_kernels_avx2();
     }
     kernels_f64_ = cpu::make_kernels_f64();
-    kernels_bf16_ = cpu::make_widened_bf16_kernels(isa_ == CpuIsa::kAvx512 ? cpu::make_kernels_f32_avx512()
-                                                                           : cpu::make_kernels_f32_avx2());
+    kernels_bf16_ = cpu::make_bf16_kernels(isa_ == CpuIsa::kAvx512 ? cpu::make_kernels_f32_avx512()
+                                                                   : cpu::make_kernels_f32_avx2());
   }
 
   std::string name() const override { return "cpu"; }
@@ -100,7 +100,7 @@ class CpuBackend final : public Backend {
   CpuStream compute_{"compute"};
   std::unique_ptr<KernelOps<float>> kernels_;
   std::unique_ptr<KernelOps<double>> kernels_f64_;
-  std::unique_ptr<KernelOps<bf16>> kernels_bf16_;  // widens around fp32 kernels of its own
+  std::unique_ptr<KernelOps<bf16>> kernels_bf16_;  // widens tiles around fp32 kernels of its own
   std::unique_ptr<OptimizerOps> optimizer_;
 };
 

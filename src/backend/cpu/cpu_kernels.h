@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/bf16_gemm.h"
+#include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
 #include "backend/kernel_ops.h"
@@ -24,9 +25,10 @@ namespace zt::cpu {
 std::unique_ptr<KernelOps<float>> make_kernels_f32_avx2();
 std::unique_ptr<KernelOps<float>> make_kernels_f32_avx512();
 std::unique_ptr<KernelOps<double>> make_kernels_f64();
-/// KernelOps<bf16> over the fp32 kernels `f32` (its own: their matmul mode is its own too),
-/// widening each op's bf16 operands (host memory).
-std::unique_ptr<KernelOps<bf16>> make_widened_bf16_kernels(std::unique_ptr<KernelOps<float>> f32);
+/// KernelOps<bf16> over the fp32 kernels `f32` (its own), widening each op's bf16 operands
+/// (host memory) a tile at a time into at most `scratch_floats` of fp32 scratch (bf16_tiles.h).
+std::unique_ptr<KernelOps<bf16>> make_bf16_kernels(std::unique_ptr<KernelOps<float>> f32,
+                                                   size_t scratch_floats = kBf16ScratchFloats);
 std::unique_ptr<OptimizerOps> make_optimizer_kernels_avx2();
 std::unique_ptr<OptimizerOps> make_optimizer_kernels_avx512();
 

@@ -17,4 +17,12 @@ inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, 
               K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, beta, C, N);
 }
 
+/// The same with explicit leading dimensions: operands whose rows are strided (a head's columns
+/// of a packed q|k|v row, say).
+inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
+              K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 }  // namespace zt::cpu
