@@ -10,6 +10,9 @@
 #  - zero_to_fp32 exports the run; transformers loads the export (AutoModelForCausalLM) and its
 #    loss equals our final eval loss (1e-5 rel), so every tensor went back under its HF name;
 #  - the stage-3 run resumes on 1 rank at stage 1 (resharded) for 2 more finite steps.
+# And for each, a bf16 model (--bf16 --activation_dtype bf16, the CPU's bf16 kernels): its eval
+# loss against PyTorch's bf16 autocast on the same bf16-rounded weights and windows (issue 33),
+# within 2e-3 relative.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 install_pylib
@@ -56,6 +59,10 @@ PY
 cat >"$WORK/hf_loss.py" <<'PY'
 import struct, sys, torch
 from transformers import AutoModelForCausalLM
+# --autocast: the weights rounded to bf16 and the forward under PyTorch's bf16 autocast.
+autocast = sys.argv[1] == "--autocast"
+if autocast:
+    sys.argv.pop(1)
 path, T = sys.argv[1], int(sys.argv[2])
 raw = open(path, "rb").read()
 count = struct.unpack("<3i", raw[:12])[2]
@@ -63,7 +70,10 @@ tokens = torch.tensor(struct.unpack(f"<{count}H", raw[1024:1024 + 2 * count]), d
 windows = torch.stack([tokens[i * T:i * T + T + 1] for i in range((count - 1) // T)])
 for model_dir in sys.argv[3:]:
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        if autocast:
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).float())
         logits = model(windows[:, :-1]).logits.double()
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
     print(model_dir, repr(loss.item()))
@@ -105,6 +115,29 @@ exported=()
 for name in "${runs[@]}"; do [[ -d $WORK/$name.hf ]] && exported+=("$WORK/$name.hf"); done
 PYTHONPATH=$PYLIB /usr/bin/python3 "$WORK/hf_loss.py" "$WORK/batch.bin" $T "${exported[@]}" >"$WORK/exported.txt" \
   2>"$WORK/exported.log" || fail "transformers could not load an export: $(tail -3 "$WORK/exported.log")"
+
+# bf16 models: one eval of each family's loaded model in bf16, against PyTorch's bf16 autocast.
+PYTHONPATH=$PYLIB /usr/bin/python3 "$WORK/hf_loss.py" --autocast "$WORK/batch.bin" $T "$WORK"/{llama,mistral,qwen2} \
+  >"$WORK/autocast.txt" 2>"$WORK/autocast.log" || fail "PyTorch's bf16 autocast losses: $(tail -3 "$WORK/autocast.log")"
+cat >"$WORK/ds_bf16.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": true}, "zero_optimization": {"stage": 0}}
+JSON
+for arch in llama mistral qwen2; do
+  eval_loss=$(timeout 120 "$ZEROTRAIN" --deepspeed "$WORK/ds_bf16.json" --model_name_or_path "$WORK/$arch" --bf16 \
+    --activation_dtype bf16 --train_data "$WORK/batch.bin" --eval_data "$WORK/batch.bin" --block_size $T \
+    --per_device_train_batch_size $BATCH --max_steps 1 --eval_on_start --disable_tqdm \
+    --output_dir "$WORK/${arch}_bf16" 2>"$WORK/${arch}_bf16.log" >/dev/null &&
+    /usr/bin/python3 -c 'import json, sys; print([l["eval_loss"] for l in map(json.loads, open(sys.argv[1]))
+                          if l["event"] == "eval"][0])' "$WORK/${arch}_bf16/metrics.jsonl")
+  want=$(awk -v dir="$WORK/$arch" '$1 == dir {print $2}' "$WORK/autocast.txt")
+  if [[ -n $eval_loss && -n $want ]] &&
+     /usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 2e-3 * abs(b))' \
+       "$eval_loss" "$want"; then
+    pass "$arch bf16 model: eval loss $eval_loss ~ PyTorch bf16 autocast $want"
+  else
+    fail "$arch bf16 model: eval loss '$eval_loss' vs PyTorch bf16 autocast '$want': $(tail -2 "$WORK/${arch}_bf16.log")"
+  fi
+done
 
 results=$(/usr/bin/python3 - "$WORK" $STEPS "${runs[@]}" <<'PY'
 import json, math, os, sys
