@@ -1,9 +1,10 @@
 // Flash attention of the CUDA bf16 table (cuda_flash_attention.cu, dispatched from
 // cuda_attention_bf16.cu) against fp32 references on the same bf16 inputs: out, dq, dk, dv
 // against the CPU backend's bf16 table (fp32 arithmetic, outputs rounded to bf16 once, its own
-// lse saved: backend/cpu/lse_attention.h), and lse against a float64 logsumexp computed here. GPT-2's packed qkv and grouped-query attention (NH 8, NKV 2), head
-// sizes 64 and 128, T from 1 (one key) through 1024 (sixteen 64-row tiles, odd tails between), a
-// KV-cache forward, the widened-fp32 fallback (other head sizes, unaligned pointers) in the same
+// lse saved: backend/cpu/lse_attention.h), and lse against a float64 logsumexp computed here.
+// GPT-2's packed qkv and grouped-query attention (NH 8, NKV 2), head sizes 64 and 128, T from 1
+// (one key) through 1024 (sixteen 64-row tiles, odd tails between), a KV-cache forward, the
+// widened-fp32 fallback (other head sizes, unaligned pointers) in the same
 // lse contract, and bit-for-bit repeatability of the backward (no atomics). Each case first asserts
 // which path the dispatch takes (flash_attention_supported on the pointers it passes): the
 // fallback is exact too, so a flash case that fell back would pass its comparisons unnoticed.

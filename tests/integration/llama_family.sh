@@ -135,7 +135,8 @@ for arch in llama mistral qwen2; do
        "$eval_loss" "$want"; then
     pass "$arch bf16 model: eval loss $eval_loss ~ PyTorch bf16 autocast $want"
   else
-    fail "$arch bf16 model: eval loss '$eval_loss' vs PyTorch bf16 autocast '$want': $(tail -2 "$WORK/${arch}_bf16.log")"
+    fail "$arch bf16 model: eval loss '$eval_loss' vs PyTorch bf16 autocast '$want':" \
+      "$(tail -2 "$WORK/${arch}_bf16.log")"
   fi
 done
 
