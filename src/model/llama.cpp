@@ -131,18 +131,17 @@ void block_after_attention(KernelOps<T>& ops, const ModelConfig& cfg, const Llam
 
 template <typename T>
 void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
-                         const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past,
-                         const StatOf<T>* cos, const StatOf<T>* sin) {
+                         const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, const StatOf<T>* cos,
+                         const StatOf<T>* sin) {
   const int BT = B * T_, C = cfg.n_embd, hs = cfg.head_size();
   const int q_dim = cfg.n_head * hs, kv_dim = cfg.n_kv_head * hs;
-  const size_t half = size_t(hs / 2);
   ops.rmsnorm_forward(a.xn1, a.rstd1, x, w + o.input_norm, BT, C, cfg.layer_norm_epsilon);
   project(ops, a.q, a.xn1, w, o.q, o.q_bias, BT, C, q_dim);
   project(ops, a.k, a.xn1, w, o.k, o.k_bias, BT, C, kv_dim);
   project(ops, a.v, a.xn1, w, o.v, o.v_bias, BT, C, kv_dim);
-  ops.rotary(a.q, cos + past * half, sin + past * half, B, T_, cfg.n_head, hs, false);
-  ops.rotary(a.k, cos + past * half, sin + past * half, B, T_, cfg.n_kv_head, hs, false);
-  ops.gqa_attention_forward(a.atty, a.att, a.q, a.k_all, a.v_all, B, T_, past + T_, cfg.n_head, cfg.n_kv_head, hs);
+  ops.rotary(a.q, cos, sin, B, T_, cfg.n_head, hs, false);
+  ops.rotary(a.k, cos, sin, B, T_, cfg.n_kv_head, hs, false);
+  ops.gqa_attention_forward(a.atty, a.att, a.q, a.k, a.v, B, T_, T_, cfg.n_head, cfg.n_kv_head, hs);
   block_after_attention(ops, cfg, o, w, x, out, a, BT);
 }
 
@@ -222,7 +221,7 @@ void LlamaModel<T>::forward(ParamSource<T>& params, const int32_t* inputs, const
   for (int l = 0; l < cfg.n_layer; ++l) {
     const T* w = params.acquire_weights(layout_.block_unit(l));
     llama_block_forward(ops_, cfg, layout_.block(), w, block_inputs_.data() + l * BT * C,
-                        block_inputs_.data() + (l + 1) * BT * C, block_acts(l), B, T_, 0, rope_cos_.data(),
+                        block_inputs_.data() + (l + 1) * BT * C, block_acts(l), B, T_, rope_cos_.data(),
                         rope_sin_.data());
     params.release_weights(layout_.block_unit(l));
   }
@@ -264,7 +263,7 @@ void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
                           if (checkpointing_) {
                             // Recompute this block's activations from its saved input; the output
                             // goes to scratch (the next block's input is already saved).
-                            llama_block_forward(ops_, cfg, layout_.block(), w, x, dln_.data(), a, B, T_, 0,
+                            llama_block_forward(ops_, cfg, layout_.block(), w, x, dln_.data(), a, B, T_,
                                                 rope_cos_.data(), rope_sin_.data());
                           }
                           block_backward(w, g, x, a, dres_.data(), B, T_, checkpointing_);
@@ -277,10 +276,10 @@ void LlamaModel<T>::backward(ParamSource<T>& params, double dloss_scale) {
 }
 
 template void llama_block_forward(KernelOps<float>&, const ModelConfig&, const LlamaBlockOffsets&, const float*,
-                                  const float*, float*, const LlamaBlockActs<float>&, int, int, int, const float*,
+                                  const float*, float*, const LlamaBlockActs<float>&, int, int, const float*,
                                   const float*);
 template void llama_block_forward(KernelOps<double>&, const ModelConfig&, const LlamaBlockOffsets&, const double*,
-                                  const double*, double*, const LlamaBlockActs<double>&, int, int, int, const double*,
+                                  const double*, double*, const LlamaBlockActs<double>&, int, int, const double*,
                                   const double*);
 template void llama_block_decode(KernelOps<float>&, const ModelConfig&, const LlamaBlockOffsets&, const float*,
                                  const float*, float*, const LlamaBlockActs<float>&,

@@ -11,14 +11,13 @@
 
 namespace zt {
 
-/// What one block's forward writes, and its backward reads. k and v are where this call's keys
-/// and values go: rows [past, past + T) of the sequence whose keys start at k_all / v_all. The
-/// norm statistics and attention probabilities are StatOf<T> (fp32 in a bf16 model).
+/// What one block's forward writes, and its backward reads: k and v hold training's keys and
+/// values (generation writes its own into its cache, llama_block_decode). The norm statistics and
+/// attention probabilities are StatOf<T> (fp32 in a bf16 model).
 template <typename T>
 struct LlamaBlockActs {
   T *xn1, *q, *k, *v, *atty, *res2, *xn2, *gate, *up, *h;
   StatOf<T> *rstd1, *att, *rstd2;
-  const T *k_all, *v_all;
 };
 
 /// Carves one block's arrays for `rows` tokens out of p, and its statistics out of ps (each
@@ -53,18 +52,15 @@ LlamaBlockActs<T> carve_llama_block_acts(T*& p, StatOf<T>*& ps, const ModelConfi
   a.rstd1 = take(ps, rows);
   a.att = take(ps, att_elems);
   a.rstd2 = take(ps, rows);
-  a.k_all = a.k;
-  a.v_all = a.v;
   return a;
 }
 
-/// out[B,T,C] = block(x) for positions [past, past + T); cos and sin are the tables from
-/// position 0 (rope.h). Training passes past = 0 and k_all = k. out may be x, but no array of
-/// `a`: the residual projections add a.res2 into it.
+/// out[B,T,C] = block(x) for positions [0, T); cos and sin are the tables from position 0
+/// (rope.h). out may be x, but no array of `a`: the residual projections add a.res2 into it.
 template <typename T>
 void llama_block_forward(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
-                         const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, int past,
-                         const StatOf<T>* cos, const StatOf<T>* sin);
+                         const T* x, T* out, const LlamaBlockActs<T>& a, int B, int T_, const StatOf<T>* cos,
+                         const StatOf<T>* sin);
 
 /// One sequence's rows in a generation pass (llama_block_decode): where its keys and values go.
 template <typename T>
@@ -78,9 +74,9 @@ struct LlamaDecodeSegment {
 /// next tokens): the segments' rows one after another in x. The norms, the q projection and
 /// everything after the attention run over all rows together; each segment's keys and values are
 /// projected straight into its cache rows, and its rows attend causally to its own cache. Each
-/// segment computes what llama_block_forward computes for that sequence alone (B = 1, T = tokens,
-/// past = position), but for the matrix products' rounding where their library picks another
-/// kernel for another row count. a.att holds one segment's probabilities at a time.
+/// segment's rows are what llama_block_forward over its whole sequence gives at their positions,
+/// but for the matrix products' rounding where their library picks another kernel for another
+/// row count. a.att holds one segment's probabilities at a time.
 template <typename T>
 void llama_block_decode(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
                         const T* x, T* out, const LlamaBlockActs<T>& a,
