@@ -67,6 +67,7 @@ namespace {
 struct Args {
   std::string model, tokenizer, prompt, prompt_file, input_ids, prompts, output, deepspeed, accelerator = "auto";
   int max_new_tokens = 32, max_length = 0, batch_size = 1;
+  bool batch_invariant = true;
   zt::SamplingParams sampling;
   uint64_t seed = 42;
   bool output_ids = false, no_special_tokens = false, keep_special_tokens = false;
@@ -187,6 +188,10 @@ std::optional<Args> parse_args(int argc, char** argv, const zt::ProcessPlace& pl
     ("batch_size", po::value(&a.batch_size)->default_value(1),
      "with --prompts: sequences generated at once (each rank), each with its own KV cache; a finished one's "
      "place goes to the next prompt, and each gets the ids it would get alone")
+    ("batch_invariant", po::value(&a.batch_invariant)->default_value(true)->implicit_value(true),
+     "matrix products in one fixed order (KernelOps::set_batch_invariant), so a prompt's logits are bit for bit "
+     "the ones it gets alone at any --batch_size; false: the GEMM library's, faster on long prompts, and a row "
+     "may round differently beside others")
     ("deepspeed", po::value(&a.deepspeed),
      "a DeepSpeed config (ZeRO-Inference): stage 3 partitions the weights across the ranks and gathers each "
      "layer before use, offload_param keeps the partitions in host memory or on NVMe; stages 0-2 hold them "
@@ -403,7 +408,8 @@ int generate(Args a, const zt::ProcessPlace& place, zt::HostComm& comm) {
   const zt::StateSource source = folder.source(a.model, *layout);
   const std::unique_ptr<zt::DataComm> data_comm = zt::make_data_comm(*backend, comm);
   zt::InferenceWeights params(ds, *layout, *backend, *data_comm, source);
-  const std::unique_ptr<zt::Decoder> decoder = zt::make_decoder(*layout, *backend, params, positions, slots);
+  const std::unique_ptr<zt::Decoder> decoder = zt::make_decoder(*layout, *backend, params, positions, slots,
+                                                                       a.batch_invariant);
   // At stage 3 every rank runs every pass (its gathers are collectives), idle where it has no work.
   zt::PassSync sync{[&](bool mine) { return comm.all_reduce_max(mine ? 1.0 : 0.0) > 0; },
                     [&](bool another) { params.end_pass(another); }};
@@ -450,7 +456,8 @@ int generate(Args a, const zt::ProcessPlace& place, zt::HostComm& comm) {
   zt::log_info(who, prompts.size(), prompts.size() == 1 ? " prompt, " : " prompts, ", g.prompt_tokens, " tokens in ",
                g.prefill_s * 1e3, " ms (", g.prefill_passes, " passes); ", g.new_tokens, " new tokens at ",
                g.decode_s > 0 ? double(g.new_tokens - prompts.size()) / g.decode_s : 0.0, " tokens/s (",
-               g.decode_passes, " steps of up to ", slots, " sequences; ", backend->describe(), ")");
+               g.decode_passes, " steps of up to ", slots, " sequences; ", backend->describe(),
+               decoder->batch_invariant() ? "; batch-invariant GEMMs)" : "; library GEMMs)");
   const size_t held = params.lockstep() ? params.plan().partition.partition_size : layout->flat_size();
   zt::log_info(who, "ZeRO stage ", ds.zero.stage, ", ", zt::dtype_name(params.plan().dtype), " weights, ", held,
                " of the model's ", layout->flat_size(), " parameters held",

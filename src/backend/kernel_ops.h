@@ -190,6 +190,15 @@ class KernelOps {
     return false;
   }
 
+  /// Batch invariance when `on`: matmul_forward and linear_forward (and the ops built on them)
+  /// sum every output element in one fixed order, so each output row's bits depend only on its
+  /// own input row and the weights, never on how many rows run together, the row's place among
+  /// them or the thread count. A library GEMM picks its kernels and split by the shape, so
+  /// without this a sequence decoded beside others is rounded differently from alone. The
+  /// decoder turns it on (generation: same ids batched as alone). Returns whether the table
+  /// keeps it; turning it off always succeeds. Backward GEMMs are unaffected.
+  virtual bool set_batch_invariant(bool on) { return !on; }
+
   /// out[rows,out_dim] = x[rows,in_dim] @ weight[out_dim,in_dim]^T + bias: HF's nn.Linear (bias may
   /// be null). The tied GPT-2 lm_head is one too: weight = wte[V,C].
   virtual void linear_forward(T* out, const T* x, const T* weight, const T* bias, int rows, int in_dim,

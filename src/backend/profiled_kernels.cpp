@@ -172,6 +172,7 @@ class ProfiledKernels final : public KernelOps<T> {
   }
   DType set_matmul_dtype(DType dtype) override { return inner_.set_matmul_dtype(dtype); }
   bool set_allow_tf32(bool allow) override { return inner_.set_allow_tf32(allow); }
+  bool set_batch_invariant(bool on) override { return inner_.set_batch_invariant(on); }
   void linear_forward(T* out, const T* x, const T* weight, const T* bias, int rows, int in_dim,
                       int out_dim) override {
     timed(OpClass::kGemm, [&] { inner_.linear_forward(out, x, weight, bias, rows, in_dim, out_dim); });

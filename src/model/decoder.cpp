@@ -11,16 +11,19 @@
 
 namespace zt {
 
-Decoder::Decoder(Backend& backend, int vocab_size, int max_positions, int chunk, int slots)
+Decoder::Decoder(Backend& backend, int vocab_size, int max_positions, int chunk, int slots, bool batch_invariant)
     : backend_(backend), max_positions_(max_positions), chunk_(chunk), positions_(size_t(slots), 0),
       vocab_size_(vocab_size) {
   ZT_USAGE_CHECK(slots >= 1, "a decoder needs at least 1 sequence, got ", slots);
+  batch_invariant_ = batch_invariant && backend.ops().set_batch_invariant(true);
   const size_t tokens = size_t(chunk) * size_t(slots), rows = size_t(slots);
   tokens_ = DeviceArray<int32_t>(backend, tokens);
   tokens_staging_ = DeviceArray<int32_t>(backend, tokens, Pool::kPinned);
   logits_ = DeviceArray<float>(backend, rows * size_t(vocab_size));
   logits_host_ = DeviceArray<float>(backend, rows * size_t(vocab_size), Pool::kPinned);
 }
+
+Decoder::~Decoder() { backend_.ops().set_batch_invariant(false); }
 
 const float* Decoder::forward(const std::vector<DecoderSegment>& segments, const std::vector<int32_t>& tokens) {
   size_t total = 0;
@@ -55,8 +58,10 @@ class LlamaDecoder final : public Decoder {
  public:
   static constexpr int kChunk = 64;  // tokens of one sequence a pass: bounds the attention scratch
 
-  LlamaDecoder(const LlamaLayout& layout, Backend& backend, ParamSource<float>& params, int max_positions, int slots)
-      : Decoder(backend, layout.config().vocab_size, max_positions, std::min(kChunk, max_positions), slots),
+  LlamaDecoder(const LlamaLayout& layout, Backend& backend, ParamSource<float>& params, int max_positions, int slots,
+               bool batch_invariant)
+      : Decoder(backend, layout.config().vocab_size, max_positions, std::min(kChunk, max_positions), slots,
+                batch_invariant),
         layout_(layout), cfg_(layout.config()), params_(params) {
     const size_t rows = size_t(chunk_) * size_t(slots), C = size_t(cfg_.n_embd), I = size_t(cfg_.intermediate_size);
     const size_t q = size_t(cfg_.n_head) * size_t(cfg_.head_size());
@@ -147,8 +152,9 @@ class LlamaDecoder final : public Decoder {
 // cache with as many kv heads as heads.
 class Gpt2Decoder final : public Decoder {
  public:
-  Gpt2Decoder(const Gpt2Layout& layout, Backend& backend, ParamSource<float>& params, int max_positions, int slots)
-      : Decoder(backend, layout.config().vocab_size, max_positions, 1, slots), layout_(layout),
+  Gpt2Decoder(const Gpt2Layout& layout, Backend& backend, ParamSource<float>& params, int max_positions, int slots,
+              bool batch_invariant)
+      : Decoder(backend, layout.config().vocab_size, max_positions, 1, slots, batch_invariant), layout_(layout),
         cfg_(layout.config()), params_(params) {
     const size_t C = size_t(cfg_.n_embd), L = size_t(cfg_.n_layer), P = size_t(max_positions), n = size_t(slots);
     k_cache_ = DeviceArray<float>(backend, n * L * P * C);
@@ -241,15 +247,15 @@ DecoderMemory decoder_memory(const ModelLayout& layout, int max_positions, int s
 }
 
 std::unique_ptr<Decoder> make_decoder(const ModelLayout& layout, Backend& backend, ParamSource<float>& params,
-                                      int max_positions, int slots) {
+                                      int max_positions, int slots, bool batch_invariant) {
   ZT_USAGE_CHECK(max_positions >= 1 && max_positions <= layout.config().n_positions, "a sequence of ", max_positions,
                  " tokens does not fit the model's ", layout.config().n_positions, " positions");
   if (const auto* llama = dynamic_cast<const LlamaLayout*>(&layout)) {
-    return std::make_unique<LlamaDecoder>(*llama, backend, params, max_positions, slots);
+    return std::make_unique<LlamaDecoder>(*llama, backend, params, max_positions, slots, batch_invariant);
   }
   const auto* gpt2 = dynamic_cast<const Gpt2Layout*>(&layout);
   ZT_CHECK(gpt2 != nullptr, "no decoder for ", layout.config().model_type);
-  return std::make_unique<Gpt2Decoder>(*gpt2, backend, params, max_positions, slots);
+  return std::make_unique<Gpt2Decoder>(*gpt2, backend, params, max_positions, slots, batch_invariant);
 }
 
 }  // namespace zt

@@ -26,13 +26,13 @@ struct DecoderSegment {
 
 class Decoder {
  public:
-  virtual ~Decoder() = default;
+  /// Turns the backend's batch invariance back off (KernelOps::set_batch_invariant).
+  virtual ~Decoder();
   /// One forward pass: segments[i].tokens of `tokens`, in order, run in sequence
   /// segments[i].slot (distinct slots, each at most chunk() tokens) from its position on. Returns
   /// the logits of each segment's last token: segments.size() rows of vocab_size floats in host
   /// memory, row i for segments[i], valid until the next call. Each row is what the sequence's
-  /// tokens compute alone, but for the rounding of matrix products whose library picks its
-  /// kernels by the row count (docs/models.md).
+  /// tokens compute alone, bit for bit, where batch_invariant().
   const float* forward(const std::vector<DecoderSegment>& segments, const std::vector<int32_t>& tokens);
   /// Starts a new sequence in `slot` at position 0. The cache's rows are overwritten as it runs,
   /// and attention reads only the positions run since: nothing of the last sequence is seen.
@@ -45,11 +45,16 @@ class Decoder {
   int slots() const { return int(positions_.size()); }
   /// The most tokens of one sequence a forward pass runs: a prompt runs in chunks of this many.
   int chunk() const { return chunk_; }
+  /// Whether the backend's matrix products are batch-invariant (KernelOps::set_batch_invariant,
+  /// which the decoder turns on unless told not to): then a sequence's logits do not depend on
+  /// the others in its passes, nor on their number. Every fp32 table keeps it (CPU, emulated,
+  /// CUDA).
+  bool batch_invariant() const { return batch_invariant_; }
 
  protected:
   /// `chunk`: the most tokens of one sequence a pass runs; tokens_ holds chunk x slots rows,
-  /// logits_ one row a slot.
-  Decoder(Backend& backend, int vocab_size, int max_positions, int chunk, int slots);
+  /// logits_ one row a slot. `batch_invariant`: asked of the backend's kernels.
+  Decoder(Backend& backend, int vocab_size, int max_positions, int chunk, int slots, bool batch_invariant = true);
   /// Runs the segments' tokens (in tokens_, in order) each from positions_[slot], leaving each
   /// segment's last token's logits in logits_'s rows, row i for segments[i].
   virtual void run(const std::vector<DecoderSegment>& segments) = 0;
@@ -62,6 +67,7 @@ class Decoder {
 
  private:
   int vocab_size_;
+  bool batch_invariant_ = false;
   DeviceArray<int32_t> tokens_staging_;  // pinned
   DeviceArray<float> logits_host_;       // pinned
 };
@@ -75,8 +81,8 @@ struct DecoderMemory {
 DecoderMemory decoder_memory(const ModelLayout& layout, int max_positions, int slots);
 
 /// The decoder of `layout`'s architecture over `params` (which must outlive it), for `slots`
-/// sequences of up to max_positions tokens each.
+/// sequences of up to max_positions tokens each; `batch_invariant` asks the backend for it.
 std::unique_ptr<Decoder> make_decoder(const ModelLayout& layout, Backend& backend, ParamSource<float>& params,
-                                      int max_positions, int slots = 1);
+                                      int max_positions, int slots = 1, bool batch_invariant = true);
 
 }  // namespace zt

@@ -3,8 +3,8 @@
 // its prompt while it is reading one (Llama's decoder runs up to 64 tokens of a sequence a pass,
 // GPT-2's one), else its last generated token. A sequence that stops (an EOS, max_new_tokens, the
 // cache's end) leaves, and the next prompt takes its slot. Each sequence has its own sampler
-// seeded alike, and each pass's rows are what the sequence would compute alone (but for the
-// GEMMs' rounding, decoder.h), so a prompt gets the ids it gets alone.
+// seeded alike, and each pass's rows are bit for bit what the sequence computes alone (the
+// decoder's GEMMs are batch-invariant, decoder.h), so a prompt gets the ids it gets alone.
 //
 // Under ZeRO-3 every rank must run the same number of passes, since each pass gathers the
 // weights with collectives: with a PassSync the ranks agree before each pass whether any has work,

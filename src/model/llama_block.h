@@ -75,8 +75,9 @@ struct LlamaDecodeSegment {
 /// everything after the attention run over all rows together; each segment's keys and values are
 /// projected straight into its cache rows, and its rows attend causally to its own cache. Each
 /// segment's rows are what llama_block_forward over its whole sequence gives at their positions,
-/// but for the matrix products' rounding where their library picks another kernel for another
-/// row count. a.att holds one segment's probabilities at a time.
+/// but for the matrix products' rounding; with batch-invariant kernels
+/// (KernelOps::set_batch_invariant) a segment's rows do not depend on the other segments. a.att
+/// holds one segment's probabilities at a time.
 template <typename T>
 void llama_block_decode(KernelOps<T>& ops, const ModelConfig& cfg, const LlamaBlockOffsets& o, const T* w,
                         const T* x, T* out, const LlamaBlockActs<T>& a,

@@ -6,7 +6,7 @@
 
 namespace zt {
 
-struct Decoder::Step {
+struct TokenDecoder::Step {
   enum Kind { kByteLevel, kReplace, kByteFallback, kFuse, kStrip, kMetaspace } kind;
   std::unique_ptr<Regex> pattern;  // Replace
   std::string content;             // Replace's content, Strip's content, Metaspace's replacement
@@ -96,13 +96,13 @@ struct Decoder::Step {
   }
 };
 
-Decoder::Decoder(const boost::json::value& spec, const JsonWhere& where) {
+TokenDecoder::TokenDecoder(const boost::json::value& spec, const JsonWhere& where) {
   if (!spec.is_null()) add(spec, where);
 }
-Decoder::~Decoder() = default;
-Decoder::Decoder(Decoder&&) noexcept = default;
+TokenDecoder::~TokenDecoder() = default;
+TokenDecoder::TokenDecoder(TokenDecoder&&) noexcept = default;
 
-void Decoder::add(const boost::json::value& spec, const JsonWhere& where) {
+void TokenDecoder::add(const boost::json::value& spec, const JsonWhere& where) {
   const auto& o = json_object(spec, where);
   const std::string type = json_type(o, where);
   auto step = std::make_unique<Step>();
@@ -138,7 +138,7 @@ void Decoder::add(const boost::json::value& spec, const JsonWhere& where) {
   steps_.push_back(std::move(step));
 }
 
-std::string Decoder::decode(std::vector<std::string> tokens) const {
+std::string TokenDecoder::decode(std::vector<std::string> tokens) const {
   for (const auto& step : steps_) step->run(tokens);
   std::string text;
   for (const std::string& t : tokens) text += t;

@@ -13,12 +13,12 @@
 
 namespace zt {
 
-class Decoder {
+class TokenDecoder {
  public:
   /// `spec` null: the tokens are concatenated.
-  Decoder(const boost::json::value& spec, const JsonWhere& where);
-  ~Decoder();
-  Decoder(Decoder&&) noexcept;
+  TokenDecoder(const boost::json::value& spec, const JsonWhere& where);
+  ~TokenDecoder();
+  TokenDecoder(TokenDecoder&&) noexcept;
 
   std::string decode(std::vector<std::string> tokens) const;
 

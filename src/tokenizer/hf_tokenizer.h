@@ -35,7 +35,7 @@ class HfTokenizer final : public Tokenizer {
   std::optional<Normalizer> normalizer_;
   std::optional<PreTokenizer> pre_tokenizer_;
   std::optional<BpeModel> model_;
-  std::optional<Decoder> decoder_;
+  std::optional<TokenDecoder> decoder_;
   // The post-processor's single-sequence template: ids before and after the text.
   std::vector<uint32_t> prefix_, suffix_;
   std::optional<uint32_t> eos_;

@@ -194,6 +194,39 @@ TEST_F(CudaOps, LinearForward) {
   expect_close(odd_bias, kGemmTol, "unaligned bias", true);
 }
 
+// Batch invariance (set_batch_invariant, the decoder's): the CUDA fixed-order GEMMs against the
+// CPU's, and each row of a 40-row product equal, bit for bit, to the same row in a product of
+// 1, 3, 5, 13 or 17 rows from row 0, 1 or 7 (cuBLASLt picks its algorithm by the row count).
+TEST_F(CudaOps, BatchInvariantMatmuls) {
+  const int rows = 40;
+  for (Backend* b : {gpu.get(), cpu.get()}) ASSERT_TRUE(b->ops().set_batch_invariant(true));
+  for (const auto& [in, out_dim] : std::vector<std::pair<int, int>>{{kC, kV}, {768, 131}}) {
+    for (const bool linear : {false, true}) {
+      const std::string what = std::string(linear ? "linear" : "matmul") + " " + std::to_string(in);
+      auto x = twin(randn(size_t(rows) * in, 46)), w = twin(randn(size_t(in) * out_dim, 47));
+      auto bias = twin(randn(out_dim, 48)), all = twin(randn(size_t(rows) * out_dim, 49));
+      auto forward = [&](Backend& b, float* o, int first, int n) {
+        const float* xs = x.on(b) + size_t(first) * in;
+        if (linear) b.ops().linear_forward(o, xs, w.on(b), bias.on(b), n, in, out_dim);
+        else b.ops().matmul_forward(o, xs, w.on(b), bias.on(b), n, in, out_dim);
+      };
+      on_both([&](Backend& b) { forward(b, all.on(b), 0, rows); });
+      expect_close(all, kGemmTol, what.c_str(), true);
+      const std::vector<float> whole = read(*gpu, all.g);
+      for (int n : {1, 3, 5, 13, 17}) {
+        for (int first : {0, 1, 7}) {
+          DeviceArray<float> part(*gpu, size_t(n) * out_dim);
+          forward(*gpu, part.data(), first, n);
+          const std::vector<float> got = read(*gpu, part);
+          EXPECT_EQ(std::memcmp(got.data(), whole.data() + size_t(first) * out_dim, got.size() * sizeof(float)), 0)
+              << what << ": rows " << first << ".." << first + n - 1 << " alone differ from the 40-row product's";
+        }
+      }
+    }
+  }
+  for (Backend* b : {gpu.get(), cpu.get()}) EXPECT_TRUE(b->ops().set_batch_invariant(false));
+}
+
 // dx overwritten and accumulated (the q, k and v projections share their input), dweight and
 // dbias accumulated, and the call without dx or dbias.
 TEST_F(CudaOps, LinearBackward) {

@@ -1,11 +1,14 @@
-// decoder_memory against what make_decoder allocates, measured by the pools; then the generation
-// loop over a stand-in decoder whose logits pick the next id from a hash of the
+// decoder_memory against what make_decoder allocates, measured by the pools; the decoders of
+// GPT-2 and the Llama family giving each sequence the same logits, bit for bit, batched as alone;
+// then the generation loop over a stand-in decoder whose logits pick the next id from a hash of the
 // sequence so far, so that any token fed to the wrong sequence, at the wrong place, or twice
 // changes what follows. Batched and with other ranks still busy (a PassSync), every prompt gets
 // the ids it gets alone, and the idle passes and end_pass calls are the ones the ranks need.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -93,6 +96,83 @@ TEST(DecoderMemory, IsWhatTheDecoderAllocates) {
       const int kv_heads = config.n_kv_head ? config.n_kv_head : config.n_head;  // GPT-2: every head's
       EXPECT_EQ(m.kv_cache, size_t(2 * config.n_layer * positions * slots * kv_heads * config.head_size()) * 4)
           << where;
+    }
+  }
+}
+
+// Every parameter from the layout's own initialisation, the whole model in one array.
+class WholeWeights final : public ParamSource<float> {
+ public:
+  explicit WholeWeights(const ModelLayout& layout) : layout_(layout), weights_(layout.flat_size()) {
+    layout.init(5, weights_.data(), 0, weights_.size());
+  }
+  const float* acquire_weights(int unit) override { return weights_.data() + layout_.unit_offset(unit); }
+  void release_weights(int) override {}
+  float* grad_accumulator(int) override { return nullptr; }
+  void grads_done(int) override {}
+
+ private:
+  const ModelLayout& layout_;
+  std::vector<float> weights_;
+};
+
+// A sequence's passes: its prompt in chunks of the decoder's chunk, then one given token a pass.
+std::vector<std::vector<int32_t>> script(int length, int chunk, int seed, int vocab) {
+  std::vector<std::vector<int32_t>> steps;
+  for (int at = 0; at < length; at += chunk) {
+    std::vector<int32_t>& step = steps.emplace_back();
+    for (int i = at; i < std::min(length, at + chunk); ++i) step.push_back((seed * 31 + i * 7) % vocab);
+  }
+  for (int i = 0; i < 4; ++i) steps.push_back({(seed * 13 + i * 5) % vocab});
+  return steps;
+}
+
+// 16 sequences of different lengths in one decoder (every pass a GEMM of up to 16 x chunk rows,
+// where OpenBLAS rounds rows of 13 or more unlike alone), each sequence's logits after each of
+// its passes against the same sequence alone in a one-sequence decoder: bit for bit equal.
+TEST(Decoder, BatchedLogitsAreAloneLogits) {
+  auto backend = make_cpu_backend();
+  ModelConfig gpt2 = testing::tiny_gpt2(), llama = testing::tiny_llama();
+  for (ModelConfig* c : {&gpt2, &llama}) c->n_embd = 64, c->n_positions = 48, c->vocab_size = 100;
+  llama.intermediate_size = 96;
+  for (const ModelConfig& config : {gpt2, llama}) {
+    const std::unique_ptr<ModelLayout> layout = make_model_layout(config);
+    WholeWeights weights(*layout);
+    const int slots = 16, positions = 40, V = config.vocab_size;
+    std::vector<std::vector<std::vector<int32_t>>> scripts;  // [slot][pass] tokens
+    std::vector<std::vector<std::vector<float>>> alone;      // [slot][pass] logits
+    for (int s = 0; s < slots; ++s) {
+      const std::unique_ptr<Decoder> one = make_decoder(*layout, *backend, weights, positions, 1);
+      ASSERT_TRUE(one->batch_invariant());
+      scripts.push_back(script(1 + (s * 5) % 23, one->chunk(), s, V));
+      for (const std::vector<int32_t>& step : scripts.back()) {
+        const float* logits = one->forward({{0, int(step.size())}}, step);
+        alone.resize(size_t(slots));
+        alone[size_t(s)].emplace_back(logits, logits + V);
+      }
+    }
+    const std::unique_ptr<Decoder> all = make_decoder(*layout, *backend, weights, positions, slots);
+    std::vector<size_t> next(size_t(slots), 0);
+    for (bool more = true; more;) {
+      std::vector<DecoderSegment> segments;
+      std::vector<int32_t> tokens;
+      for (int s = 0; s < slots; ++s) {
+        if (next[size_t(s)] == scripts[size_t(s)].size()) continue;
+        const std::vector<int32_t>& step = scripts[size_t(s)][next[size_t(s)]];
+        segments.push_back({s, int(step.size())});
+        tokens.insert(tokens.end(), step.begin(), step.end());
+      }
+      more = !segments.empty();
+      if (!more) break;
+      const float* logits = all->forward(segments, tokens);
+      for (size_t i = 0; i < segments.size(); ++i) {
+        const int s = segments[i].slot;
+        const std::vector<float>& want = alone[size_t(s)][next[size_t(s)]];
+        EXPECT_EQ(std::memcmp(logits + i * size_t(V), want.data(), want.size() * sizeof(float)), 0)
+            << config.model_type << ": sequence " << s << "'s pass " << next[size_t(s)] << " beside "
+            << segments.size() - 1 << " others";
+        ++next[size_t(s)];
+      }
     }
   }
 }

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
@@ -140,6 +142,44 @@ TEST_P(KernelConsistency, MatmulsAndEmbedding) {
   EXPECT_LT(nmse(ef, e), kTol);
   EXPECT_LT(nmse(dwtef, dwte), kTol);
   EXPECT_LT(nmse(dwpef, dwpe), kTol);
+}
+
+// Batch invariance (set_batch_invariant): matmul_forward and linear_forward against fp64, and
+// every row of a 40-row product equal, bit for bit, to the same row computed in a product of 1,
+// 2, 3, 5, 13, 16 or 17 rows starting at rows 0, 1 or 7 (OpenBLAS 0.3.21 itself rounds a row of
+// 13 or more differently from alone). Odd sizes put rows, columns and k in every edge block.
+TEST_P(KernelConsistency, BatchInvariantMatmuls) {
+  ASSERT_TRUE(f32->set_batch_invariant(true));
+  const int rows = 40;
+  for (const auto& [in, out] : std::vector<std::pair<int, int>>{{64, 100}, {37, 19}, {768, 131}}) {
+    auto x = rnd(size_t(rows) * in, 20), w = rnd(size_t(in) * out, 21), b = rnd(out, 22);
+    const auto xf = to_f(x), wf = to_f(w), bf = to_f(b);
+    for (const bool linear : {false, true}) {  // w as [in,out] (Conv1D) or [out,in] (nn.Linear)
+      const std::string what = std::string(linear ? "linear" : "matmul") + "_forward " + std::to_string(in) +
+                               " -> " + std::to_string(out);
+      auto forward = [&](float* o, int first, int n) {
+        const float* xs = xf.data() + size_t(first) * in;
+        if (linear) f32->linear_forward(o, xs, wf.data(), bf.data(), n, in, out);
+        else f32->matmul_forward(o, xs, wf.data(), bf.data(), n, in, out);
+      };
+      std::vector<double> want(size_t(rows) * out);
+      if (linear) f64->linear_forward(want.data(), x.data(), w.data(), b.data(), rows, in, out);
+      else f64->matmul_forward(want.data(), x.data(), w.data(), b.data(), rows, in, out);
+      std::vector<float> all(want.size());
+      forward(all.data(), 0, rows);
+      EXPECT_LT(nmse(all, want), kTol) << what;
+      for (int n : {1, 2, 3, 5, 13, 16, 17}) {
+        for (int first : {0, 1, 7}) {
+          std::vector<float> part(size_t(n) * out);
+          forward(part.data(), first, n);
+          const float* same = all.data() + size_t(first) * out;
+          EXPECT_EQ(std::memcmp(part.data(), same, part.size() * sizeof(float)), 0)
+              << what << ": rows " << first << ".." << first + n - 1 << " alone differ from the 40-row product's";
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(f32->set_batch_invariant(false));
 }
 
 // The attention that saves each row's logsumexp (the CPU's bf16 table: lse_attention.h) against

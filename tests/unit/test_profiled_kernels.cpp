@@ -217,8 +217,9 @@ class NonDefaultSettings final : public KernelOps<float> {
  public:
   DType set_matmul_dtype(DType) override { return DType::kBF16; }
   bool set_allow_tf32(bool allow) override { return tf32 = allow, true; }
+  bool set_batch_invariant(bool on) override { return invariant = on, true; }
   bool attention_saves_lse() const override { return true; }
-  bool tf32 = false;
+  bool tf32 = false, invariant = false;
 
 #define ZT_NOT_CALLED(name, ...) \
   void name(__VA_ARGS__) override { ADD_FAILURE() << #name " ran"; }
@@ -259,6 +260,8 @@ TEST(ProfiledKernels, ForwardsSettingsAndProperties) {
   EXPECT_EQ(profiled->set_matmul_dtype(DType::kF32), DType::kBF16);
   EXPECT_TRUE(profiled->set_allow_tf32(true));
   EXPECT_TRUE(inner.tf32);
+  EXPECT_TRUE(profiled->set_batch_invariant(true));
+  EXPECT_TRUE(inner.invariant);
   EXPECT_TRUE(profiled->attention_saves_lse());
 }
 

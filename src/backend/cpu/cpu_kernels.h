@@ -16,6 +16,7 @@
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/fast_math.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/invariant_gemm.h"
 #include "backend/kernel_ops.h"
 #include "backend/optimizer_ops.h"
 #include "core/dtype.h"

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_column_sums.cuh"
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_invariant_gemm.h"
 #include "backend/cuda/cuda_kernel_utils.cuh"
 #include "backend/cuda/cuda_llama_ops.h"
 #include "core/error.h"
@@ -289,6 +290,11 @@ class CudaKernels final : public KernelOps<float> {
     return true;
   }
 
+  bool set_batch_invariant(bool on) override {
+    invariant_ = on;
+    return true;
+  }
+
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T_,
                          int C) override {
     const size_t n = size_t(B) * T_ * C;
@@ -335,6 +341,7 @@ class CudaKernels final : public KernelOps<float> {
 
   void matmul_forward(float* out, const float* x, const float* weight, const float* bias, int rows, int in_dim,
                       int out_dim) override {
+    if (invariant_) return launch_invariant_gemm_nn(ctx_, out, x, weight, bias, rows, out_dim, in_dim);
     GemmArgs args;  // out[rows,out] = x[rows,in] @ weight[in,out] + bias
     args.allow_tf32 = tf32_;
     args.m = rows, args.n = out_dim, args.k = in_dim;
@@ -414,6 +421,7 @@ class CudaKernels final : public KernelOps<float> {
 
   void linear_forward(float* out, const float* x, const float* weight, const float* bias, int rows, int in_dim,
                       int out_dim) override {
+    if (invariant_) return launch_invariant_gemm_nt(ctx_, out, x, weight, bias, rows, out_dim, in_dim);
     GemmArgs args;  // out[rows,out] = x[rows,in] @ weight[out,in]^T + bias
     args.allow_tf32 = tf32_;
     args.trans_b = true;
@@ -501,7 +509,8 @@ class CudaKernels final : public KernelOps<float> {
   static unsigned row_blocks(int rows) { return div_up(size_t(rows), kThreads / kWarp); }
 
   CudaContext& ctx_;
-  bool tf32_ = false;  // fp32 GEMMs on TF32 tensor cores (set_allow_tf32)
+  bool tf32_ = false;       // fp32 GEMMs on TF32 tensor cores (set_allow_tf32)
+  bool invariant_ = false;  // fixed-order GEMMs for the decoder (set_batch_invariant)
 };
 
 }  // namespace

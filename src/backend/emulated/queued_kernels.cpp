@@ -31,6 +31,7 @@ class QueuedKernels final : public KernelOps<T> {
   // A setting, not work: it applies to the kernels enqueued after it (set before a run starts).
   DType set_matmul_dtype(DType dtype) override { return k_.set_matmul_dtype(dtype); }
   bool set_allow_tf32(bool allow) override { return k_.set_allow_tf32(allow); }
+  bool set_batch_invariant(bool on) override { return k_.set_batch_invariant(on); }
   bool attention_saves_lse() const override { return k_.attention_saves_lse(); }
   int logits_stride(int V) const override { return k_.logits_stride(V); }
   void classifier_forward(T* logits, S* losses, const T* x, const T* head, const int32_t* targets, int rows, int C,
