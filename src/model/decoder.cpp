@@ -147,43 +147,52 @@ class LlamaDecoder final : public Decoder {
   DeviceArray<float> k_cache_, v_cache_, x_, acts_, lnf_, rope_;
 };
 
-// GPT-2: one token of each segment's sequence a pass (its fused q|k|v rows make a single token's
-// key and value contiguous, so they copy straight into the cache); attention over each sequence's
-// cache with as many kv heads as heads.
+// GPT-2: up to kChunk tokens of each segment's sequence a pass. The fused q|k|v projection runs
+// over all rows at once; each segment's keys and values are then copied row by row out of it into
+// the cache rows of their positions and its queries into a contiguous block, and its rows attend
+// causally to its own cache with as many kv heads as heads. The final norm and the lm_head run on
+// each segment's last row only.
 class Gpt2Decoder final : public Decoder {
  public:
+  static constexpr int kChunk = 64;  // tokens of one sequence a pass: bounds the attention scratch
+
   Gpt2Decoder(const Gpt2Layout& layout, Backend& backend, ParamSource<float>& params, int max_positions, int slots,
               bool batch_invariant)
-      : Decoder(backend, layout.config().vocab_size, max_positions, 1, slots, batch_invariant), layout_(layout),
-        cfg_(layout.config()), params_(params) {
+      : Decoder(backend, layout.config().vocab_size, max_positions, std::min(kChunk, max_positions), slots,
+                batch_invariant),
+        layout_(layout), cfg_(layout.config()), params_(params) {
     const size_t C = size_t(cfg_.n_embd), L = size_t(cfg_.n_layer), P = size_t(max_positions), n = size_t(slots);
+    const size_t rows = size_t(chunk_) * n;
     k_cache_ = DeviceArray<float>(backend, n * L * P * C);
     v_cache_ = DeviceArray<float>(backend, n * L * P * C);
-    x_ = DeviceArray<float>(backend, n * C);
-    res_ = DeviceArray<float>(backend, n * C);
-    ln_ = DeviceArray<float>(backend, n * (C + 2));
-    qkv_ = DeviceArray<float>(backend, n * 3 * C);
-    atty_ = DeviceArray<float>(backend, n * C);
-    fc_ = DeviceArray<float>(backend, n * 8 * C);
-    att_ = DeviceArray<float>(backend, size_t(cfg_.n_head) * P);
+    x_ = DeviceArray<float>(backend, rows * C);
+    res_ = DeviceArray<float>(backend, rows * C);
+    ln_ = DeviceArray<float>(backend, rows * (C + 2));
+    qkv_ = DeviceArray<float>(backend, rows * 3 * C);
+    q_ = DeviceArray<float>(backend, size_t(chunk_) * C);
+    atty_ = DeviceArray<float>(backend, rows * C);
+    fc_ = DeviceArray<float>(backend, rows * 8 * C);
+    att_ = DeviceArray<float>(backend, size_t(cfg_.n_head) * size_t(chunk_) * P);
   }
 
  private:
   void run(const std::vector<DecoderSegment>& segments) override {
     KernelOps<float>& ops = backend_.ops();
-    Stream& compute = backend_.compute_stream();
-    std::vector<int> slots;  // chunk() is 1: a segment is one token
-    for (const DecoderSegment& s : segments) slots.push_back(s.slot);
-    const int C = cfg_.n_embd, H = cfg_.n_head, hs = cfg_.head_size(), n = int(slots.size());
-    const size_t P = size_t(max_positions_), c = size_t(C);
+    int n = 0;
+    for (const DecoderSegment& s : segments) n += s.tokens;
+    const int C = cfg_.n_embd;
+    const size_t c = size_t(C);
     const float eps = float(cfg_.layer_norm_epsilon);
     float *x = x_.data(), *res = res_.data(), *qkv = qkv_.data(), *fc = fc_.data();
     float *ln = ln_.data(), *mean = ln + size_t(n) * c, *rstd = mean + n;
     const int wte = layout_.embedding_unit();  // wpe in the same unit; the lm_head tied to wte
     const float* emb = params_.acquire_weights(wte);
-    for (int i = 0; i < n; ++i) {  // each row its own position's embedding
-      const size_t pos = size_t(positions_[size_t(slots[size_t(i)])]);
-      ops.embedding_forward(x + size_t(i) * c, tokens_.data() + i, emb, emb + layout_.wpe_offset() + pos * c, 1, 1, C);
+    size_t row = 0;
+    for (const DecoderSegment& s : segments) {  // each segment's rows their own positions' embeddings
+      const size_t pos = size_t(positions_[size_t(s.slot)]);
+      ops.embedding_forward(x + row * c, tokens_.data() + row, emb, emb + layout_.wpe_offset() + pos * c, 1, s.tokens,
+                            C);
+      row += size_t(s.tokens);
     }
     params_.release_weights(wte);
     const BlockOffsets& o = layout_.block();
@@ -191,16 +200,7 @@ class Gpt2Decoder final : public Decoder {
       const float* w = params_.acquire_weights(layout_.block_unit(l));
       ops.layernorm_forward(ln, mean, rstd, x, w + o.ln1_w, w + o.ln1_b, n, C, eps);
       ops.matmul_forward(qkv, ln, w + o.attn_w, w + o.attn_b, n, C, 3 * C);
-      for (int i = 0; i < n; ++i) {
-        const int slot = slots[size_t(i)];
-        const size_t pos = size_t(positions_[size_t(slot)]), cache = (size_t(slot) * cfg_.n_layer + size_t(l)) * P * c;
-        float *k_all = k_cache_.data() + cache, *v_all = v_cache_.data() + cache;
-        const float* row = qkv + size_t(i) * 3 * c;
-        backend_.copy_async(k_all + pos * c, row + c, c * sizeof(float), compute);
-        backend_.copy_async(v_all + pos * c, row + 2 * c, c * sizeof(float), compute);
-        ops.gqa_attention_forward(atty_.data() + size_t(i) * c, att_.data(), row, k_all, v_all, 1, 1, int(pos) + 1, H,
-                                  H, hs);
-      }
+      attend(segments, l);
       ops.matmul_forward(res, atty_.data(), w + o.attn_proj_w, w + o.attn_proj_b, n, C, C);
       ops.accumulate(res, x, size_t(n) * c);
       ops.layernorm_forward(ln, mean, rstd, res, w + o.ln2_w, w + o.ln2_b, n, C, eps);
@@ -210,18 +210,55 @@ class Gpt2Decoder final : public Decoder {
       ops.accumulate(x, res, size_t(n) * c);
       params_.release_weights(layout_.block_unit(l));
     }
+    head(segments);
+  }
+
+  // Layer l's attention: each segment's keys and values into its cache, its queries into q_, and
+  // its rows of atty_ from its cache.
+  void attend(const std::vector<DecoderSegment>& segments, int l) {
+    Stream& compute = backend_.compute_stream();
+    const size_t c = size_t(cfg_.n_embd), P = size_t(max_positions_), bytes = c * sizeof(float);
+    size_t row = 0;
+    for (const DecoderSegment& s : segments) {
+      const size_t pos = size_t(positions_[size_t(s.slot)]);
+      const size_t cache = (size_t(s.slot) * size_t(cfg_.n_layer) + size_t(l)) * P * c;
+      float *k_all = k_cache_.data() + cache, *v_all = v_cache_.data() + cache;
+      for (size_t t = 0; t < size_t(s.tokens); ++t) {
+        const float* qkv_row = qkv_.data() + (row + t) * 3 * c;
+        backend_.copy_async(q_.data() + t * c, qkv_row, bytes, compute);
+        backend_.copy_async(k_all + (pos + t) * c, qkv_row + c, bytes, compute);
+        backend_.copy_async(v_all + (pos + t) * c, qkv_row + 2 * c, bytes, compute);
+      }
+      backend_.ops().gqa_attention_forward(atty_.data() + row * c, att_.data(), q_.data(), k_all, v_all, 1, s.tokens,
+                                           int(pos) + s.tokens, cfg_.n_head, cfg_.n_head, cfg_.head_size());
+      row += size_t(s.tokens);
+    }
+  }
+
+  // The final norm of each segment's last row of x, then the lm_head over them: logits_'s rows.
+  void head(const std::vector<DecoderSegment>& segments) {
+    KernelOps<float>& ops = backend_.ops();
+    const size_t c = size_t(cfg_.n_embd), n = segments.size();
+    float *ln = ln_.data(), *mean = ln + n * c, *rstd = mean + n;
     const int norm = layout_.final_norm_unit();
     const float* wf = params_.acquire_weights(norm);
-    ops.layernorm_forward(ln, mean, rstd, x, wf, wf + layout_.lnf_bias_offset(), n, C, eps);
+    size_t last = 0;
+    for (size_t i = 0; i < n; ++i) {
+      last += size_t(segments[i].tokens);
+      ops.layernorm_forward(ln + i * c, mean + i, rstd + i, x_.data() + (last - 1) * c, wf,
+                            wf + layout_.lnf_bias_offset(), 1, cfg_.n_embd, float(cfg_.layer_norm_epsilon));
+    }
     params_.release_weights(norm);
-    ops.linear_forward(logits_.data(), ln, params_.acquire_weights(wte), nullptr, n, C, cfg_.vocab_size);
+    const int wte = layout_.embedding_unit();
+    ops.linear_forward(logits_.data(), ln, params_.acquire_weights(wte), nullptr, int(n), cfg_.n_embd,
+                       cfg_.vocab_size);
     params_.release_weights(wte);
   }
 
   const Gpt2Layout& layout_;
   const ModelConfig& cfg_;
   ParamSource<float>& params_;
-  DeviceArray<float> k_cache_, v_cache_, x_, res_, ln_, qkv_, atty_, fc_, att_;
+  DeviceArray<float> k_cache_, v_cache_, x_, res_, ln_, qkv_, q_, atty_, fc_, att_;
 };
 
 }  // namespace
@@ -239,8 +276,10 @@ DecoderMemory decoder_memory(const ModelLayout& layout, int max_positions, int s
     device = rows * C + rows * (3 * C + 2 * H * hs + 3 * I + 2) + H * chunk * P + n * (C + 1) +
              2 * P * rope_inv_freq(cfg).size();
   } else {
+    chunk = size_t(std::min(Gpt2Decoder::kChunk, max_positions));
+    const size_t rows = chunk * n;
     kv = 2 * n * L * P * C;
-    device = 2 * n * C + n * (C + 2) + 3 * n * C + n * C + 8 * n * C + H * P;
+    device = 2 * rows * C + rows * (C + 2) + 3 * rows * C + chunk * C + rows * C + 8 * rows * C + H * chunk * P;
   }
   const size_t io = chunk * n + n * size_t(cfg.vocab_size);  // tokens, logits
   return {kv * sizeof(float), (device + io) * sizeof(float), io * sizeof(float)};

@@ -1,7 +1,7 @@
 // Generation for many prompts over a Decoder's slots (continuous batching): a prompt takes a free
 // slot, and each forward pass ("pass") runs every slot's sequence one step on: the next chunk of
-// its prompt while it is reading one (Llama's decoder runs up to 64 tokens of a sequence a pass,
-// GPT-2's one), else its last generated token. A sequence that stops (an EOS, max_new_tokens, the
+// its prompt while it is reading one (up to 64 tokens of a sequence a pass), else its last
+// generated token. A sequence that stops (an EOS, max_new_tokens, the
 // cache's end) leaves, and the next prompt takes its slot. Each sequence has its own sampler
 // seeded alike, and each pass's rows are bit for bit what the sequence computes alone (the
 // decoder's GEMMs are batch-invariant, decoder.h), so a prompt gets the ids it gets alone.
