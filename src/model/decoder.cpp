@@ -52,15 +52,17 @@ const float* Decoder::forward(const std::vector<DecoderSegment>& segments, const
 
 namespace {
 
+// Tokens of one sequence a pass, for both families (a prompt runs in chunks of this many): it
+// bounds the activations and the attention scratch.
+int prompt_chunk(int max_positions) { return std::min(64, max_positions); }
+
 // The Llama family: each block through llama_block_decode over the pass's segments, their keys
 // and values written straight into the cache rows of their positions, attention over the cache.
 class LlamaDecoder final : public Decoder {
  public:
-  static constexpr int kChunk = 64;  // tokens of one sequence a pass: bounds the attention scratch
-
   LlamaDecoder(const LlamaLayout& layout, Backend& backend, ParamSource<float>& params, int max_positions, int slots,
                bool batch_invariant)
-      : Decoder(backend, layout.config().vocab_size, max_positions, std::min(kChunk, max_positions), slots,
+      : Decoder(backend, layout.config().vocab_size, max_positions, prompt_chunk(max_positions), slots,
                 batch_invariant),
         layout_(layout), cfg_(layout.config()), params_(params) {
     const size_t rows = size_t(chunk_) * size_t(slots), C = size_t(cfg_.n_embd), I = size_t(cfg_.intermediate_size);
@@ -147,18 +149,16 @@ class LlamaDecoder final : public Decoder {
   DeviceArray<float> k_cache_, v_cache_, x_, acts_, lnf_, rope_;
 };
 
-// GPT-2: up to kChunk tokens of each segment's sequence a pass. The fused q|k|v projection runs
+// GPT-2: up to prompt_chunk() tokens of each segment's sequence a pass. The fused q|k|v projection runs
 // over all rows at once; each segment's keys and values are then copied row by row out of it into
 // the cache rows of their positions and its queries into a contiguous block, and its rows attend
 // causally to its own cache with as many kv heads as heads. The final norm and the lm_head run on
 // each segment's last row only.
 class Gpt2Decoder final : public Decoder {
  public:
-  static constexpr int kChunk = 64;  // tokens of one sequence a pass: bounds the attention scratch
-
   Gpt2Decoder(const Gpt2Layout& layout, Backend& backend, ParamSource<float>& params, int max_positions, int slots,
               bool batch_invariant)
-      : Decoder(backend, layout.config().vocab_size, max_positions, std::min(kChunk, max_positions), slots,
+      : Decoder(backend, layout.config().vocab_size, max_positions, prompt_chunk(max_positions), slots,
                 batch_invariant),
         layout_(layout), cfg_(layout.config()), params_(params) {
     const size_t C = size_t(cfg_.n_embd), L = size_t(cfg_.n_layer), P = size_t(max_positions), n = size_t(slots);
@@ -268,16 +268,14 @@ DecoderMemory decoder_memory(const ModelLayout& layout, int max_positions, int s
   const ModelConfig& cfg = layout.config();
   const size_t P = size_t(max_positions), n = size_t(slots), L = size_t(cfg.n_layer), C = size_t(cfg.n_embd);
   const size_t H = size_t(cfg.n_head);
-  size_t chunk = 1, kv = 0, device = 0;
+  const size_t chunk = size_t(prompt_chunk(max_positions)), rows = chunk * n;
+  size_t kv = 0, device = 0;
   if (dynamic_cast<const LlamaLayout*>(&layout)) {
-    chunk = size_t(std::min(LlamaDecoder::kChunk, max_positions));
-    const size_t rows = chunk * n, I = size_t(cfg.intermediate_size), hs = size_t(cfg.head_size());
+    const size_t I = size_t(cfg.intermediate_size), hs = size_t(cfg.head_size());
     kv = 2 * n * L * P * size_t(cfg.n_kv_head) * hs;
     device = rows * C + rows * (3 * C + 2 * H * hs + 3 * I + 2) + H * chunk * P + n * (C + 1) +
              2 * P * rope_inv_freq(cfg).size();
   } else {
-    chunk = size_t(std::min(Gpt2Decoder::kChunk, max_positions));
-    const size_t rows = chunk * n;
     kv = 2 * n * L * P * C;
     device = 2 * rows * C + rows * (C + 2) + 3 * rows * C + chunk * C + rows * C + 8 * rows * C + H * chunk * P;
   }
