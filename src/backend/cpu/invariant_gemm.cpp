@@ -27,12 +27,9 @@ float lane_sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// value + bias + residual, in that order, as the header promises.
-float finish(float value, const float* bias, const float* residual, size_t m, size_t n, size_t N) {
-  __m128 s = _mm_set_ss(value);
-  if (bias) s = _mm_add_ss(s, _mm_set_ss(bias[n]));
-  if (residual) s = _mm_add_ss(s, _mm_set_ss(residual[m * N + n]));
-  return _mm_cvtss_f32(s);
+// value + bias (an intrinsic, as every add here).
+float plus_bias(float value, const float* bias, size_t n) {
+  return bias ? _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(value), _mm_set_ss(bias[n]))) : value;
 }
 
 constexpr int kNtRows = 4, kNtColumns = 3;   // an nt block: 12 accumulators, 7 loads a step of 8
@@ -42,7 +39,7 @@ constexpr int kNnDepth = 256;                // k a pass: the block's 16 KiB of 
 
 struct Operands {
   float* out;
-  const float *x, *w, *bias, *residual;
+  const float *x, *w, *bias;
   int N, K;
 };
 
@@ -79,7 +76,7 @@ void nt_block(const Operands& p, int m0, int n0) {
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < NR; ++j) {
       const size_t m = size_t(m0 + i), n = size_t(n0 + j);
-      p.out[m * N + n] = finish(lane_sum(acc[i][j]), p.bias, p.residual, m, n, N);
+      p.out[m * N + n] = plus_bias(lane_sum(acc[i][j]), p.bias, n);
     }
   }
 }
@@ -94,9 +91,9 @@ void nt_rows(const Operands& p, int m0, int n0, int columns) {
 }
 
 // MR rows of x from m0 against NV vectors of 8 columns of w from column n0 (row k of those
-// columns at strip + k * ld), over k in [k0, k1): the running sums come from out (k0 > 0) and
-// go back to it, which rounds nothing, so each element is still one FMA chain over k in order.
-// The last k block adds bias and residual. `last` masks the final vector's columns past N
+// columns at strip + (k - k0) * ld), over k in [k0, k1): the running sums come from out (k0 > 0)
+// and go back to it, which rounds nothing, so each element is still one FMA chain over k in
+// order. The last k block adds the bias. `last` masks the final vector's columns past N
 // (nothing stored there); Whole: the strip's rows may be read whole (its lanes past N are
 // never stored), else those lanes are read as zeros.
 template <int MR, int NV, bool Whole>
@@ -110,7 +107,7 @@ void nn_block(const Operands& p, const float* strip, size_t ld, int m0, int n0, 
     for (int j = 0; j < NV; ++j) acc[i][j] = k0 == 0 ? _mm256_setzero_ps() : _mm256_maskload_ps(o + 8 * j, mask[j]);
   }
   for (size_t k = size_t(k0); k < size_t(k1); ++k) {
-    const float* wk = strip + k * ld;
+    const float* wk = strip + (k - size_t(k0)) * ld;
     __m256 wv[NV];
     for (int j = 0; j < NV; ++j) wv[j] = Whole ? _mm256_loadu_ps(wk + 8 * j) : _mm256_maskload_ps(wk + 8 * j, mask[j]);
     for (int i = 0; i < MR; ++i) {
@@ -124,7 +121,6 @@ void nn_block(const Operands& p, const float* strip, size_t ld, int m0, int n0, 
     for (int j = 0; j < NV; ++j) {
       __m256 v = acc[i][j];
       if (finished && p.bias) v = _mm256_add_ps(v, _mm256_maskload_ps(p.bias + n0 + 8 * j, mask[j]));
-      if (finished && p.residual) v = _mm256_add_ps(v, _mm256_maskload_ps(p.residual + row + size_t(8 * j), mask[j]));
       _mm256_maskstore_ps(p.out + row + size_t(8 * j), mask[j], v);
     }
   }
@@ -145,9 +141,8 @@ void nn_rows(const Operands& p, const float* strip, size_t ld, bool packed, int 
 
 }  // namespace
 
-void invariant_gemm_nt(float* out, const float* x, const float* w, const float* bias, const float* residual, int M,
-                       int N, int K) {
-  const Operands p{out, x, w, bias, residual, N, K};
+void invariant_gemm_nt(float* out, const float* x, const float* w, const float* bias, int M, int N, int K) {
+  const Operands p{out, x, w, bias, N, K};
   const int column_blocks = (N + kNtColumns - 1) / kNtColumns, row_chunks = (M + kNtChunk - 1) / kNtChunk;
   // A chunk of x's rows (in L2) passes every block of weight rows (in L1) before the next chunk.
 #pragma omp parallel for collapse(2) schedule(static)
@@ -166,10 +161,10 @@ void invariant_gemm_nt(float* out, const float* x, const float* w, const float* 
   }
 }
 
-void invariant_gemm_nn(float* out, const float* x, const float* w, const float* bias, const float* residual, int M,
-                       int N, int K) {
-  const Operands p{out, x, w, bias, residual, N, K};
+void invariant_gemm_nn(float* out, const float* x, const float* w, const float* bias, int M, int N, int K) {
+  const Operands p{out, x, w, bias, N, K};
   const int column_blocks = (N + kNnColumns - 1) / kNnColumns, row_blocks = (M + kNnRows - 1) / kNnRows;
+  const bool pack = row_blocks > 1;
   // A thread owns a strip of columns through every k block, so no element changes threads. In
   // place, a strip's rows lie N floats apart, a multiple of 4 KiB for GPT-2's widths, so they
   // share a few L1 sets and evict each other; where several row blocks pass a k block, it is
@@ -182,14 +177,11 @@ void invariant_gemm_nn(float* out, const float* x, const float* w, const float* 
       const int n0 = cb * kNnColumns, columns = std::min(kNnColumns, N - n0);
       for (int k0 = 0; k0 < std::max(K, 1); k0 += kNnDepth) {
         const int k1 = std::min(K, k0 + kNnDepth);
-        const bool pack = row_blocks > 1;
-        const float* strip = w + n0;
+        const float* strip = w + size_t(k0) * size_t(N) + size_t(n0);  // row k0 of the strip
         size_t ld = size_t(N);
         if (pack) {
-          for (int k = k0; k < k1; ++k) {
-            std::copy_n(w + size_t(k) * size_t(N) + size_t(n0), columns, packed + size_t(k - k0) * kNnColumns);
-          }
-          strip = packed - size_t(k0) * kNnColumns, ld = kNnColumns;  // row k at strip + k * ld
+          for (int k = 0; k < k1 - k0; ++k) std::copy_n(strip + size_t(k) * ld, columns, packed + k * kNnColumns);
+          strip = packed, ld = kNnColumns;
         }
         for (int rb = 0; rb < row_blocks; ++rb) {
           const int m0 = rb * kNnRows;

@@ -8,15 +8,13 @@
 
 namespace zt::cpu {
 
-/// out[m,n] = (sum_k x[m,k] * w[n,k]) + bias[n] + residual[m,n], row-major, w as nn.Linear holds
-/// it ([N,K]). Each dot product: 8 lanes, lane j summing k = j, j+8, ... by FMA in order, then the
-/// lanes in a fixed tree. bias and residual may be null. out may not overlap x or w.
-void invariant_gemm_nt(float* out, const float* x, const float* w, const float* bias, const float* residual, int M,
-                       int N, int K);
+/// out[m,n] = (sum_k x[m,k] * w[n,k]) + bias[n], row-major, w as nn.Linear holds it ([N,K]).
+/// Each dot product: 8 lanes, lane j summing k = j, j+8, ... by FMA in order, then the lanes in a
+/// fixed tree. bias may be null. out may not overlap x or w.
+void invariant_gemm_nt(float* out, const float* x, const float* w, const float* bias, int M, int N, int K);
 
-/// out[m,n] = (sum_k x[m,k] * w[k,n]) + bias[n] + residual[m,n], w as GPT-2's Conv1D holds it
-/// ([K,N]). Each element: one FMA chain over k = 0, 1, ... in order.
-void invariant_gemm_nn(float* out, const float* x, const float* w, const float* bias, const float* residual, int M,
-                       int N, int K);
+/// out[m,n] = (sum_k x[m,k] * w[k,n]) + bias[n], w as GPT-2's Conv1D holds it ([K,N]). Each
+/// element: one FMA chain over k = 0, 1, ... in order.
+void invariant_gemm_nn(float* out, const float* x, const float* w, const float* bias, int M, int N, int K);
 
 }  // namespace zt::cpu
