@@ -37,6 +37,7 @@
 #include "core/tool_main.h"
 #include "model/model_layout.h"
 #include "model/model_memory.h"
+#include "zero/comm_estimate.h"
 #include "zero/memory_estimate.h"
 #include "zero/recommender.h"
 
@@ -154,8 +155,8 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
 // The command line, as given.
 struct Args {
   int stage = -1, gpus_per_node = 1, num_nodes = 1;
-  int64_t micro = 8, eval_batch = 8, block = 0;
-  bool micro_given = false;  // --per_device_train_batch_size on the command line, for "auto"
+  int64_t micro = 8, eval_batch = 8, block = 0, accumulation = 1;
+  bool micro_given = false, accumulation_given = false;  // --per_device_train_batch_size on the command line, for "auto"
   double factor = 1.5;
   std::string params_text, largest_text, model_path, ds_path, gpu_text, cpu_text, nvme_text,
       nvme_path = "/local_nvme";
@@ -164,6 +165,7 @@ struct Args {
   std::string optim_args;  // HF's --optim_args (Adafactor's keyword arguments)
   bool checkpointing = false, bf16 = false, fp16 = false, as_json = false;
   bool delayed_update = false;  // zerotrain's --delayed_param_update: the pending parameters' host copy
+  bool shm_collectives = false;  // ZT_SHM_COLLECTIVES=1 at run time: HierComm across nodes
   bool generate = false;        // a zero_generate run: --batch_size sequences of --max_length positions
   int64_t gen_batch = 1, max_length = 0;
   std::string activation_dtype = "auto";
@@ -191,6 +193,7 @@ void check_args(const Args& a) {
   ZT_USAGE_CHECK(a.factor > 0, "--additional_buffer_factor must be positive, got ", a.factor);
   ZT_USAGE_CHECK(a.micro >= 1 && a.eval_batch >= 1,
                  "--per_device_train_batch_size and --per_device_eval_batch_size must be >= 1");
+  ZT_USAGE_CHECK(a.accumulation >= 1, "--gradient_accumulation_steps must be >= 1, got ", a.accumulation);
   ZT_USAGE_CHECK(!(a.bf16 && a.fp16), "--bf16 and --fp16 cannot both be set");
   ZT_USAGE_CHECK(a.model_path.empty() != a.params_text.empty(),
                  "give the model as --params N [--largest_layer_params L] or as --config_name MODEL.json (one of them)");
@@ -238,6 +241,8 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("deepspeed", po::value(&a.ds_path), "ds_config.json to estimate (\"auto\" resolves from the flags)")
     ("per_device_train_batch_size", po::value(&a.micro), "micro-batch per rank (default 8)")
     ("per_device_eval_batch_size", po::value(&a.eval_batch), "eval batch per rank (default 8)")
+    ("gradient_accumulation_steps", po::value(&a.accumulation),
+     "micro-steps a step (default 1; the config's \"auto\"): stages 2 and 3 reduce gradients in each")
     ("block_size", po::value(&a.block), "sequence length (default: the model's positions, at most 1024)")
     ("gradient_checkpointing", po::bool_switch(&a.checkpointing), "recompute each block in backward")
     ("activation_dtype", po::value(&a.activation_dtype),
@@ -267,10 +272,14 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("batch_size", po::value(&a.gen_batch), "with --generate: sequences at once per rank (default 1)")
     ("max_length", po::value(&a.max_length),
      "with --generate: each sequence's KV cache in tokens (default: the model's positions)")
+    ("shm_collectives", po::bool_switch(&a.shm_collectives),
+     "the run sets ZT_SHM_COLLECTIVES=1 (CPU): shared memory in each node and MPI between nodes, so 1/ranks per "
+     "node of each collective crosses nodes; without it the traffic is a ring's (MPI, NCCL)")
     ("json", po::bool_switch(&a.as_json), "print one JSON object instead of text");
   po::variables_map vm;
   if (!parse_tool_command_line(argc, argv, opts, vm)) return false;
   a.micro_given = vm.count("per_device_train_batch_size") > 0;
+  a.accumulation_given = vm.count("gradient_accumulation_steps") > 0;
   check_args(a);
   return true;
 }
@@ -340,6 +349,7 @@ DsConfig make_ds_config(const Args& a, const ModelConfig& model, const RunShape&
   autos.world_size = run.world_size;
   autos.hidden_size = model.n_embd;
   autos.micro_batch = {a.micro, a.micro_given};
+  autos.grad_accum = {a.accumulation, a.accumulation_given};
   autos.bf16 = {a.bf16, a.bf16};
   autos.fp16 = {a.fp16, a.fp16};
   autos.optim = {a.optim.empty() ? std::string("adamw_torch") : a.optim, !a.optim.empty()};
@@ -462,6 +472,29 @@ void print_ladder(const Hardware& hw, const Recommendation& rec, bool delayed_up
   }
 }
 
+// 2b. The data path's bytes a step, summed over ranks, within nodes and across them (the
+// trainer's metrics.jsonl traffic_bytes and last lines say what a run measured).
+void report_traffic(const Args& a, const ModelConfig& model, const DsConfig& config, const RunShape& run,
+                    json::object& out) {
+  const size_t flat = make_model_layout(model)->flat_size();
+  const ZeroPlan plan(config, flat, run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda);
+  const StepPayload payload = step_payload(plan, config, flat);
+  const bool hierarchical = a.shm_collectives && !a.cuda();
+  const TrafficTotals t = step_traffic(payload, run.world_size, a.num_nodes, hierarchical);
+  json::object j = traffic_json(t);
+  j["nodes"] = {{"count", a.num_nodes}, {"ranks_per_node", a.gpus_per_node}};
+  j["collectives"] = hierarchical ? "shared memory in each node, MPI between nodes" : "ring";
+  j["caveat"] = payload.caveat;
+  out["traffic_bytes_per_step"] = std::move(j);
+  if (a.as_json) return;
+  const std::string nodes = a.num_nodes == 1 ? std::string("1 node")
+                                             : cat(a.num_nodes, " nodes of ", a.gpus_per_node, " rank(s)");
+  std::printf("\ncommunication a step, all ranks' data path (%s, %s): %s\n", nodes.c_str(),
+              hierarchical ? "shared memory in each node, MPI between nodes" : "ring collectives",
+              run.world_size == 1 ? "none (one rank)" : traffic_words(t).c_str());
+  if (!payload.caveat.empty()) std::printf("  (%s)\n", payload.caveat.c_str());
+}
+
 // 3. The recommender: every rung from the fastest to the leanest, and the first that fits as a
 // ds_config.json. Returns whether one fits.
 bool report_recommendation(const Args& a, const ModelConfig& model, const DsConfig& config, const RunShape& run,
@@ -570,7 +603,10 @@ int run(int argc, char** argv) {
   if (a.stage == 2 || a.stage == 3) report_deepspeed_table(a, m, out);
   bool fits = true;
   if (m.config) {
-    if (a.estimate_wanted()) fits = report_estimate(a, *m.config, *config, *run, out);
+    if (a.estimate_wanted()) {
+      fits = report_estimate(a, *m.config, *config, *run, out);
+      report_traffic(a, *m.config, *config, *run, out);
+    }
     if (a.recommend_wanted()) fits = report_recommendation(a, *m.config, *config, *run, out);
   }
   if (a.as_json) std::cout << json::serialize(out) << "\n";

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/traffic.h"
 #include "core/dtype.h"
 
 namespace zt {
@@ -33,6 +34,9 @@ struct CommStats {
   /// Of the calls, those whose buffers were shared memory (HostComm::allocate_shared) on this
   /// rank: the peers read them in place, with no staging copy.
   uint64_t in_place = 0;
+  /// What this rank sent and received within its node and across nodes, by kind (data
+  /// communicators count it: comm/traffic.h).
+  TrafficByKind traffic{};
   uint64_t total() const { return all_reduce + reduce_scatter + all_gather + broadcast + all_to_all; }
 };
 
@@ -86,6 +90,13 @@ class HostComm {
     (void)bytes;
     return nullptr;
   }
+
+  /// This rank's bytes within and across nodes in a collective of `shape` here (comm/traffic.h):
+  /// the ring over the ranks' nodes, or HierComm's two levels.
+  virtual Traffic traffic(const CollectiveShape& shape) const { return ring_traffic(shape, rank(), node_of_ranks()); }
+  /// Each rank's node (any labels): where a ring's edges leave a node. One node unless the
+  /// transport knows better (MpiComm asks MPI which ranks share memory).
+  virtual std::vector<int> node_of_ranks() const { return std::vector<int>(static_cast<size_t>(size()), 0); }
 
   /// Blocking, element-wise sum or max over ranks of a few doubles (norms, flags, metrics).
   virtual void all_reduce_doubles(std::vector<double>& values, bool max) = 0;

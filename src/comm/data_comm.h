@@ -84,10 +84,17 @@ class DataComm {
     return nullptr;
   }
 
+  /// Each rank's node (labels), where the traffic's split comes from (comm/traffic.h).
+  virtual std::vector<int> node_of_ranks() const { return std::vector<int>(static_cast<size_t>(size()), 0); }
+
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
  protected:
+  /// Adds a collective (or a piece of one, as issued) to stats_.traffic.
+  void count_traffic(const HostComm& over, CollectiveShape shape) {
+    stats_.traffic[size_t(shape.kind)] += over.traffic(shape);
+  }
   CommStats stats_;
 };
 

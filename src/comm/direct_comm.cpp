@@ -45,6 +45,7 @@ class DirectComm final : public DataComm {
 
   std::shared_ptr<DataWork> all_reduce(void* buffer, size_t count, DType dtype, Stream&) override {
     stats_.all_reduce += count * dtype_size(dtype);
+    count_traffic(host_, {Collective::kAllReduce, {count}, dtype_size(dtype)});
     const uint64_t in_place = host_.stats().in_place;
     auto work = host_.all_reduce(buffer, count, dtype);
     stats_.in_place += host_.stats().in_place - in_place;  // the host looks the buffer up
@@ -53,6 +54,7 @@ class DirectComm final : public DataComm {
   std::shared_ptr<DataWork> reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
                                            Stream&) override {
     for (size_t c : counts) stats_.reduce_scatter += c * dtype_size(dtype);
+    count_traffic(host_, {Collective::kReduceScatter, counts, dtype_size(dtype)});
     const uint64_t in_place = host_.stats().in_place;
     auto work = host_.reduce_scatter(send, recv, counts, dtype);
     stats_.in_place += host_.stats().in_place - in_place;
@@ -61,17 +63,21 @@ class DirectComm final : public DataComm {
   std::shared_ptr<DataWork> all_gather(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
                                        Stream&) override {
     for (size_t c : counts) stats_.all_gather += c * dtype_size(dtype);
+    count_traffic(host_, {Collective::kAllGather, counts, dtype_size(dtype)});
     return wrap(host_.all_gather(send, recv, counts, dtype));
   }
   std::shared_ptr<DataWork> all_to_all(const void* send, void* recv, size_t count, DType dtype, Stream&) override {
     stats_.all_to_all += count * size_t(size()) * dtype_size(dtype);
+    count_traffic(host_, {Collective::kAllToAll, {count}, dtype_size(dtype)});
     return wrap(host_.all_to_all(send, recv, count, dtype));
   }
   std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream&) override {
     stats_.broadcast += count * dtype_size(dtype);
+    count_traffic(host_, {Collective::kBroadcast, {count}, dtype_size(dtype), root});
     return wrap(host_.broadcast(buffer, count, dtype, root));
   }
   std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) override { return host_.allocate_shared(bytes); }
+  std::vector<int> node_of_ranks() const override { return host_.node_of_ranks(); }
 
  private:
   std::shared_ptr<DataWork> wrap(std::shared_ptr<Work> work) {

@@ -56,6 +56,10 @@ class HierComm final : public HostComm {
   std::shared_ptr<Work> barrier() override;
   std::unique_ptr<HostComm> duplicate() override;
   void all_reduce_doubles(std::vector<double>& values, bool max) override;
+  /// Two rings a collective (comm/traffic.h: hier_traffic), over these nodes (simulated ones
+  /// under ZT_SHM_NODE_SIZE).
+  Traffic traffic(const CollectiveShape& shape) const override { return hier_traffic(shape, rank_, per_node_, nodes_); }
+  std::vector<int> node_of_ranks() const override { return block_nodes(size_, per_node_); }
 
  private:
   // Run on the queue's thread.

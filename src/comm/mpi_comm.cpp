@@ -53,6 +53,14 @@ MpiComm::MpiComm(MPI_Comm parent) {
   ZT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   ZT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   half_op(DType::kBF16);  // create the operators before any collective runs on the queue's thread
+  // Each rank's node, named by its lowest rank there, for the traffic's split (comm/traffic.h).
+  MPI_Comm node = MPI_COMM_NULL;
+  ZT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  int label = rank_;
+  ZT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &label, 1, MPI_INT, MPI_MIN, node));
+  ZT_MPI_CHECK(MPI_Comm_free(&node));
+  nodes_.assign(static_cast<size_t>(size_), 0);
+  ZT_MPI_CHECK(MPI_Allgather(&label, 1, MPI_INT, nodes_.data(), 1, MPI_INT, comm_));
 }
 
 MpiComm::~MpiComm() {

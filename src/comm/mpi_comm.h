@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include <functional>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/work_queue.h"
@@ -48,6 +49,8 @@ class MpiComm final : public HostComm {
   std::shared_ptr<Work> barrier() override;
   std::unique_ptr<HostComm> duplicate() override { return std::make_unique<MpiComm>(comm_); }
   void all_reduce_doubles(std::vector<double>& values, bool max) override;
+  /// The ranks that share memory (MPI_COMM_TYPE_SHARED) share a node.
+  std::vector<int> node_of_ranks() const override { return nodes_; }
   /// The MPI communicator (a duplicate of the parent), for a communicator over the same ranks
   /// (make_shm_comm). Only while none of this one's collectives is in flight.
   MPI_Comm mpi_comm() const { return comm_; }
@@ -61,6 +64,7 @@ class MpiComm final : public HostComm {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  std::vector<int> nodes_;  // each rank's node: its lowest rank
   WorkQueue queue_;  // the progress thread
 };
 

@@ -227,7 +227,11 @@ void grouped(int ranks, Call call) {
 }  // namespace
 
 NcclComm::NcclComm(Backend& backend, HostComm& control)
-    : backend_(backend), rank_(control.rank()), size_(control.size()), shared_(std::make_shared<NcclShared>()) {
+    : backend_(backend),
+      rank_(control.rank()),
+      size_(control.size()),
+      nodes_(control.node_of_ranks()),
+      shared_(std::make_shared<NcclShared>()) {
   ZT_CHECK(backend.name() == "cuda", "the nccl communicator needs the cuda backend, not ", backend.name());
   timeout_ = nccl_timeout();
   device_ = cuda::backend_device(backend);
@@ -364,6 +368,7 @@ std::vector<size_t> NcclComm::displacements(const char* op, const std::vector<si
 
 std::shared_ptr<DataWork> NcclComm::all_reduce(void* buffer, size_t count, DType dtype, Stream& after) {
   stats_.all_reduce += count * dtype_size(dtype);
+  count_ring({Collective::kAllReduce, {count}, dtype_size(dtype)});
   cudaStream_t s = begin(after);
   DeviceStaging staging(backend_, s);
   void* b = staging.out(buffer, count * dtype_size(dtype), /*copy_in=*/true);
@@ -379,6 +384,7 @@ std::shared_ptr<DataWork> NcclComm::reduce_scatter(const void* send, void* recv,
   const ncclDataType_t t = nccl_dtype(dtype);
   const size_t total = displ.back() + counts.back();
   stats_.reduce_scatter += total * e;
+  count_ring({Collective::kReduceScatter, counts, e});  // uneven: reduces to each rank, counted as the ring
   cudaStream_t s = begin(after);
   DeviceStaging staging(backend_, s);
   send = staging.in(send, total * e);
@@ -406,6 +412,7 @@ std::shared_ptr<DataWork> NcclComm::all_gather(const void* send, void* recv, con
   const ncclDataType_t t = nccl_dtype(dtype);
   const size_t total = displ.back() + counts.back(), mine = displ[size_t(rank_)] * e;
   stats_.all_gather += total * e;
+  count_ring({Collective::kAllGather, counts, e});  // uneven: broadcasts from each rank, counted as the ring
   cudaStream_t s = begin(after);
   const bool in_place = send == static_cast<unsigned char*>(recv) + mine;
   DeviceStaging staging(backend_, s);
@@ -433,6 +440,7 @@ std::shared_ptr<DataWork> NcclComm::all_gather(const void* send, void* recv, con
 std::shared_ptr<DataWork> NcclComm::broadcast(void* buffer, size_t count, DType dtype, int root, Stream& after) {
   ZT_CHECK(root >= 0 && root < size_, "broadcast from rank ", root, " of ", size_);
   stats_.broadcast += count * dtype_size(dtype);
+  count_ring({Collective::kBroadcast, {count}, dtype_size(dtype), root});
   cudaStream_t s = begin(after);
   DeviceStaging staging(backend_, s);
   void* b = staging.out(buffer, count * dtype_size(dtype), /*copy_in=*/rank_ == root);
@@ -445,6 +453,7 @@ std::shared_ptr<DataWork> NcclComm::all_to_all(const void* send, void* recv, siz
                                                Stream& after) {
   const size_t e = dtype_size(dtype), total = count * size_t(size_);
   stats_.all_to_all += total * e;
+  count_ring({Collective::kAllToAll, {count}, e});
   cudaStream_t s = begin(after);
   DeviceStaging staging(backend_, s);
   const auto* in = static_cast<const unsigned char*>(staging.in(send, total * e));

@@ -80,6 +80,7 @@ class NcclComm final : public DataComm {
   /// nothing: the bucket sizes bound what the engine issues. 1 Gi elements only keeps a runaway
   /// configuration from one multi-GiB call that would stall every overlap behind it.
   size_t max_collective_elements() const override { return kNcclMaxCollectiveElements; }
+  std::vector<int> node_of_ranks() const override { return nodes_; }
 
   std::shared_ptr<DataWork> all_reduce(void* buffer, size_t count, DType dtype, Stream& after) override;
   std::shared_ptr<DataWork> reduce_scatter(const void* send, void* recv, const std::vector<size_t>& recv_counts,
@@ -105,6 +106,9 @@ class NcclComm final : public DataComm {
 
   Backend& backend_;
   int rank_ = 0, size_ = 1;
+  /// Each rank's node (the control communicator's view): NCCL's rings cross nodes where ours do.
+  std::vector<int> nodes_;
+  void count_ring(CollectiveShape shape) { stats_.traffic[size_t(shape.kind)] += ring_traffic(shape, rank_, nodes_); }
   int device_ = 0;
   std::unique_ptr<Stream> stream_;
   cudaStream_t cuda_stream_ = nullptr;

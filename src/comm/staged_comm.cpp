@@ -48,6 +48,7 @@ class StagedComm final : public DataComm {
   int size() const override { return host_->size(); }
   std::string name() const override { return host_->name() + ", staged through pinned memory"; }
   size_t max_collective_elements() const override { return host_->max_collective_elements(); }
+  std::vector<int> node_of_ranks() const override { return host_->node_of_ranks(); }
 
   std::shared_ptr<DataWork> all_reduce(void* buffer, size_t count, DType dtype, Stream& after) override {
     stats_.all_reduce += count * dtype_size(dtype);
@@ -57,6 +58,7 @@ class StagedComm final : public DataComm {
     for (size_t a = 0; a < count; a += chunk(e)) {
       const size_t n = std::min(chunk(e), count - a);
       unsigned char* stage = send_;
+      count_traffic(*host_, {Collective::kAllReduce, {n}, e});
       backend_.copy_async(stage, bytes + a * e, n * e, *stream_);
       on_stream([host = host_.get(), stage, n, dtype] { host->all_reduce(stage, n, dtype)->wait(); });
       backend_.copy_async(bytes + a * e, stage, n * e, *stream_);
@@ -72,6 +74,7 @@ class StagedComm final : public DataComm {
       const size_t b = std::min(total, a + chunk(e));
       std::vector<size_t> cc = chunk_counts(counts, a, b);
       const size_t mine = cc[size_t(rank())];
+      count_traffic(*host_, {Collective::kReduceScatter, cc, e});
       unsigned char *s = send_, *r = recv_;
       backend_.copy_async(s, static_cast<const unsigned char*>(send) + a * e, (b - a) * e, *stream_);
       on_stream([host = host_.get(), s, r, cc = std::move(cc), dtype] { host->reduce_scatter(s, r, cc, dtype)->wait(); });
@@ -91,6 +94,7 @@ class StagedComm final : public DataComm {
       const size_t b = std::min(total, a + chunk(e));
       std::vector<size_t> cc = chunk_counts(counts, a, b);
       const size_t before = std::accumulate(cc.begin(), cc.begin() + rank(), size_t(0));
+      count_traffic(*host_, {Collective::kAllGather, cc, e});
       unsigned char* stage = send_;
       const size_t lo = std::max(a, mine_at), hi = std::min(b, mine_end);
       if (hi > lo) {
@@ -114,6 +118,7 @@ class StagedComm final : public DataComm {
     const size_t piece = std::max<size_t>(1, chunk(e) / p);
     for (size_t a = 0; a < count; a += piece) {
       const size_t n = std::min(piece, count - a);
+      count_traffic(*host_, {Collective::kAllToAll, {n}, e});
       unsigned char *s = send_, *r = recv_;
       for (size_t q = 0; q < p; ++q) {
         backend_.copy_async(s + q * n * e, static_cast<const unsigned char*>(send) + (q * count + a) * e, n * e,
@@ -135,6 +140,7 @@ class StagedComm final : public DataComm {
     for (size_t a = 0; a < count; a += chunk(e)) {
       const size_t n = std::min(chunk(e), count - a);
       unsigned char* stage = send_;
+      count_traffic(*host_, {Collective::kBroadcast, {n}, e, root});
       if (rank() == root) backend_.copy_async(stage, bytes + a * e, n * e, *stream_);
       on_stream([host = host_.get(), stage, n, dtype, root] { host->broadcast(stage, n, dtype, root)->wait(); });
       backend_.copy_async(bytes + a * e, stage, n * e, *stream_);

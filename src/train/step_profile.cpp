@@ -56,6 +56,7 @@ class ProfiledDataComm final : public DataComm {
   int size() const override { return inner_.size(); }
   std::string name() const override { return inner_.name(); }
   size_t max_collective_elements() const override { return inner_.max_collective_elements(); }
+  std::vector<int> node_of_ranks() const override { return inner_.node_of_ranks(); }
   std::shared_ptr<DataWork> all_reduce(void* buffer, size_t count, DType dtype, Stream& after) override {
     return wrap(inner_.all_reduce(buffer, count, dtype, after));
   }

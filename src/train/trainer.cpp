@@ -28,6 +28,7 @@
 #include "backend/accelerator.h"
 #include "backend/backend.h"
 #include "comm/data_comm.h"
+#include "comm/traffic.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/pretrained.h"
 #include "checkpoint/safetensors.h"
@@ -49,6 +50,7 @@
 #include "train/step_profile.h"
 #include "train/stop_signals.h"
 #include "core/progress.h"
+#include "zero/comm_estimate.h"
 #include "zero/engine.h"
 #include "zero/engine_model.h"
 
@@ -234,6 +236,9 @@ struct TrainerState {
   double last_eval = NAN;           ///< the last eval_loss; NaN until an evaluation
   bool loss_scale_changed = false;  ///< fp16: whether the dynamic loss scale has moved (step_events)
   std::array<size_t, kNumPools> run_peaks{};  ///< each pool's peak on this rank over the whole run
+  TrafficTotals run_traffic;                  ///< the data path's bytes over this run's steps, all ranks
+  int64_t traffic_steps = 0;                  ///< ... and how many steps (this process's)
+  TrafficTotals last_traffic;                 ///< the last step's (steady state: zero_estimate's figure)
 };
 
 // Loads the engine and says where its state came from. Returns where the loop starts: step 0 at
@@ -444,6 +449,7 @@ struct StepResult {
   bool interrupted = false;  ///< SIGINT or SIGUSR2 on some rank
   double ms = 0;             ///< the step's wall time
   TimerSet timers;           ///< forward, backward, optimizer_step (wall_clock_breakdown)
+  TrafficTotals traffic;     ///< the data path's bytes sent, summed over ranks (comm/traffic.h)
 };
 
 // Gradient accumulation: this rank's contiguous slice of the global batch, micro-step m taking
@@ -484,14 +490,21 @@ StepResult train_step(const Trainer& t, TrainerState& state, int64_t step, Token
   const double loss_sum = t.model.take_loss();  // the step's one read of the loss
   r.timers.stop("optimizer_step");
   state.position.next_sample += uint64_t(t.ds.train_batch_size);
-  // SIGTERM, SIGUSR1: preempted; SIGINT: interrupted. Every rank stops after the same step.
+  // SIGTERM, SIGUSR1: preempted; SIGINT: interrupted. Every rank stops after the same step. The
+  // data path's traffic rides along (sums of byte counts below 2^53: exact in doubles).
   std::vector<double> reduced{loss_sum / double(t.ds.gradient_accumulation_steps),
                               t.stop.preemption() != 0 ? 1.0 : 0.0, t.stop.interrupted() != 0 ? 1.0 : 0.0};
+  const std::vector<double> traffic = sent_bytes(t.data_comm.stats().traffic).values();
+  reduced.insert(reduced.end(), traffic.begin(), traffic.end());
   t.comm.all_reduce_doubles(reduced, false);
   state.last_loss = reduced[0] / double(t.comm.size());
   state.global_step = step;
   r.preempted = reduced[1] > 0;
   r.interrupted = reduced[2] > 0;
+  r.traffic = TrafficTotals::from_values(reduced.data() + 3);
+  state.run_traffic += r.traffic;
+  state.last_traffic = r.traffic;
+  ++state.traffic_steps;
   t.profiler.end_step();
   r.ms = clock.ms();
   return r;
@@ -532,7 +545,8 @@ void write_step_metrics(const Trainer& t, const TrainerState& state, int64_t ste
                            {"comm_bytes",
                             {{"all_reduce", cs.all_reduce}, {"reduce_scatter", cs.reduce_scatter},
                              {"all_gather", cs.all_gather}, {"broadcast", cs.broadcast},
-                             {"all_to_all", cs.all_to_all}}}};
+                             {"all_to_all", cs.all_to_all}}},
+                           {"traffic_bytes", traffic_json(r.traffic)}};
   if (t.engine.stage() == 3) line["live_parameters_peak"] = t.engine.peak_live_parameters();
   if (t.ds.wall_clock_breakdown) {
     for (const auto& [name, ms] : r.timers.totals()) line[name + "_ms"] = ms;  // forward, backward, optimizer_step
@@ -645,6 +659,13 @@ bool final_eval_due(const TrainArgs& args, const Batches& batches) {
   return batches.eval_windows && (args.do_eval || args.max_steps == 0) && !evaluated_at_last_step;
 }
 
+// The run's data-path bytes averaged over its steps.
+TrafficTotals traffic_per_step(const TrainerState& state) {
+  std::vector<double> v = state.run_traffic.values();
+  for (double& x : v) x /= double(state.traffic_steps);
+  return TrafficTotals::from_values(v.data());
+}
+
 // metrics.jsonl's end line: the results, the buffers, and each pool's peak over the last step and
 // over the whole run, max over ranks. Returns the whole run's peaks.
 std::vector<double> write_end_event(const Trainer& t, TrainerState& state, const Stopwatch& run_clock, bool trains) {
@@ -663,8 +684,13 @@ std::vector<double> write_end_event(const Trainer& t, TrainerState& state, const
                           {"buffer_bytes",
                            {{"buckets", uint64_t(buf[0])}, {"gather", uint64_t(buf[1])}, {"working", uint64_t(buf[2])},
                             {"offload", uint64_t(buf[3])}, {"optimizer", uint64_t(buf[4])}}},
-                          {"live_parameters_peak", t.engine.peak_live_parameters()}};
+                          {"live_parameters_peak", t.engine.peak_live_parameters()},
+                          {"nodes", node_json(t.data_comm.node_of_ranks())}};
   if (trains) end["loss"] = state.last_loss;
+  if (state.traffic_steps > 0) {
+    end["traffic_bytes_per_step"] = traffic_json(traffic_per_step(state));
+    end["traffic_bytes_last_step"] = traffic_json(state.last_traffic);
+  }
   t.metrics.write("end", std::move(end));
   return whole_run;
 }
@@ -680,6 +706,10 @@ void finish_run(const Trainer& t, TrainerState& state, const Stopwatch& run_cloc
   log_info("memory, peak per rank (max over ranks): device ", human_bytes(whole_run[0]), ", host ",
            human_bytes(whole_run[1]), ", pinned ", human_bytes(whole_run[2]), ", nvme ", human_bytes(whole_run[3]),
            " (zero_estimate predicts these before launching)");
+  if (state.traffic_steps > 0 && t.comm.size() > 1) {
+    log_info("communication in the last step, all ranks' data path (", node_words(t.data_comm.node_of_ranks()),
+             "): ", traffic_words(state.last_traffic), " (zero_estimate predicts these too)");
+  }
   t.monitors.close();
   t.metrics.close();
   log_info("metrics: ", t.args.output_dir, "/metrics.jsonl");

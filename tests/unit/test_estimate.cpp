@@ -10,6 +10,7 @@
 #include "config/sizes.h"
 #include "core/error.h"
 #include "model/model_layout.h"
+#include "zero/comm_estimate.h"
 #include "zero/memory_estimate.h"
 #include "zero/recommender.h"
 #include "zero/zero_plan.h"
@@ -419,6 +420,33 @@ TEST(ZeroPlanForInference, HoldsTheParametersAlone) {
   cfg.zero.stage = 1;  // stages 0-2: every parameter on every rank
   const ZeroPlan whole = ZeroPlan::inference(cfg, 1000, 2, 1);
   EXPECT_EQ(whole.params_count, whole.partition.padded_size);
+}
+
+// zero_estimate's closed forms for a step's traffic (zero/comm_estimate.h) against the sum over
+// ranks of each rank's ring (comm/traffic.h), for a payload whose blocks are equal: 8 ranks as 1,
+// 2 and 4 nodes, flat and hierarchical, each kind of collective.
+TEST(CommEstimate, ClosedFormsAreTheRingsSummed) {
+  const int p = 8;
+  const size_t block = 1000, elem = 2;
+  for (int nodes : {1, 2, 4}) {
+    for (bool hierarchical : {false, true}) {
+      for (Collective kind : {Collective::kAllReduce, Collective::kReduceScatter, Collective::kAllGather}) {
+        const std::vector<size_t> counts(p, block);
+        const CollectiveShape c{kind, kind == Collective::kAllReduce ? std::vector<size_t>{p * block} : counts, elem};
+        Traffic summed;
+        for (int r = 0; r < p; ++r) {
+          summed += hierarchical ? hier_traffic(c, r, p / nodes, nodes) : ring_traffic(c, r, block_nodes(p, p / nodes));
+        }
+        StepPayload payload;
+        payload.bytes[size_t(kind)] = double(p * block * elem);
+        const TrafficTotals t = step_traffic(payload, p, nodes, hierarchical);
+        const std::string what =
+            cat(collective_name(kind), " over ", nodes, " node(s)", hierarchical ? ", hierarchical" : "");
+        EXPECT_EQ(t.intra_node[size_t(kind)], double(summed.intra_node.sent)) << what;
+        EXPECT_EQ(t.inter_node[size_t(kind)], double(summed.inter_node.sent)) << what;
+      }
+    }
+  }
 }
 
 }  // namespace

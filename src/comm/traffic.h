@@ -1,0 +1,80 @@
+// The bytes a collective moves between ranks, within a node and across nodes: what each rank
+// sends and receives, as the algorithm its communicator runs moves them. A flat communicator
+// (MPI, NCCL, shared memory) is modelled as the ring NCCL and Open MPI run for large messages
+// (rank r sends to r + 1): a reduce-scatter or an all-gather of T bytes sends (p - 1) / p of T a
+// rank, an all-reduce twice that, a broadcast the whole buffer along the chain from the root, and
+// an all-to-all each block straight to its rank. So a ring edge from a node's last rank to the
+// next node's first carries that rank's share across nodes, and every other edge stays inside a
+// node. HierComm's two levels (a ring in each node, a ring over the nodes for each local index)
+// are two such rings (hier_traffic). Summed over ranks, sent equals received.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll };
+inline constexpr int kCollectives = 5;
+
+/// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all".
+const char* collective_name(Collective c);
+
+struct LinkBytes {
+  uint64_t sent = 0, received = 0;
+};
+
+/// One rank's bytes over the links inside its node and between nodes.
+struct Traffic {
+  LinkBytes intra_node, inter_node;
+  Traffic& operator+=(const Traffic& o);
+};
+
+/// A collective as a communicator is handed it: for reduce-scatter and all-gather one count of
+/// elements a rank; for all-reduce and broadcast the buffer's count; for all-to-all the count of
+/// each rank's block. `root`: broadcast's.
+struct CollectiveShape {
+  Collective kind;
+  std::vector<size_t> counts;
+  size_t elem = 1;  ///< bytes an element
+  int root = 0;
+};
+
+/// This rank's traffic in the ring over the ranks of a communicator whose rank q lies on node
+/// node_of[q] (any labels; a rank's neighbours are q - 1 and q + 1, cyclically).
+Traffic ring_traffic(const CollectiveShape& c, int rank, const std::vector<int>& node_of);
+
+/// The same in HierComm's scheme (comm/hier_comm.h): `nodes` nodes of `per_node` consecutive
+/// ranks; reduce-scatter, all-gather and all-reduce in the node (shared memory) and over the
+/// nodes (one rank of each), broadcast and all-to-all flat over all ranks.
+Traffic hier_traffic(const CollectiveShape& c, int rank, int per_node, int nodes);
+
+/// node_of for `size` ranks in nodes of `per_node` consecutive ranks.
+std::vector<int> block_nodes(int size, int per_node);
+
+/// What a data communicator has moved, per kind of collective, on this rank.
+using TrafficByKind = std::array<Traffic, kCollectives>;
+
+/// Bytes sent over the links within nodes and across nodes, by kind of collective: one rank's,
+/// or summed over ranks (what crossed each kind of link; summed over ranks, sent = received).
+struct TrafficTotals {
+  std::array<double, kCollectives> intra_node{}, inter_node{};
+  double intra() const;
+  double inter() const;
+  /// The 2 x kCollectives values, for a reduction over ranks, and back.
+  std::vector<double> values() const;
+  static TrafficTotals from_values(const double* v);
+  TrafficTotals& operator+=(const TrafficTotals& o);
+};
+
+/// This rank's sent bytes.
+TrafficTotals sent_bytes(const TrafficByKind& t);
+
+/// "1.2 GB within nodes, 340 MB across nodes (all_gather 226 MB, reduce_scatter 113 MB)": the
+/// kinds that crossed nodes, largest first.
+std::string traffic_words(const TrafficTotals& t);
+
+}  // namespace zt

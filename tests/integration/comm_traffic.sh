@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The data path's bytes within and across nodes (issue 34): zerotrain's measured traffic_bytes
+# (metrics.jsonl, each rank's collectives counted as its communicator moves them, summed over
+# ranks) equal zero_estimate's traffic_bytes_per_step for the same run, byte for byte: 4 ranks as
+# 2 nodes of 2 (ZT_SHM_COLLECTIVES=1 ZT_SHM_NODE_SIZE=2: shared memory in each node, MPI between),
+# stages 0-3, gradient accumulation 1 and 2, bf16; one node through MPI and through shared
+# memory; a stage 3 whose live-parameter limit makes the estimate a bound. The end event, the
+# trainer's last lines and zero_estimate's text say the same figures.
+source "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ESTIMATE="$ZT_BIN_DIR/tools/zero_estimate"
+DATA=$WORK/data
+"$PREPARE" "$ZT_SOURCE_DIR/share/data/tinyshakespeare.txt" --output_dir "$DATA" --val_fraction 0.1 2>/dev/null
+# Odd widths: the flat buffer is padded (stages 0-1 reduce the padding, 2-3 do not).
+MODEL=$WORK/model.json
+echo '{"model_type": "gpt2", "n_layer": 2, "n_embd": 72, "n_head": 4, "n_positions": 64, "vocab_size": 250}' >"$MODEL"
+sed 's/"stage3_max_live_parameters": 1e9/"stage3_max_live_parameters": 70000/' "$ZT_SOURCE_DIR/configs/zero3.json" \
+  >"$WORK/zero3_live.json"
+
+# case NAME NP CONFIG NODES SHM ARGS...: a 3-step run and its estimate; NODES simulated nodes
+# (ZT_SHM_NODE_SIZE = NP / NODES) when SHM is 1.
+case_run() {
+  local name=$1 np=$2 config=$3 nodes=$4 shm=$5
+  shift 5
+  local out=$WORK/$name env=(-x OMP_NUM_THREADS) est=()
+  if [[ $shm == 1 ]]; then
+    env+=(-x ZT_SHM_COLLECTIVES=1)
+    est+=(--shm_collectives)
+    [[ $nodes -gt 1 ]] && env+=(-x ZT_SHM_NODE_SIZE=$((np / nodes)))
+  fi
+  OMP_NUM_THREADS=1 timeout 300 mpirun -np "$np" --oversubscribe "${env[@]}" "$ZEROTRAIN" --deepspeed "$config" \
+    --config_name "$MODEL" --train_data "$DATA/train_*.bin" --output_dir "$out" --block_size 32 --max_steps 3 \
+    --per_device_train_batch_size 1 --save_strategy no --disable_tqdm "$@" >"$out.log" 2>&1 ||
+    { fail "$name: run failed: $(grep -m1 'error' "$out.log")"; return; }
+  "$ESTIMATE" --config_name "$MODEL" --deepspeed "$config" --num_gpus_per_node $((np / nodes)) --num_nodes "$nodes" \
+    --per_device_train_batch_size 1 --block_size 32 "${est[@]}" "$@" --json \
+    >"$out.estimate.json" 2>"$out.estimate.log" ||
+    { fail "$name: zero_estimate failed: $(tail -1 "$out.estimate.log")"; return; }
+  "$ESTIMATE" --config_name "$MODEL" --deepspeed "$config" --num_gpus_per_node $((np / nodes)) --num_nodes "$nodes" \
+    --per_device_train_batch_size 1 --block_size 32 "${est[@]}" "$@" >"$out.estimate.txt" 2>&1
+  /usr/bin/python3 - "$out" "$name" <<'PY' && pass "$name: measured as estimated" || fail "$name"
+import json, sys
+out, name = sys.argv[1], sys.argv[2]
+lines = [json.loads(l) for l in open(f"{out}/metrics.jsonl")]
+steps = [l for l in lines if l["event"] == "step"]
+end = [l for l in lines if l["event"] == "end"][0]
+est = json.load(open(f"{out}.estimate.json"))["traffic_bytes_per_step"]
+measured = steps[-1]["traffic_bytes"]  # steady state: step 1 also records stage 3's trace
+bound = "every use gathered" in est["caveat"]
+print(name, "measured", measured["intra_node"], measured["inter_node"], "estimated", est["intra_node"],
+      est["inter_node"], est["caveat"])
+for kind, m in measured["by_collective"].items():
+    e = est["by_collective"][kind]
+    for link in ("intra_node", "inter_node"):
+        if bound and kind == "all_gather":
+            assert m[link] <= e[link], (kind, link, m[link], e[link])
+        else:
+            assert m[link] == e[link], (kind, link, m[link], e[link])
+assert end["traffic_bytes_last_step"] == measured and "traffic_bytes_per_step" in end, end
+assert end["nodes"]["count"] == est["nodes"]["count"], end
+log = open(f"{out}.log").read()
+words = [l for l in log.splitlines() if "communication in the last step" in l]
+assert words and ("across nodes" in words[0]), words
+text = open(f"{out}.estimate.txt").read()
+assert "communication a step" in text, text[-400:]
+PY
+}
+
+case_run hier_s0 4 "$ZT_SOURCE_DIR/configs/zero0.json" 2 1
+case_run hier_s1 4 "$ZT_SOURCE_DIR/configs/zero1.json" 2 1
+case_run hier_s2_acc2 4 "$ZT_SOURCE_DIR/configs/zero2.json" 2 1 --gradient_accumulation_steps 2
+case_run hier_s3 4 "$ZT_SOURCE_DIR/configs/zero3.json" 2 1
+case_run hier_s3_acc2_bf16 4 "$ZT_SOURCE_DIR/configs/zero3.json" 2 1 --gradient_accumulation_steps 2 --bf16
+case_run mpi_one_node_s3 4 "$ZT_SOURCE_DIR/configs/zero3.json" 1 0 --gradient_accumulation_steps 2
+case_run shm_one_node_s2 2 "$ZT_SOURCE_DIR/configs/zero2.json" 1 1
+case_run hier_s3_live_limit 4 "$WORK/zero3_live.json" 2 1 --gradient_accumulation_steps 2
+
+# Two nodes of 2: HierComm sends (N - 1) = 1 payload across nodes, a flat ring's two edges out of
+# the nodes 2 x 3/4 of it (and fewer bytes inside): ZeRO-3's estimate both ways.
+"$ESTIMATE" --config_name "$MODEL" --stage 3 --num_gpus_per_node 2 --num_nodes 2 --block_size 32 --json \
+  >"$WORK/ring.json" 2>&1
+"$ESTIMATE" --config_name "$MODEL" --stage 3 --num_gpus_per_node 2 --num_nodes 2 --block_size 32 --json \
+  --shm_collectives >"$WORK/hier.json" 2>&1
+/usr/bin/python3 - "$WORK/ring.json" "$WORK/hier.json" <<'PY' && pass "hierarchical: 2/3 of a ring" || fail "hier"
+import json, sys
+ring, hier = (json.load(open(p))["traffic_bytes_per_step"] for p in sys.argv[1:3])
+print("across nodes: ring", ring["inter_node"], "hierarchical", hier["inter_node"])
+assert ring["collectives"] == "ring" and hier["collectives"].startswith("shared memory"), (ring, hier)
+assert hier["inter_node"] * 3 == ring["inter_node"] * 2, (ring["inter_node"], hier["inter_node"])
+PY
+finish
