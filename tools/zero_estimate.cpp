@@ -156,7 +156,8 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
 struct Args {
   int stage = -1, gpus_per_node = 1, num_nodes = 1;
   int64_t micro = 8, eval_batch = 8, block = 0, accumulation = 1;
-  bool micro_given = false, accumulation_given = false;  // --per_device_train_batch_size on the command line, for "auto"
+  // --per_device_train_batch_size, --gradient_accumulation_steps on the command line, for "auto"
+  bool micro_given = false, accumulation_given = false;
   double factor = 1.5;
   std::string params_text, largest_text, model_path, ds_path, gpu_text, cpu_text, nvme_text,
       nvme_path = "/local_nvme";
@@ -273,8 +274,9 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("max_length", po::value(&a.max_length),
      "with --generate: each sequence's KV cache in tokens (default: the model's positions)")
     ("shm_collectives", po::bool_switch(&a.shm_collectives),
-     "the run sets ZT_SHM_COLLECTIVES=1 (CPU): shared memory in each node and MPI between nodes, so 1/ranks per "
-     "node of each collective crosses nodes; without it the traffic is a ring's (MPI, NCCL)")
+     "the run sets ZT_SHM_COLLECTIVES=1 (the CPU, or CUDA staged through host memory): shared memory in each node "
+     "and MPI between nodes, which sends (nodes - 1) times a collective's buffer across them; without it, a ring's "
+     "traffic (MPI, NCCL)")
     ("json", po::bool_switch(&a.as_json), "print one JSON object instead of text");
   po::variables_map vm;
   if (!parse_tool_command_line(argc, argv, opts, vm)) return false;
@@ -479,7 +481,7 @@ void report_traffic(const Args& a, const ModelConfig& model, const DsConfig& con
   const size_t flat = make_model_layout(model)->flat_size();
   const ZeroPlan plan(config, flat, run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda);
   const StepPayload payload = step_payload(plan, config, flat);
-  const bool hierarchical = a.shm_collectives && !a.cuda();
+  const bool hierarchical = a.shm_collectives;
   const TrafficTotals t = step_traffic(payload, run.world_size, a.num_nodes, hierarchical);
   json::object j = traffic_json(t);
   j["nodes"] = {{"count", a.num_nodes}, {"ranks_per_node", a.gpus_per_node}};

@@ -1,12 +1,16 @@
 // The bytes a collective moves between ranks, within a node and across nodes: what each rank
-// sends and receives, as the algorithm its communicator runs moves them. A flat communicator
-// (MPI, NCCL, shared memory) is modelled as the ring NCCL and Open MPI run for large messages
-// (rank r sends to r + 1): a reduce-scatter or an all-gather of T bytes sends (p - 1) / p of T a
-// rank, an all-reduce twice that, a broadcast the whole buffer along the chain from the root, and
-// an all-to-all each block straight to its rank. So a ring edge from a node's last rank to the
-// next node's first carries that rank's share across nodes, and every other edge stays inside a
-// node. HierComm's two levels (a ring in each node, a ring over the nodes for each local index)
-// are two such rings (hier_traffic). Summed over ranks, sent equals received.
+// sends and receives. A model, the bandwidth-optimal one NCCL's rings follow (and nccl-tests'
+// and DeepSpeed's "bus bytes"): a flat communicator (MPI, NCCL, shared memory) as a ring over
+// its ranks (rank r sends to r + 1): a reduce-scatter or an all-gather of T bytes sends
+// (p - 1) / p of T a rank, an all-reduce twice that, a broadcast the whole buffer along the
+// chain from the root, an all-to-all each block straight to its rank. So a ring edge from a
+// node's last rank to the next node's first carries that rank's share across nodes, and every
+// other edge stays inside a node. HierComm's levels (a ring in each node, a ring over the nodes
+// for each local index) are two such rings (hier_traffic). Open MPI's non-blocking
+// reduce-scatter and all-gather (libnbc: a reduce to rank 0 then a scatter, a linear exchange)
+// move more than the ring does, and which links they use is its choice; the model counts what
+// the collective must move at best, the same way for every transport, so that a run's figures
+// and zero_estimate's compare. Summed over ranks, sent equals received.
 #pragma once
 
 #include <array>

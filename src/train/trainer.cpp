@@ -688,7 +688,7 @@ std::vector<double> write_end_event(const Trainer& t, TrainerState& state, const
                           {"nodes", node_json(t.data_comm.node_of_ranks())}};
   if (trains) end["loss"] = state.last_loss;
   if (state.traffic_steps > 0) {
-    end["traffic_bytes_per_step"] = traffic_json(traffic_per_step(state));
+    end["traffic_bytes_mean_per_step"] = traffic_json(traffic_per_step(state));
     end["traffic_bytes_last_step"] = traffic_json(state.last_traffic);
   }
   t.metrics.write("end", std::move(end));

@@ -14,20 +14,27 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, size_t fl
   const double padded = double(plan.partition.padded_size), flat = double(flat_size);
   const double reduce = double(dtype_size(plan.comm_dtype)), gather = double(plan.elem());
   const double micro_steps = double(config.gradient_accumulation_steps);
-  auto& b = out.bytes;
   const ZeroConfig& z = config.zero;
+  auto& b = out.bytes;
+  // The gradients: stage 0 keeps the whole sum; the others their partition, which
+  // reduce_scatter: false cuts out of an all-reduce (GradientReducer::policy).
+  const Collective reduction =
+      plan.stage >= 1 && z.reduce_scatter ? Collective::kReduceScatter : Collective::kAllReduce;
+  // Stages 1-2 share the updated partitions: an all-gather, or with allgather_partitions: false a
+  // broadcast from each rank (ZeroEngine::share_parameters).
+  const Collective share = z.allgather_partitions ? Collective::kAllGather : Collective::kBroadcast;
   switch (plan.stage) {
-    case 0: b[size_t(Collective::kAllReduce)] = padded * reduce; break;
+    case 0: b[size_t(reduction)] = padded * reduce; break;  // at the step
     case 1:
-      b[size_t(Collective::kReduceScatter)] = padded * reduce;
-      b[size_t(Collective::kAllGather)] = padded * gather;
+      b[size_t(reduction)] = padded * reduce;
+      b[size_t(share)] += padded * gather;
       break;
     case 2:
-      b[size_t(Collective::kReduceScatter)] = flat * reduce * micro_steps;
-      b[size_t(Collective::kAllGather)] = padded * gather;
+      b[size_t(reduction)] = flat * reduce * micro_steps;  // in each micro-step's backward
+      b[size_t(share)] += padded * gather;
       break;
     default: {
-      b[size_t(Collective::kReduceScatter)] = flat * reduce * micro_steps;
+      b[size_t(reduction)] = flat * reduce * micro_steps;
       // Units stay gathered through the step when all of them fit under the live limit and no
       // unit's next use (backward's, or the next micro-step's forward) is farther than the reuse
       // distance: at most the whole trace, forward and backward.
@@ -42,11 +49,14 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, size_t fl
   }
   using T = OptimizerConfig::Type;
   const T type = config.optimizer.type;
-  if (type == T::kMuon || type == T::kAdafactor || type == T::kOneBitAdam || type == T::kZeroOneAdam ||
-      type == T::kOneBitLamb) {
-    out.caveat += cat(out.caveat.empty() ? "" : "; ", "the optimizer's own collectives (",
-                      optimizer_name(type), ") are not counted");
+  const auto add = [&](const std::string& what) { out.caveat += cat(out.caveat.empty() ? "" : "; ", what); };
+  if (type == T::kMuon || type == T::kAdafactor) {
+    add(cat("the optimizer's own collectives (", optimizer_name(type), ") are not counted"));
+  } else if (type == T::kOneBitAdam || type == T::kZeroOneAdam || type == T::kOneBitLamb) {
+    add(cat("the warm-up's steps; past it ", optimizer_name(type),
+            " reduces compressed momenta instead of the gradients, which is not counted"));
   }
+  if (config.fp16.enabled) add("a step skipped for an fp16 overflow shares no parameters");
   return out;
 }
 
@@ -54,19 +64,23 @@ TrafficTotals step_traffic(const StepPayload& payload, int world, int nodes, boo
   TrafficTotals t;
   const double p = world, N = nodes, L = p / N;
   for (int k = 0; k < kCollectives; ++k) {
+    const Collective kind = Collective(k);
     const double bytes = payload.bytes[size_t(k)];
-    // Ring passes a byte makes: reduce-scatter and all-gather once, all-reduce twice.
-    const double passes = Collective(k) == Collective::kAllReduce ? 2 : 1;
-    double intra = 0, inter = 0;
-    if (hierarchical && nodes > 1) {
-      intra = passes * N * (L - 1) * bytes;  // a ring of L in each node
-      inter = passes * (N - 1) * bytes;      // a ring of N for each local index, over 1/L of it
-    } else {
-      const double total = passes * (p - 1) * bytes;  // every rank sends (p - 1) / p of it
-      inter = nodes > 1 ? N * total / p : 0;          // the N edges that leave a node
-      intra = total - inter;
+    // Bytes every rank hands over, sent in all: (p - 1) / p of a reduce-scatter's or all-gather's
+    // buffer a rank, twice that for an all-reduce, a broadcast's buffer by all but one rank, an
+    // all-to-all's blocks but a rank's own.
+    const double total = (kind == Collective::kAllReduce ? 2 : 1) * (p - 1) * bytes;
+    double inter = 0;
+    if (nodes > 1) {
+      if (kind == Collective::kAllToAll) {
+        inter = total * (p - L) / (p - 1);  // straight to each rank: p - L of the p - 1 live elsewhere
+      } else if (hierarchical && kind != Collective::kBroadcast) {
+        inter = total / (p - 1) * (N - 1);  // a ring of N for each local index, over 1/L of it
+      } else {
+        inter = total * N / p;  // the N ring edges (of p) that leave a node; a broadcast from each rank alike
+      }
     }
-    t.intra_node[size_t(k)] = intra;
+    t.intra_node[size_t(k)] = total - inter;
     t.inter_node[size_t(k)] = inter;
   }
   return t;

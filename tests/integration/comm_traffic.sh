@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The data path's bytes within and across nodes (issue 34): zerotrain's measured traffic_bytes
-# (metrics.jsonl, each rank's collectives counted as its communicator moves them, summed over
-# ranks) equal zero_estimate's traffic_bytes_per_step for the same run, byte for byte: 4 ranks as
+# (metrics.jsonl, each rank's collectives counted as the ring model of comm/traffic.h moves them, summed
+# over ranks) equal zero_estimate's traffic_bytes_per_step for the same run, byte for byte: 4 ranks as
 # 2 nodes of 2 (ZT_SHM_COLLECTIVES=1 ZT_SHM_NODE_SIZE=2: shared memory in each node, MPI between),
-# stages 0-3, gradient accumulation 1 and 2, bf16; one node through MPI and through shared
-# memory; a stage 3 whose live-parameter limit makes the estimate a bound. The end event, the
-# trainer's last lines and zero_estimate's text say the same figures.
+# stages 0-3, gradient accumulation 1 and 2, bf16, reduce_scatter and allgather_partitions false;
+# one node through MPI and through shared memory; a stage 3 whose live-parameter limit makes the
+# estimate a bound. The end event, the trainer's last lines and zero_estimate's text say the same
+# figures.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ESTIMATE="$ZT_BIN_DIR/tools/zero_estimate"
@@ -16,6 +17,11 @@ MODEL=$WORK/model.json
 echo '{"model_type": "gpt2", "n_layer": 2, "n_embd": 72, "n_head": 4, "n_positions": 64, "vocab_size": 250}' >"$MODEL"
 sed 's/"stage3_max_live_parameters": 1e9/"stage3_max_live_parameters": 70000/' "$ZT_SOURCE_DIR/configs/zero3.json" \
   >"$WORK/zero3_live.json"
+# DeepSpeed's reduce_scatter: false (gradients all-reduced) and allgather_partitions: false
+# (updated partitions broadcast from each rank).
+sed 's/"stage": 1,/"stage": 1, "reduce_scatter": false,/' "$ZT_SOURCE_DIR/configs/zero1.json" >"$WORK/zero1_ar.json"
+sed 's/"stage": 2,/"stage": 2, "allgather_partitions": false,/' "$ZT_SOURCE_DIR/configs/zero2.json" \
+  >"$WORK/zero2_bcast.json"
 
 # case NAME NP CONFIG NODES SHM ARGS...: a 3-step run and its estimate; NODES simulated nodes
 # (ZT_SHM_NODE_SIZE = NP / NODES) when SHM is 1.
@@ -56,7 +62,7 @@ for kind, m in measured["by_collective"].items():
             assert m[link] <= e[link], (kind, link, m[link], e[link])
         else:
             assert m[link] == e[link], (kind, link, m[link], e[link])
-assert end["traffic_bytes_last_step"] == measured and "traffic_bytes_per_step" in end, end
+assert end["traffic_bytes_last_step"] == measured and "traffic_bytes_mean_per_step" in end, end
 assert end["nodes"]["count"] == est["nodes"]["count"], end
 log = open(f"{out}.log").read()
 words = [l for l in log.splitlines() if "communication in the last step" in l]
@@ -68,6 +74,8 @@ PY
 
 case_run hier_s0 4 "$ZT_SOURCE_DIR/configs/zero0.json" 2 1
 case_run hier_s1 4 "$ZT_SOURCE_DIR/configs/zero1.json" 2 1
+case_run hier_s1_allreduce 4 "$WORK/zero1_ar.json" 2 1
+case_run hier_s2_broadcast 4 "$WORK/zero2_bcast.json" 2 1
 case_run hier_s2_acc2 4 "$ZT_SOURCE_DIR/configs/zero2.json" 2 1 --gradient_accumulation_steps 2
 case_run hier_s3 4 "$ZT_SOURCE_DIR/configs/zero3.json" 2 1
 case_run hier_s3_acc2_bf16 4 "$ZT_SOURCE_DIR/configs/zero3.json" 2 1 --gradient_accumulation_steps 2 --bf16

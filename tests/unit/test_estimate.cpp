@@ -424,26 +424,36 @@ TEST(ZeroPlanForInference, HoldsTheParametersAlone) {
 
 // zero_estimate's closed forms for a step's traffic (zero/comm_estimate.h) against the sum over
 // ranks of each rank's ring (comm/traffic.h), for a payload whose blocks are equal: 8 ranks as 1,
-// 2 and 4 nodes, flat and hierarchical, each kind of collective.
+// 2 and 4 nodes, flat and hierarchical, each kind of collective (a broadcast from every rank in
+// turn, as ZeRO's allgather_partitions: false shares the partitions).
 TEST(CommEstimate, ClosedFormsAreTheRingsSummed) {
   const int p = 8;
   const size_t block = 1000, elem = 2;
   for (int nodes : {1, 2, 4}) {
     for (bool hierarchical : {false, true}) {
-      for (Collective kind : {Collective::kAllReduce, Collective::kReduceScatter, Collective::kAllGather}) {
-        const std::vector<size_t> counts(p, block);
-        const CollectiveShape c{kind, kind == Collective::kAllReduce ? std::vector<size_t>{p * block} : counts, elem};
+      for (int k = 0; k < kCollectives; ++k) {
+        const Collective kind = Collective(k);
+        const auto traffic = [&](const CollectiveShape& c, int r) {
+          return hierarchical ? hier_traffic(c, r, p / nodes, nodes) : ring_traffic(c, r, block_nodes(p, p / nodes));
+        };
         Traffic summed;
         for (int r = 0; r < p; ++r) {
-          summed += hierarchical ? hier_traffic(c, r, p / nodes, nodes) : ring_traffic(c, r, block_nodes(p, p / nodes));
+          switch (kind) {
+            case Collective::kAllReduce: summed += traffic({kind, {p * block}, elem}, r); break;
+            case Collective::kBroadcast:
+              for (int root = 0; root < p; ++root) summed += traffic({kind, {block}, elem, root}, r);
+              break;
+            case Collective::kAllToAll: summed += traffic({kind, {block}, elem}, r); break;
+            default: summed += traffic({kind, std::vector<size_t>(p, block), elem}, r);
+          }
         }
-        StepPayload payload;
+        StepPayload payload;  // what each rank hands the communicator
         payload.bytes[size_t(kind)] = double(p * block * elem);
         const TrafficTotals t = step_traffic(payload, p, nodes, hierarchical);
         const std::string what =
             cat(collective_name(kind), " over ", nodes, " node(s)", hierarchical ? ", hierarchical" : "");
-        EXPECT_EQ(t.intra_node[size_t(kind)], double(summed.intra_node.sent)) << what;
-        EXPECT_EQ(t.inter_node[size_t(kind)], double(summed.inter_node.sent)) << what;
+        EXPECT_EQ(t.intra_node[size_t(k)], double(summed.intra_node.sent)) << what;
+        EXPECT_EQ(t.inter_node[size_t(k)], double(summed.inter_node.sent)) << what;
       }
     }
   }
