@@ -278,8 +278,8 @@ void invariant_gemm_nn(float* out, const float* x, const float* w, const float* 
   {
     const int threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int first = int(int64_t(strips) * t / threads), end = int(int64_t(strips) * (t + 1) / threads);
-    // Uninitialised: every float a kernel reads is copied first (a vector's zeroing of 257 KiB
-    // a call and thread cost about 2 % of a 16-row product).
+    // Uninitialised: every float a kernel reads is copied there first (a vector would zero its
+    // 257 KiB on every call and thread).
     const std::unique_ptr<float[]> copied(pack ? new float[size_t(kNnGroup) * kNnCopyStride] : nullptr);
     for (int k0 = 0; k0 < std::max(K, 1); k0 += kNnDepth) {
       const int k1 = std::min(K, k0 + kNnDepth);
