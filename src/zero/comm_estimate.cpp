@@ -53,8 +53,8 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, size_t fl
   if (type == T::kMuon || type == T::kAdafactor) {
     add(cat("the optimizer's own collectives (", optimizer_name(type), ") are not counted"));
   } else if (type == T::kOneBitAdam || type == T::kZeroOneAdam || type == T::kOneBitLamb) {
-    add(cat("the warm-up's steps; past it ", optimizer_name(type),
-            " reduces compressed momenta instead of the gradients, which is not counted"));
+    add(cat("figures for the warm-up: past it ", optimizer_name(type),
+            " reduces compressed momenta instead of the gradients (not counted)"));
   }
   if (config.fp16.enabled) add("a step skipped for an fp16 overflow shares no parameters");
   return out;
