@@ -483,15 +483,14 @@ void report_traffic(const Args& a, const ModelConfig& model, const DsConfig& con
   const StepPayload payload = step_payload(plan, config, flat);
   const bool hierarchical = a.shm_collectives;
   const TrafficTotals t = step_traffic(payload, run.world_size, a.num_nodes, hierarchical);
+  const std::vector<int> nodes = block_nodes(run.world_size, a.gpus_per_node);
   json::object j = traffic_json(t);
-  j["nodes"] = {{"count", a.num_nodes}, {"ranks_per_node", a.gpus_per_node}};
+  j["nodes"] = node_json(nodes);
   j["collectives"] = hierarchical ? "shared memory in each node, MPI between nodes" : "ring";
   j["caveat"] = payload.caveat;
   out["traffic_bytes_per_step"] = std::move(j);
   if (a.as_json) return;
-  const std::string nodes = a.num_nodes == 1 ? std::string("1 node")
-                                             : cat(a.num_nodes, " nodes of ", a.gpus_per_node, " rank(s)");
-  std::printf("\ncommunication a step, all ranks' data path (%s, %s): %s\n", nodes.c_str(),
+  std::printf("\ncommunication a step, all ranks' data path (%s, %s): %s\n", node_words(nodes).c_str(),
               hierarchical ? "shared memory in each node, MPI between nodes" : "ring collectives",
               run.world_size == 1 ? "none (one rank)" : traffic_words(t).c_str());
   if (!payload.caveat.empty()) std::printf("  (%s)\n", payload.caveat.c_str());

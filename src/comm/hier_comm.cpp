@@ -55,12 +55,6 @@ HierComm::~HierComm() {
 
 std::unique_ptr<HostComm> HierComm::duplicate() { return std::make_unique<HierComm>(parent_, per_node_, chunk_bytes_); }
 
-std::vector<size_t> HierComm::group_counts(const std::vector<size_t>& counts) const {
-  std::vector<size_t> group(static_cast<size_t>(per_node_));
-  for (int l = 0; l < per_node_; ++l) group[size_t(l)] = sum(across_counts(counts, l));
-  return group;
-}
-
 void HierComm::regroup(const std::vector<size_t>& counts, size_t elem, const unsigned char* from, unsigned char* to,
                        bool into_groups) const {
   const std::vector<size_t> offsets = block_offsets(counts);
@@ -77,30 +71,24 @@ void HierComm::regroup(const std::vector<size_t>& counts, size_t elem, const uns
   }
 }
 
-std::vector<size_t> HierComm::across_counts(const std::vector<size_t>& counts, int local) const {
-  std::vector<size_t> out(static_cast<size_t>(nodes_));
-  for (int n = 0; n < nodes_; ++n) out[size_t(n)] = counts[size_t(n * per_node_ + local)];
-  return out;
-}
-
 void HierComm::run_reduce_scatter(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
                                   DType dtype) {
   const size_t e = dtype_size(dtype);
-  const std::vector<size_t> group = group_counts(counts);
+  const std::vector<size_t> group = group_counts(counts, per_node_);
   grouped_.resize(sum(counts) * e);
   regroup(counts, e, send, grouped_.data(), /*into_groups=*/true);
   partial_.resize(group[size_t(local_)] * e);
   node_->reduce_scatter(grouped_.data(), partial_.data(), group, dtype)->wait();
-  across_->reduce_scatter(partial_.data(), recv, across_counts(counts, local_), dtype)->wait();
+  across_->reduce_scatter(partial_.data(), recv, across_counts(counts, per_node_, local_), dtype)->wait();
 }
 
 void HierComm::run_all_gather(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts,
                               DType dtype) {
   const size_t e = dtype_size(dtype);
-  const std::vector<size_t> group = group_counts(counts);
+  const std::vector<size_t> group = group_counts(counts, per_node_);
   // This local index's blocks from every node, then every local index's from this node.
   partial_.resize(group[size_t(local_)] * e);
-  across_->all_gather(send, partial_.data(), across_counts(counts, local_), dtype)->wait();
+  across_->all_gather(send, partial_.data(), across_counts(counts, per_node_, local_), dtype)->wait();
   grouped_.resize(sum(counts) * e);
   node_->all_gather(partial_.data(), grouped_.data(), group, dtype)->wait();
   regroup(counts, e, grouped_.data(), recv, /*into_groups=*/false);
@@ -108,8 +96,7 @@ void HierComm::run_all_gather(const unsigned char* send, unsigned char* recv, co
 
 void HierComm::run_all_reduce(unsigned char* buffer, size_t count, DType dtype) {
   const size_t e = dtype_size(dtype), l = size_t(per_node_);
-  std::vector<size_t> slices(l, count / l);
-  for (size_t i = 0; i < count % l; ++i) ++slices[i];
+  const std::vector<size_t> slices = even_blocks(count, l);
   partial_.resize(slices[size_t(local_)] * e);
   node_->reduce_scatter(buffer, partial_.data(), slices, dtype)->wait();
   across_->all_reduce(partial_.data(), slices[size_t(local_)], dtype)->wait();

@@ -67,14 +67,10 @@ class HierComm final : public HostComm {
                           DType dtype);
   void run_all_gather(const unsigned char* send, unsigned char* recv, const std::vector<size_t>& counts, DType dtype);
   void run_all_reduce(unsigned char* buffer, size_t count, DType dtype);
-  /// Elements of each local index's blocks together (those of ranks l, L + l, 2L + l, ...).
-  std::vector<size_t> group_counts(const std::vector<size_t>& counts) const;
   /// Copies `elem`-byte blocks of `counts` from rank order into local-index order (the blocks of
   /// ranks 0, L, 2L, ..., then of ranks 1, L + 1, ...), or back when `into_groups` is false.
   void regroup(const std::vector<size_t>& counts, size_t elem, const unsigned char* from, unsigned char* to,
                bool into_groups) const;
-  /// Element counts of the blocks of ranks local, L + local, 2L + local, ... (one per node).
-  std::vector<size_t> across_counts(const std::vector<size_t>& counts, int local) const;
 
   MPI_Comm parent_ = MPI_COMM_NULL;  // a duplicate, for duplicate()
   int rank_ = 0, size_ = 1, per_node_ = 1, nodes_ = 1, local_ = 0;

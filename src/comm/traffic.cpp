@@ -37,15 +37,26 @@ namespace {
 
 size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t(0)); }
 
-// `count` elements in `parts` near-equal blocks, the first count % parts one longer (NCCL's and
-// HierComm's split of an all-reduce).
+}  // namespace
+
 std::vector<size_t> even_blocks(size_t count, size_t parts) {
   std::vector<size_t> blocks(parts, count / parts);
   for (size_t i = 0; i < count % parts; ++i) ++blocks[i];
   return blocks;
 }
 
-}  // namespace
+std::vector<size_t> across_counts(const std::vector<size_t>& counts, int per_node, int local) {
+  const size_t nodes = counts.size() / size_t(per_node);
+  std::vector<size_t> out(nodes);
+  for (size_t n = 0; n < nodes; ++n) out[n] = counts[n * size_t(per_node) + size_t(local)];
+  return out;
+}
+
+std::vector<size_t> group_counts(const std::vector<size_t>& counts, int per_node) {
+  std::vector<size_t> group(static_cast<size_t>(per_node));
+  for (int l = 0; l < per_node; ++l) group[size_t(l)] = sum(across_counts(counts, per_node, l));
+  return group;
+}
 
 Traffic ring_traffic(const CollectiveShape& c, int rank, const std::vector<int>& node_of) {
   const size_t p = node_of.size(), r = size_t(rank);
@@ -102,20 +113,14 @@ Traffic ring_traffic(const CollectiveShape& c, int rank, const std::vector<int>&
 Traffic hier_traffic(const CollectiveShape& c, int rank, int per_node, int nodes) {
   const int local = rank % per_node, node = rank / per_node;
   const std::vector<int> one_node(static_cast<size_t>(per_node), 0), one_each = block_nodes(nodes, 1);
-  // The blocks of the ranks with local index l, one a node, in node order.
-  const auto across = [&](int l) {
-    std::vector<size_t> out(static_cast<size_t>(nodes));
-    for (int n = 0; n < nodes; ++n) out[size_t(n)] = c.counts.at(size_t(n * per_node + l));
-    return out;
-  };
   Traffic t;
   switch (c.kind) {
     case Collective::kReduceScatter:
     case Collective::kAllGather: {
-      std::vector<size_t> group(static_cast<size_t>(per_node));  // local index l's blocks together
-      for (int l = 0; l < per_node; ++l) group[size_t(l)] = sum(across(l));
-      t += ring_traffic({c.kind, group, c.elem}, local, one_node);
-      t += ring_traffic({c.kind, across(local), c.elem}, node, one_each);
+      ZT_CHECK(c.counts.size() == size_t(per_node) * size_t(nodes), "hier_traffic: ", c.counts.size(),
+               " counts for ", per_node * nodes, " ranks");
+      t += ring_traffic({c.kind, group_counts(c.counts, per_node), c.elem}, local, one_node);
+      t += ring_traffic({c.kind, across_counts(c.counts, per_node, local), c.elem}, node, one_each);
       return t;
     }
     case Collective::kAllReduce: {  // reduce-scatter in the node, all-reduce over nodes, all-gather

@@ -59,6 +59,16 @@ Traffic hier_traffic(const CollectiveShape& c, int rank, int per_node, int nodes
 /// node_of for `size` ranks in nodes of `per_node` consecutive ranks.
 std::vector<int> block_nodes(int size, int per_node);
 
+// HierComm's split of a collective (comm/hier_comm.h), which hier_traffic counts.
+/// `count` elements in `parts` near-equal blocks, the first count % parts one longer: an
+/// all-reduce's slices, one a local index (and the ring's blocks).
+std::vector<size_t> even_blocks(size_t count, size_t parts);
+/// Of one count a rank (nodes of `per_node` consecutive ranks), those of the ranks with local
+/// index `local`, one a node in node order: the across-node collective's counts.
+std::vector<size_t> across_counts(const std::vector<size_t>& counts, int per_node, int local);
+/// Each local index's blocks together (the ranks l, L + l, 2L + l, ...): the in-node counts.
+std::vector<size_t> group_counts(const std::vector<size_t>& counts, int per_node);
+
 /// What a data communicator has moved, per kind of collective, on this rank.
 using TrafficByKind = std::array<Traffic, kCollectives>;
 

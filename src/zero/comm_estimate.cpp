@@ -97,29 +97,32 @@ boost::json::object traffic_json(const TrafficTotals& t) {
 
 namespace {
 
-// Ranks on each node, by node label.
-std::map<int, int> node_sizes(const std::vector<int>& node_of_ranks) {
-  std::map<int, int> sizes;
+// How many nodes, and the fewest and most ranks on one.
+struct NodeCounts {
+  size_t nodes = 0;
+  int fewest = 0, most = 0;
+};
+
+NodeCounts count_nodes(const std::vector<int>& node_of_ranks) {
+  std::map<int, int> sizes;  // ranks on each node, by label
   for (int n : node_of_ranks) ++sizes[n];
-  return sizes;
+  NodeCounts c{sizes.size(), INT32_MAX, 0};
+  for (const auto& [node, n] : sizes) c.fewest = std::min(c.fewest, n), c.most = std::max(c.most, n);
+  return c;
 }
 
 }  // namespace
 
 boost::json::object node_json(const std::vector<int>& node_of_ranks) {
-  const std::map<int, int> sizes = node_sizes(node_of_ranks);
-  int lo = INT32_MAX, hi = 0;
-  for (const auto& [node, n] : sizes) lo = std::min(lo, n), hi = std::max(hi, n);
-  return {{"count", sizes.size()}, {"ranks_per_node", lo == hi ? hi : 0}};
+  const NodeCounts c = count_nodes(node_of_ranks);
+  return {{"count", c.nodes}, {"ranks_per_node", c.fewest == c.most ? c.most : 0}};
 }
 
 std::string node_words(const std::vector<int>& node_of_ranks) {
-  const std::map<int, int> sizes = node_sizes(node_of_ranks);
-  if (sizes.size() <= 1) return "1 node";
-  int lo = INT32_MAX, hi = 0;
-  for (const auto& [node, n] : sizes) lo = std::min(lo, n), hi = std::max(hi, n);
-  return cat(sizes.size(), " nodes of ", lo == hi ? std::to_string(lo) : cat(lo, "-", hi),
-             lo == 1 && hi == 1 ? " rank" : " ranks");
+  const NodeCounts c = count_nodes(node_of_ranks);
+  if (c.nodes <= 1) return "1 node";
+  return cat(c.nodes, " nodes of ", c.fewest == c.most ? std::to_string(c.most) : cat(c.fewest, "-", c.most),
+             c.most == 1 ? " rank" : " ranks");
 }
 
 }  // namespace zt
