@@ -68,6 +68,7 @@ json::object estimate_json(const MemoryEstimate& e) {
             {"offload", e.offload_buffers},
             {"optimizer", e.optimizer}}},
           {"activation_bytes", e.activations},
+          {"kernel_scratch_bytes", e.kernel_scratch},
           {"pool_bytes",
            {{"device", e.by_pool[int(Pool::kDevice)]},
             {"host", e.by_pool[int(Pool::kHost)]},
@@ -247,7 +248,8 @@ bool parse_args(int argc, char** argv, Args& a) {
     ("block_size", po::value(&a.block), "sequence length (default: the model's positions, at most 1024)")
     ("gradient_checkpointing", po::bool_switch(&a.checkpointing), "recompute each block in backward")
     ("activation_dtype", po::value(&a.activation_dtype),
-     "auto (default: bf16 in a bf16 run on cuda, else fp32), fp32 or bf16: what the activations are held in")
+     "auto (default: bf16 in a bf16 run on cuda or on a CPU like this one with AVX512-BF16 or AMX, else fp32), fp32 "
+     "or bf16: what the activations are held in")
     ("classifier_chunk_tokens", po::value(&a.classifier_chunk),
      "auto (default), 0 or N: the tokens the lm_head and the loss run over at a time (zerotrain's flag); the "
      "logits held are one chunk's")

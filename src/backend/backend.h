@@ -58,6 +58,10 @@ class Backend {
   /// CPU and emulated backends); a GPU reaches only pinned memory, and slowly, so the engine keeps
   /// what kernels write on the device there (ZeroPlan::grads_on_host).
   virtual bool kernels_reach_host_memory() const { return true; }
+  /// True when the device has instructions that multiply bf16 operands (a GPU's tensor cores; a
+  /// CPU's AVX512-BF16 or AMX, cpu_has_native_bf16_gemm): there a bf16 run's activations are bf16
+  /// by default.
+  virtual bool native_bf16_gemm() const { return false; }
 
   // ---- memory ----
   /// Allocates from a pool with byte accounting. Device memory is not host-addressable.
@@ -136,6 +140,13 @@ inline KernelOps<bf16>& Backend::kernels<bf16>() { return ops_bf16(); }
 
 /// The CPU backend (OpenBLAS + OpenMP + SIMD, AVX2 or AVX-512 chosen at run time).
 std::unique_ptr<Backend> make_cpu_backend();
+/// Whether this CPU has bf16 GEMM instructions (AVX512-BF16 or AMX, and ZT_CPU_ISA does not force
+/// AVX2): the CPU backend's native_bf16_gemm().
+bool cpu_has_native_bf16_gemm();
+/// Whether the CPU's bf16 kernels, asked for bf16 GEMMs (a training run), multiply the bf16
+/// operands as they lie (oneDNN, where that is faster than fp32 GEMMs on widened copies:
+/// backend/cpu/bf16_gemm.h), so that their GEMMs and attention widen nothing into scratch.
+bool cpu_bf16_gemm_in_place();
 
 /// The CPU's optimizer kernels (OpenMP + SIMD) on host memory, called directly by the host
 /// whatever the backend: the offloaded optimizer (ZeRO-Offload) steps with these.

@@ -46,7 +46,7 @@ AutoValues TrainArgs::auto_values(int world_size, int64_t hidden_size) const {
   return a;
 }
 
-DType resolve_activation_dtype(const std::string& choice, DType param_dtype, bool on_gpu) {
+DType resolve_activation_dtype(const std::string& choice, DType param_dtype, bool native_bf16_gemm) {
   if (choice == "fp32") return DType::kF32;
   if (choice == "bf16") {
     ZT_USAGE_CHECK(param_dtype != DType::kF16,
@@ -54,7 +54,7 @@ DType resolve_activation_dtype(const std::string& choice, DType param_dtype, boo
     return DType::kBF16;
   }
   ZT_USAGE_CHECK(choice == "auto", "--activation_dtype must be auto, fp32 or bf16, got '", choice, "'");
-  return param_dtype == DType::kBF16 && on_gpu ? DType::kBF16 : DType::kF32;
+  return param_dtype == DType::kBF16 && native_bf16_gemm ? DType::kBF16 : DType::kF32;
 }
 
 int parse_classifier_chunk(const std::string& text) {
@@ -128,8 +128,8 @@ std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv) {
     ("max_eval_samples", po::value(&a.max_eval_samples), "evaluate on the first N windows only")
     ("gradient_checkpointing", flag(checkpointing), "recompute each block's activations in backward")
     ("activation_dtype", po::value(&a.activation_dtype),
-     "auto (default: bf16 in a bf16 run on a GPU, else fp32), fp32, or bf16 (a bf16 model: activations and "
-     "GEMMs in bf16, fp32 statistics and gradients)")
+     "auto (default: bf16 in a bf16 run on a GPU or a CPU with AVX512-BF16 or AMX, else fp32), fp32, or bf16 (a "
+     "bf16 model: activations and GEMMs in bf16, fp32 statistics and gradients)")
     ("classifier_chunk_tokens", po::value(&a.classifier_chunk_tokens),
      "run the lm_head and the loss over at most N tokens at a time, each chunk's backward straight after it, so "
      "that only one chunk's logits are held (a 128K vocabulary's logits are 256 KB a token in bf16): auto "

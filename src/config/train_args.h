@@ -47,7 +47,8 @@ struct TrainArgs {
   bool eval_on_start = false;  ///< evaluate once before the first step
   int64_t max_eval_samples = 0;  ///< 0: every window of the eval data
   bool gradient_checkpointing = false;
-  /// What the model computes with: "auto" (bf16 in a bf16 run on a GPU, else fp32), "fp32", "bf16".
+  /// What the model computes with: "auto" (bf16 in a bf16 run on a GPU or a CPU with bf16 GEMM
+  /// instructions, else fp32), "fp32", "bf16".
   std::string activation_dtype = "auto";
   /// The lm_head and loss over at most this many tokens at a time: "auto", "0" (all) or a count.
   std::string classifier_chunk_tokens = "auto";
@@ -70,10 +71,12 @@ struct TrainArgs {
 std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv);
 
 /// What --activation_dtype resolves to ("auto", "fp32" or "bf16") for a run training in
-/// `param_dtype` on a GPU or not: auto is bf16 in a bf16 run on a GPU (a bf16 model, where the
-/// speed is) and fp32 elsewhere (on a CPU the bf16 path widens each op, and the fp32 path with
-/// bf16 GEMM inputs is the faster one). bf16 with fp16 training is a UsageError.
-DType resolve_activation_dtype(const std::string& choice, DType param_dtype, bool on_gpu);
+/// `param_dtype` on a device that multiplies bf16 operands natively or not (Backend::
+/// native_bf16_gemm): auto is bf16 in a bf16 run there (a GPU; a CPU with AVX512-BF16 or AMX,
+/// where oneDNN reads the bf16 activations and weights as they lie) and fp32 elsewhere (on an
+/// AVX2-only CPU the bf16 kernels widen each op to fp32, and the fp32 path is the faster one).
+/// bf16 with fp16 training is a UsageError.
+DType resolve_activation_dtype(const std::string& choice, DType param_dtype, bool native_bf16_gemm);
 
 /// --classifier_chunk_tokens as a number: -1 for "auto" (model_memory.h's kClassifierChunkAuto),
 /// else the count (0: the whole batch at once). Anything else is a UsageError naming the flag.

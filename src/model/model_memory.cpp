@@ -113,7 +113,7 @@ size_t activation_bytes(const ModelConfig& m, size_t batch, size_t seq_len, bool
 // The floats each op of the CPU's bf16 kernels (backend/cpu/bf16_kernels.cpp) widens at once,
 // from the same tile plans (bf16_tiles.h), for every op the models run; the arena is the largest.
 size_t cpu_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len, size_t logits_rows,
-                              size_t budget) {
+                              size_t budget, bool native_gemm) {
   using cpu::plan_gemm;
   const size_t B = batch, T = seq_len, BT = batch * seq_len, C = size_t(m.n_embd), V = size_t(m.vocab_size);
   const size_t R = logits_rows ? logits_rows : BT;  // the classifier's rows a call
@@ -125,15 +125,18 @@ size_t cpu_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len
   // gradient has `in` rows, where nn.Linear's [out, in] has `out`.
   std::vector<size_t> ops;
   auto gemm = [&](size_t in, size_t out, bool conv1d) {
+    if (native_gemm) return;
     ops.push_back(plan_gemm(BT, out, in, true, budget).floats(true));
     ops.push_back(plan_gemm(BT, in, out, true, budget).floats(true));
     ops.push_back(conv1d ? plan_gemm(in, out, BT, false, budget).floats(false)
                          : plan_gemm(out, in, BT, false, budget).floats(false));
   };
   // The classifier: the lm_head (nn.Linear's layout) over R rows, the softmax and its backward.
-  ops.push_back(plan_gemm(R, V, C, true, budget).floats(true));
-  ops.push_back(plan_gemm(R, C, V, true, budget).floats(true));
-  ops.push_back(plan_gemm(V, C, R, false, budget).floats(false));
+  if (!native_gemm) {
+    ops.push_back(plan_gemm(R, V, C, true, budget).floats(true));
+    ops.push_back(plan_gemm(R, C, V, true, budget).floats(true));
+    ops.push_back(plan_gemm(V, C, R, false, budget).floats(false));
+  }
   ops.push_back(tiles(R, V, 0));
   ops.push_back(elementwise(BT * C, 2));  // a residual add
   if (m.architecture() == Architecture::kLlama) {
@@ -142,14 +145,15 @@ size_t cpu_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len
     for (auto [in, out] : {std::pair{C, q}, {C, kv}, {q, C}, {C, I}, {I, C}}) gemm(in, out, false);
     ops.insert(ops.end(), {tiles(BT, 2 * C, C), tiles(BT, 3 * C, C),             // RMSNorm, its backward
                            tiles(B, T * q, 0), tiles(B, T * kv, 0),              // the rotary on q and k
-                           tiles(B, 2 * T * q + 2 * T * kv, 0),                  // attention
-                           tiles(B, 4 * T * q + 4 * T * kv, 0),                  // its backward
                            elementwise(BT * I, 3), elementwise(BT * I, 5)});     // SwiGLU, its backward
+    if (!native_gemm) {  // attention and its backward
+      ops.insert(ops.end(), {tiles(B, 2 * T * q + 2 * T * kv, 0), tiles(B, 4 * T * q + 4 * T * kv, 0)});
+    }
   } else {
     for (auto [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) gemm(in, out, true);
     ops.insert(ops.end(), {tiles(BT, 2 * C, 2 * C), tiles(BT, 3 * C, C),         // LayerNorm, its backward
-                           tiles(B, 4 * T * C, 0), tiles(B, 8 * T * C, 0),       // attention, its backward
                            elementwise(BT * 4 * C, 2), elementwise(BT * 4 * C, 3)});  // GELU, its backward
+    if (!native_gemm) ops.insert(ops.end(), {tiles(B, 4 * T * C, 0), tiles(B, 8 * T * C, 0)});  // attention
   }
   return *std::max_element(ops.begin(), ops.end()) * sizeof(float);
 }

@@ -82,9 +82,12 @@ size_t activation_bytes(const ModelConfig& config, size_t batch, size_t seq_len,
 /// The fp32 scratch the CPU's bf16 kernels hold (backend/cpu/bf16_kernels.cpp: each op widens
 /// its bf16 operands a tile at a time into one arena, which grows to the largest op's tile): the
 /// largest of a forward and backward of `batch` x `seq_len`, the classifier over `logits_rows`
-/// rows a call (0: all), for a scratch budget of `budget` floats (bf16_tiles.h).
+/// rows a call (0: all), for a scratch budget of `budget` floats (bf16_tiles.h). With
+/// `native_gemm` (a training run's bf16 GEMMs where they take the bf16 operands as they lie:
+/// cpu_bf16_gemm_in_place) the GEMMs and attention widen nothing: only the other ops count (the
+/// attention's per-thread blocks, bf16_attention.h, are not in the pools).
 size_t cpu_bf16_scratch_bytes(const ModelConfig& config, size_t batch, size_t seq_len, size_t logits_rows = 0,
-                              size_t budget = cpu::kBf16ScratchFloats);
+                              size_t budget = cpu::kBf16ScratchFloats, bool native_gemm = false);
 
 /// DeepSpeed's "largest layer": the most parameters held directly by one module of the HF model
 /// (the token embedding or the lm_head, or an MLP projection when the model is wide).

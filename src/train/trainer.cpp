@@ -187,7 +187,7 @@ EngineParts build_engine(const Setup& setup, const TrainArgs& args, const ModelL
   EngineParts parts;
   try {
     const DType activations =
-        resolve_activation_dtype(args.activation_dtype, setup.ds.param_dtype(), backend.name() == "cuda");
+        resolve_activation_dtype(args.activation_dtype, setup.ds.param_dtype(), backend.native_bf16_gemm());
     // As HF's --tf32, which raises where the hardware has no TF32.
     ZT_USAGE_CHECK(!args.tf32 || backend.ops().set_allow_tf32(true), "--tf32 needs a GPU with TF32 (Ampere or "
                    "newer); the ", backend.name(), " backend computes fp32 GEMMs in exact fp32");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend/backend.h"
 #include "backend/cuda/caching_allocator_rules.h"
 #include "backend/kernel_ops.h"
 #include "comm/data_comm.h"
@@ -129,7 +130,9 @@ std::string deepspeed_table(int stage, double total, double largest, int gpus_pe
 // arithmetic lives with the allocation it describes.
 MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config, const RunShape& run) {
   const std::unique_ptr<ModelLayout> layout = make_model_layout(model);
-  const DType activation_dtype = resolve_activation_dtype(run.activation_dtype, config.param_dtype(), run.cuda);
+  // A CPU run's answer is this CPU's: plan on the kind of machine that will train.
+  const bool native_bf16_gemm = run.cuda || cpu_has_native_bf16_gemm();
+  const DType activation_dtype = resolve_activation_dtype(run.activation_dtype, config.param_dtype(), native_bf16_gemm);
   const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda,
                       activation_dtype);
   const size_t max_collective = run.cuda ? kNcclMaxCollectiveElements : kMpiMaxCollectiveElements;
@@ -272,8 +275,11 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
     activations.push_back(std::max(sizeof(float) * probabilities, column_sums));
   } else if (activation_dtype == DType::kBF16) {
     // The CPU's bf16 kernels widen their operands into an fp32 arena a tile at a time
-    // (backend/cpu/bf16_kernels.cpp).
-    activations.push_back(cpu_bf16_scratch_bytes(model, batch, size_t(run.seq_len), logits_rows));
+    // (backend/cpu/bf16_kernels.cpp); the GEMMs and attention (the engine's bf16 matmul mode)
+    // only where this CPU's bf16 GEMMs do not take the operands as they lie.
+    est.kernel_scratch = cpu_bf16_scratch_bytes(model, batch, size_t(run.seq_len), logits_rows,
+                                                cpu::kBf16ScratchFloats, cpu_bf16_gemm_in_place());
+    activations.push_back(est.kernel_scratch);
   }
   for (size_t bytes : activations) est.activations += bytes;
   add(Pool::kDevice, est.activations);

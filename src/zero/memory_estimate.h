@@ -74,6 +74,9 @@ struct MemoryEstimate {
   size_t optimizer = 0;  ///< device: Muon's updates, exchange staging and Newton-Schulz workspace (the largest rank's)
   size_t offload_buffers = 0;                   ///< swap and staging buffers, in the optimizer's host pool
   size_t activations = 0;
+  /// Of `activations`: the CPU bf16 kernels' fp32 scratch (allocated at the first step, where the
+  /// start event's activation_bytes counts only the model's arrays).
+  size_t kernel_scratch = 0;
   /// The device pool's allocations one by one, in bytes (the size functions' lists), for the
   /// GPU view's rounding. They add up to device_total(), except that stage 3's gathered units
   /// are the largest that fit under gather's bound.

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""The PyTorch side of bench_llama_step.sh: HF transformers' LlamaForCausalLM built from the same
-config.json, one training step (forward with the loss, backward, gradient clipping, AdamW) in
-fp32 on the CPU with eager attention, timed as bench_train_step times ours (median of N steps
-after one warm-up step).
+"""The PyTorch side of bench_llama_step.sh (and of bench_bf16_step.sh with a Llama config): HF
+transformers' LlamaForCausalLM built from the same config.json, one training step (forward with
+the loss, backward, gradient clipping, AdamW) on the CPU with eager attention, in fp32 or (--bf16 1)
+under bf16 autocast (fp32 weights, matmuls in bf16), timed as bench_train_step times ours (median
+of N steps after one warm-up step).
 
-Usage: torch_llama_step.py CONFIG --threads N [--batch 4 --block 128 --steps 5 --profile 0]
+Usage: torch_llama_step.py CONFIG --threads N [--batch 4 --block 128 --steps 5 --profile 0 --bf16 0]
 transformers comes from tests/requirements.txt's pins: ZT_PYLIB names the folder they were
 installed in, which is appended to sys.path (after the interpreter's own torch and its deps).
 Prints 'RESULT torch_step_ms=... threads=N torch=VERSION'.
@@ -26,7 +27,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("config")
-    for name, default in (("threads", 1), ("batch", 4), ("block", 128), ("steps", 5), ("profile", 0)):
+    for name, default in (("threads", 1), ("batch", 4), ("block", 128), ("steps", 5), ("profile", 0), ("bf16", 0)):
         p.add_argument("--" + name, type=int, default=default)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -45,14 +46,16 @@ def main():
     tgt = torch.tensor([((i + 1) * 2654435761) % V for i in range(n)], dtype=torch.long).view(a.batch, a.block)
     params = sum(p.numel() for p in model.parameters())
     print(f"# torch {torch.__version__}, transformers LlamaForCausalLM ({config._attn_implementation} attention), "
-          f"{params} params, batch {a.batch}x{a.block}, fp32, {a.threads} threads", flush=True)
+          f"{params} params, batch {a.batch}x{a.block}, {'bf16 autocast' if a.bf16 else 'fp32'}, {a.threads} threads",
+          flush=True)
     times = []
     for step in range(a.steps + 1):
         t0 = time.perf_counter()
         # HF shifts labels inside the model; our targets are already the next tokens, so compute
         # the loss from the logits directly (same FLOPs: the full [B, T, V] logits and softmax).
-        logits = model(input_ids=idx).logits
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, V), tgt.view(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.bf16)):
+            logits = model(input_ids=idx).logits
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, V), tgt.view(-1))
         t_fwd = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -38,8 +38,16 @@ assert abs(first - math.log(256)) < 0.3, first
 assert last < 2.5, last
 PY
 
+# The bf16 run with fp32 activations (the default where the CPU has no bf16 instructions; the
+# bf16-activation run below is the other).
 for mode in bf16 fp16; do
-  if run "$WORK/$mode" --max_steps 60 --$mode 2>"$WORK/$mode.log"; then pass "$mode run exits 0"; else fail "$mode run: $(tail -3 "$WORK/$mode.log")"; fi
+  flags=(--$mode)
+  [[ $mode == bf16 ]] && flags+=(--activation_dtype fp32)
+  if run "$WORK/$mode" --max_steps 60 "${flags[@]}" 2>"$WORK/$mode.log"; then
+    pass "$mode run exits 0"
+  else
+    fail "$mode run: $(tail -3 "$WORK/$mode.log")"
+  fi
   /usr/bin/python3 - "$WORK/$mode/metrics.jsonl" "$mode" <<'PY' && pass "$mode trains" || fail "$mode metrics"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
@@ -55,8 +63,8 @@ if sys.argv[2] == "fp16":
 PY
 done
 
-# A bf16 model (bf16 activations; on the CPU only when asked) trains as the bf16 run with fp32
-# activations does, to within bf16's noise.
+# A bf16 model (bf16 activations: a bf16 run's default on a CPU with AVX512-BF16 or AMX) trains
+# as the bf16 run with fp32 activations does, to within bf16's noise.
 if run "$WORK/bf16act" --max_steps 60 --bf16 --activation_dtype bf16 2>"$WORK/bf16act.log"; then
   pass "bf16-activation run exits 0"
 else
@@ -76,6 +84,15 @@ print(f"bf16 activations: eval_loss {ea[0]:.3f} -> {ea[-1]:.3f} (fp32 activation
 assert ea[-1] < ea[0] - 1.5, ea
 assert abs(ea[-1] - er[-1]) < 0.1, (ea, er)
 PY
+
+# --activation_dtype auto (the default): bf16 in a bf16 run where the CPU has bf16 GEMM
+# instructions (avx512_bf16, the AVX-512 kernels on), fp32 elsewhere.
+want=fp32
+grep -qw avx512_bf16 /proc/cpuinfo && [[ ${ZT_CPU_ISA:-} != avx2 ]] && want=bf16
+run "$WORK/auto" --max_steps 1 --bf16 2>"$WORK/auto.log"
+got=$(/usr/bin/python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["activation_dtype"])' \
+  "$WORK/auto/metrics.jsonl" 2>&1)
+[[ $got == "$want" ]] && pass "auto activations are $want on this CPU" || fail "auto activations: $got, not $want"
 
 # Gradient checkpointing trains the same model to the same losses.
 run "$WORK/ckpt_on" --max_steps 5 --gradient_checkpointing 2>/dev/null

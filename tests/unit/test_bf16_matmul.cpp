@@ -5,14 +5,25 @@
 // output is ~100 ulp of headroom, while a wrong transpose, operand or rounding is off by 1e-3 or
 // more. On a CPU without bf16 instructions (or under ZT_CPU_ISA=avx2) the mode must stay fp32 and
 // give fp32's results exactly; the accuracy tests are then skipped with the reason (ctest reports
-// the test skipped: SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt).
+// the test skipped: SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt). ctest runs this with
+// ZT_BF16_GEMM=bf16, so that oneDNN's bf16 GEMMs are tested wherever the CPU has the instructions
+// (a run takes them only where they are faster than fp32's: bf16_gemm.h), and once more with
+// ZT_BF16_GEMM=fp32 (the mode test alone).
+//
+// Also here: Bf16Gemm's entries on bf16 operands as they lie (the CPU's bf16 kernels in a
+// training run) and the attention built on them (bf16_attention.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/bf16_attention.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "random_test_util.h"
@@ -108,8 +119,12 @@ TEST_F(Bf16Matmul, Fp32AgainIsExactlyFp32) {
 // Runs on every CPU: the mode is used exactly where the CPU has bf16 instructions and the AVX-512
 // kernels are on, and where it is not, a bf16 run's matmuls are fp32's, bit for bit.
 TEST(Bf16MatmulMode, UsedExactlyWhereTheCpuHasBf16AndOtherwiseFp32) {
+  const char* choice = std::getenv("ZT_BF16_GEMM");
+  ASSERT_TRUE(choice && (std::strcmp(choice, "bf16") == 0 || std::strcmp(choice, "fp32") == 0))
+      << "ctest sets ZT_BF16_GEMM to bf16 or fp32 for this test";
   auto backend = make_cpu_backend();
-  const bool fast = active_cpu_isa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+  const bool fast = active_cpu_isa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16") &&
+                    std::strcmp(choice, "bf16") == 0;
   const DType used = backend->ops().set_matmul_dtype(DType::kBF16);
   EXPECT_EQ(used, fast ? DType::kBF16 : DType::kF32);
   if (used == DType::kF32) {
@@ -119,6 +134,137 @@ TEST(Bf16MatmulMode, UsedExactlyWhereTheCpuHasBf16AndOtherwiseFp32) {
     backend->ops().linear_forward(got.data(), x.data(), w.data(), nullptr, rows, in, out);
     make_cpu_backend()->ops().linear_forward(want.data(), x.data(), w.data(), nullptr, rows, in, out);
     EXPECT_EQ(got, want);
+  }
+}
+
+// Bf16Gemm on bf16 operands as they lie: every transpose, a leading dimension wider than the
+// operand (a head's columns in a packed row), a bias row, accumulation (beta 1), bf16 and fp32 C.
+// bf16 C is rounded once: within 2^-8 of each value; fp32 C within 1e-5 of the largest, as above.
+TEST(Bf16Gemm, Bf16OperandsAsTheyLie) {
+  const std::unique_ptr<cpu::Bf16Gemm> gemm = cpu::Bf16Gemm::make_if_supported();
+  if (!gemm) GTEST_SKIP() << "this CPU has no bf16 GEMM instructions (AVX512-BF16 or AMX; or ZT_CPU_ISA=avx2)";
+  const int M = 37, N = 53, K = 70, pad = 9;  // operands stored with pad more columns than they use
+  auto round_all = [](std::vector<float> v) {
+    for (float& x : v) x = to_float(to_bf16(x));
+    return v;
+  };
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+      const int lda = a_cols + pad, ldb = b_cols + pad;
+      auto a = round_all(randn(size_t(a_rows) * lda, 41)), b = round_all(randn(size_t(b_rows) * ldb, 42));
+      auto c0 = round_all(randn(size_t(M) * N, 43)), bias = round_all(randn(size_t(N), 44));
+      std::vector<float> a_dense(size_t(a_rows) * a_cols), b_dense(size_t(b_rows) * b_cols);
+      for (int i = 0; i < a_rows; ++i) {
+        std::copy_n(a.begin() + long(i) * lda, a_cols, a_dense.begin() + long(i) * a_cols);
+      }
+      for (int i = 0; i < b_rows; ++i) {
+        std::copy_n(b.begin() + long(i) * ldb, b_cols, b_dense.begin() + long(i) * b_cols);
+      }
+      std::vector<bf16> a16(a.size()), b16(b.size()), bias16(bias.size());
+      convert(a.data(), a16.data(), a.size());
+      convert(b.data(), b16.data(), b.size());
+      convert(bias.data(), bias16.data(), bias.size());
+      const std::string what = std::string(ta ? "A^T" : "A") + (tb ? " B^T" : " B");
+      for (bool accumulate : {false, true}) {
+        const std::vector<double> want =
+            reference(ta, tb, M, N, K, a_dense, b_dense, accumulate ? c0 : std::vector<float>{});
+        std::vector<float> c32 = c0;
+        gemm->gemm(ta, tb, M, N, K, a16.data(), lda, b16.data(), ldb, accumulate ? 1.0f : 0.0f, c32.data(), N);
+        expect_close(c32, want, (what + (accumulate ? " + C, fp32 C" : ", fp32 C")).c_str());
+        std::vector<bf16> c16(c0.size());
+        convert(c0.data(), c16.data(), c0.size());
+        const bool with_bias = !accumulate;
+        gemm->gemm(ta, tb, M, N, K, a16.data(), lda, b16.data(), ldb, accumulate ? 1.0f : 0.0f, c16.data(), N,
+                   with_bias ? bias16.data() : nullptr);
+        double worst = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          const double w = want[i] + (with_bias ? bias[i % N] : 0.0);
+          worst = std::max(worst, std::fabs(double(to_float(c16[i])) - w) / std::max(std::fabs(w), 1e-3));
+        }
+        EXPECT_LE(worst, 1.0 / 256) << what << (with_bias ? " + bias" : " + C") << ", bf16 C: rounded more than once";
+      }
+    }
+  }
+}
+
+// The bf16 attention (bf16_attention.h) against the fp64 kernels on the bf16-rounded inputs: GPT-2's
+// packed qkv, grouped-query attention (4 query heads on 2 kv heads) and a KV cache (7 queries over
+// 19 keys). The probabilities and d(scores) are rounded to bf16 before their products, as a GPU's
+// flash attention rounds them, so the tolerance is bf16's (nmse 1e-4); a wrong scale, mask or
+// transpose is off by 1e-2 or more.
+TEST(Bf16Attention, MatchesTheFp64Kernels) {
+  const std::unique_ptr<cpu::Bf16Gemm> gemm = cpu::Bf16Gemm::make_if_supported();
+  if (!gemm) GTEST_SKIP() << "this CPU has no bf16 GEMM instructions (AVX512-BF16 or AMX; or ZT_CPU_ISA=avx2)";
+  auto f64 = cpu::make_kernels_f64();
+  constexpr double kTol = 1e-4;
+  auto rounded = [](size_t n, uint32_t seed) {  // bf16 values and their doubles
+    std::vector<bf16> h(n);
+    std::vector<double> d(n);
+    const std::vector<float> f = randn(n, seed);
+    for (size_t i = 0; i < n; ++i) {
+      h[i] = to_bf16(f[i]);
+      d[i] = to_float(h[i]);
+    }
+    return std::pair{h, d};
+  };
+  auto nmse = [](const std::vector<bf16>& got, const std::vector<double>& want) {
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      err += (double(to_float(got[i])) - want[i]) * (double(to_float(got[i])) - want[i]);
+      ref += want[i] * want[i];
+    }
+    return err / ref;
+  };
+  {  // GPT-2's packed qkv [B, T, 3C] and out [B, T, C]; T crosses the 64-query blocks
+    const int B = 2, T = 70, C = 64, NH = 4, hs = C / NH;
+    auto [qkv, qkvd] = rounded(size_t(B) * T * 3 * C, 51);
+    auto [d, dd] = rounded(size_t(B) * T * C, 52);
+    std::vector<double> o(size_t(B) * T * C), att(size_t(B) * NH * T * T), dq(qkvd.size());
+    f64->attention_forward(o.data(), att.data(), qkvd.data(), B, T, C, NH);
+    f64->attention_backward(dq.data(), dd.data(), o.data(), qkvd.data(), att.data(), B, T, C, NH);
+    std::vector<bf16> out(o.size()), dqkv(dq.size(), to_bf16(7.0f));  // dqkv overwritten
+    std::vector<float> lse(size_t(B) * NH * T);
+    const cpu::AttentionShape s{B, T, T, NH, NH, hs, 3 * size_t(C), 3 * size_t(C), size_t(C)};
+    cpu::bf16_attention_forward(*gemm, s, out.data(), lse.data(), qkv.data(), qkv.data() + C, qkv.data() + 2 * C);
+    EXPECT_LT(nmse(out, o), kTol) << "packed forward";
+    cpu::bf16_attention_backward(*gemm, s, dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, d.data(), out.data(),
+                                 qkv.data(), qkv.data() + C, qkv.data() + 2 * C, lse.data());
+    EXPECT_LT(nmse(dqkv, dq), kTol) << "packed backward";
+    for (int b = 0; b < B; ++b) {  // the logsumexp: exp(score - lse) is the fp64 probability
+      for (int t = 0; t < T; t += 9) {
+        const double* q = qkvd.data() + (size_t(b) * T + t) * 3 * C;
+        const double* k = qkvd.data() + size_t(b) * T * 3 * C + C;
+        double score = 0;
+        for (int i = 0; i < hs; ++i) score += q[i] * k[i];  // head 0, key 0
+        score /= std::sqrt(double(hs));
+        EXPECT_NEAR(std::exp(score - lse[size_t(b) * NH * T + t]), att[(size_t(b) * NH * T + t) * T], 1e-5);
+      }
+    }
+  }
+  for (const auto& [Tq, Tk] : {std::pair{69, 69}, std::pair{7, 19}}) {  // grouped-query, a cache
+    const int B = 2, NH = 4, NKV = 2, hs = 16;
+    const size_t nq = size_t(B) * Tq * NH * hs, nkv = size_t(B) * Tk * NKV * hs;
+    auto [q, qd] = rounded(nq, 53);
+    auto [k, kd] = rounded(nkv, 54);
+    auto [v, vd] = rounded(nkv, 55);
+    auto [d, dd] = rounded(nq, 56);
+    std::vector<double> o(nq), att(size_t(B) * NH * Tq * Tk), dq(nq), dk(nkv), dv(nkv);
+    f64->gqa_attention_forward(o.data(), att.data(), qd.data(), kd.data(), vd.data(), B, Tq, Tk, NH, NKV, hs);
+    std::vector<bf16> out(nq);
+    std::vector<float> lse(size_t(B) * NH * Tq);
+    const cpu::AttentionShape s{B, Tq, Tk, NH, NKV, hs, size_t(NH) * hs, size_t(NKV) * hs, size_t(NH) * hs};
+    cpu::bf16_attention_forward(*gemm, s, out.data(), lse.data(), q.data(), k.data(), v.data());
+    EXPECT_LT(nmse(out, o), kTol) << Tq << " queries, " << Tk << " keys";
+    if (Tq != Tk) continue;  // the backward is training's
+    f64->gqa_attention_backward(dq.data(), dk.data(), dv.data(), dd.data(), o.data(), qd.data(), kd.data(), vd.data(),
+                                att.data(), B, Tq, NH, NKV, hs);
+    std::vector<bf16> gq(nq, to_bf16(7.0f)), gk(nkv, to_bf16(7.0f)), gv(nkv, to_bf16(7.0f));
+    cpu::bf16_attention_backward(*gemm, s, gq.data(), gk.data(), gv.data(), d.data(), out.data(), q.data(), k.data(),
+                                 v.data(), lse.data());
+    EXPECT_LT(nmse(gq, dq), kTol) << "dq";
+    EXPECT_LT(nmse(gk, dk), kTol) << "dk";
+    EXPECT_LT(nmse(gv, dv), kTol) << "dv";
   }
 }
 

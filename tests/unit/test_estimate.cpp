@@ -145,6 +145,7 @@ LadderCase ladder_case() {
   c.run.world_size = c.run.ranks_per_node = 8;
   c.run.micro_batch = c.run.eval_batch = 1;
   c.run.seq_len = 128;
+  c.run.activation_dtype = "fp32";  // auto would be bf16 on a CPU with bf16 GEMMs: the same on every CPU
   c.hw.cpu_memory = 1ull << 40;
   return c;
 }

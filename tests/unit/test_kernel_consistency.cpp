@@ -2,7 +2,11 @@
 // mean squared error (as ggml's test-backend-ops compares backends).
 #include <gtest/gtest.h>
 
+#include <cblas.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -240,6 +244,22 @@ TEST(LseAttention, MatchesTheProbabilities) {
     EXPECT_LT(nmse(dqf, dq), kTol);
     EXPECT_LT(nmse(dkf, dk), kTol);
     EXPECT_LT(nmse(dvf, dv), kTol);
+  }
+}
+
+// Whatever OpenBLAS made of this CPU when it loaded, once the kernel tables exist it runs AVX2 kernels
+// or better (openblas_core.h: a CPU newer than the library gets its SSE3 "Prescott" kernels
+// otherwise, as Debian 12's 0.3.21 does on an Emerald Rapids Xeon), unless OPENBLAS_CORETYPE chose.
+TEST(OpenblasCore, RunsAvx2KernelsOrBetter) {
+  auto f32 = cpu::make_kernels_f32_avx2();
+  const std::string core = openblas_get_corename();
+  if (std::getenv("OPENBLAS_CORETYPE")) GTEST_SKIP() << "OPENBLAS_CORETYPE chose OpenBLAS's kernels: " << core;
+  const std::vector<std::string> avx2{"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+  EXPECT_NE(std::find(avx2.begin(), avx2.end(), core), avx2.end())
+      << "OpenBLAS runs its " << core << " kernels (" << openblas_get_config() << "); note: '"
+      << cpu::openblas_core_note() << "'";
+  if (!cpu::openblas_core_note().empty()) {  // it had to choose again: as the variable would have
+    EXPECT_EQ(core, active_cpu_isa() == CpuIsa::kAvx512 ? "SkylakeX" : "Haswell");
   }
 }
 

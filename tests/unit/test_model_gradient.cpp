@@ -286,6 +286,60 @@ TEST_P(ArchGradient, Bf16TilesMatchWholeOperands) {
   }
 }
 
+// Asked for bf16 GEMMs on a CPU with bf16 instructions, the bf16 kernels multiply the operands
+// as they lie (oneDNN) and run attention on them (bf16_attention.h): a forward and backward within
+// bf16's precision of the widened fp32 GEMMs' (the same products, summed in another order; the
+// attention's probabilities rounded to bf16), with and without checkpointing (bit for bit then),
+// and no widening scratch for GEMMs or attention: the arena is the estimate's with native_gemm
+// (at this size the largest op is an elementwise one either way).
+TEST_P(ArchGradient, Bf16GemmInPlaceTracksWidened) {
+  const std::unique_ptr<cpu::Bf16Gemm> gemm = cpu::Bf16Gemm::make_if_supported();
+  if (!gemm) GTEST_SKIP() << "this CPU has no bf16 GEMM instructions (AVX512-BF16 or AMX; or ZT_CPU_ISA=avx2)";
+  auto backend = make_cpu_backend();
+  const int B = 3, T = 70;  // the attention's query blocks of 64 and a part
+  ModelConfig cfg = GetParam();
+  cfg.n_positions = T;
+  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(cfg);
+  const ModelLayout& layout = *layout_ptr;
+  std::vector<float> init(layout.flat_size());
+  layout.init(9, init.data(), 0, layout.flat_size());
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    inputs[i] = (i * 7 + 3) % cfg.vocab_size;
+    targets[i] = i == 5 ? -1 : (i * 5 + 1) % cfg.vocab_size;
+  }
+  struct Run {
+    double loss;
+    std::vector<float> grads;
+    size_t scratch;
+  };
+  auto run = [&](cpu::Bf16Gemm* in_place, bool checkpointing) {
+    const auto ops = cpu::make_bf16_kernels(cpu::make_kernels_f32_avx512(), cpu::kBf16ScratchFloats, in_place);
+    EXPECT_EQ(ops->set_matmul_dtype(DType::kBF16), DType::kBF16);
+    FlatParams<bf16> p(layout);
+    for (size_t i = 0; i < init.size(); ++i) p.weights[i] = to_bf16(init[i]);
+    const auto m = make_causal_lm<bf16>(layout, *backend, *ops, B, T, checkpointing);
+    const size_t before = pool_counter(Pool::kDevice).in_use();
+    m->forward(p, inputs.data(), targets.data(), B, T);
+    m->backward(p, 1.0);
+    return Run{m->take_loss(), p.grads, pool_counter(Pool::kDevice).in_use() - before};
+  };
+  const Run widened = run(nullptr, false), in_place = run(gemm.get(), false), again = run(gemm.get(), true);
+  EXPECT_NEAR(in_place.loss, widened.loss, 2e-3 * widened.loss);
+  EXPECT_NE(in_place.loss, widened.loss) << "the in-place GEMMs were not used";
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < widened.grads.size(); ++i) {
+    err += double(in_place.grads[i] - widened.grads[i]) * double(in_place.grads[i] - widened.grads[i]);
+    ref += double(widened.grads[i]) * widened.grads[i];
+  }
+  ASSERT_GT(ref, 0);
+  EXPECT_LT(std::sqrt(err / ref), 3e-2);
+  EXPECT_EQ(again.loss, in_place.loss);
+  EXPECT_EQ(0, std::memcmp(again.grads.data(), in_place.grads.data(), again.grads.size() * sizeof(float)));
+  EXPECT_EQ(widened.scratch, cpu_bf16_scratch_bytes(cfg, B, T));
+  EXPECT_EQ(in_place.scratch, cpu_bf16_scratch_bytes(cfg, B, T, 0, cpu::kBf16ScratchFloats, true));
+}
+
 // --classifier_chunk_tokens: the lm_head and the loss over chunks of 5 of the batch's 12 tokens
 // (5, 5, 2), each chunk's backward run in the forward, against the whole batch at once, for fp32
 // and bf16 models: the same loss and gradients within rounding (each row's work is the same; the

@@ -2,13 +2,14 @@
 
 #include <dnnl.hpp>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "core/cpu_features.h"
-#include "core/dtype.h"
 #include "core/error.h"
 
 namespace zt::cpu {
@@ -17,6 +18,7 @@ namespace {
 
 using dnnl::memory;
 using Dims = memory::dims;
+using Type = memory::data_type;
 
 bool has_all(dnnl::cpu_isa isa, dnnl::cpu_isa want) {
   return (static_cast<unsigned>(isa) & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
@@ -28,39 +30,72 @@ const char* isa_name(dnnl::cpu_isa isa) {
   return "none";
 }
 
-// An operand of `rows` x `cols` as stored row-major, or its transpose.
-memory::desc operand(int rows, int cols, bool transposed, memory::data_type type) {
+// An operand that is `rows` x `cols` as the product reads it, stored row-major with leading
+// dimension ld: as it is, or transposed (stored [cols, rows]).
+memory::desc operand(int rows, int cols, bool transposed, int ld, Type type) {
   const Dims dims{rows, cols};
-  return transposed ? memory::desc(dims, type, Dims{1, rows}) : memory::desc(dims, type, Dims{cols, 1});
+  return transposed ? memory::desc(dims, type, Dims{1, ld}) : memory::desc(dims, type, Dims{ld, 1});
 }
 
 }  // namespace
 
-struct Bf16Gemm::Impl {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  // The primitives by shape: a training step repeats a handful of shapes.
-  using Key = std::tuple<bool, bool, int, int, int, bool>;
-  std::map<Key, dnnl::matmul> primitives;
-  std::vector<bf16> a16, b16;  // scratch, grown to the largest operands
-  std::mutex mutex;            // one GEMM at a time (the compute stream is serial anyway)
+// One product's shape, layout and types: the primitive's key (a training step repeats a handful).
+struct GemmShape {
+  bool ta, tb;
+  int M, N, K, lda, ldb, ldc;
+  Type c_type;
+  bool bias, accumulate;
+  auto key() const { return std::make_tuple(ta, tb, M, N, K, lda, ldb, ldc, c_type, bias, accumulate); }
+  bool operator<(const GemmShape& o) const { return key() < o.key(); }
+  memory::desc a() const { return operand(M, K, ta, lda, Type::bf16); }
+  memory::desc b() const { return operand(K, N, tb, ldb, Type::bf16); }
+  memory::desc c() const { return memory::desc(Dims{M, N}, c_type, Dims{ldc, 1}); }
+  memory::desc bias_row() const { return memory::desc(Dims{1, N}, Type::bf16, Dims{N, 1}); }
+};
 
-  dnnl::matmul& primitive(bool ta, bool tb, int M, int N, int K, bool accumulate) {
-    const Key key{ta, tb, M, N, K, accumulate};
-    auto it = primitives.find(key);
+// Each calling thread runs its products on its own stream with its own scratchpad (oneDNN's
+// library scratchpad is shared between primitives unless the library is built for concurrent
+// execution, which Debian's is not), so that threads of an OpenMP loop may multiply at once, each
+// product then on its thread alone (oneDNN runs serially inside a parallel region).
+struct Bf16Gemm::Impl {
+  struct Primitive {
+    dnnl::matmul matmul;
+    memory::desc scratchpad;
+  };
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  std::map<GemmShape, Primitive> primitives;
+  std::mutex mutex;  // guards `primitives`
+
+  const Primitive& primitive(const GemmShape& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = primitives.find(s);
     if (it != primitives.end()) return it->second;
-    const auto a = operand(M, K, ta, memory::data_type::bf16);  // op(A) is M x K
-    const auto b = operand(K, N, tb, memory::data_type::bf16);  // op(B) is K x N
-    const memory::desc c(Dims{M, N}, memory::data_type::f32, Dims{N, 1});
     dnnl::primitive_attr attr;
-    if (accumulate) {
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (s.accumulate) {
       dnnl::post_ops ops;
-      ops.append_sum(1.0f);  // C = A B + C
+      ops.append_sum(1.0f);  // C = A B + C, C read in its own type and rounded once
       attr.set_post_ops(ops);
     }
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
-    return primitives.emplace(key, dnnl::matmul(pd)).first->second;
+    const auto desc = s.bias ? dnnl::matmul::desc(s.a(), s.b(), s.bias_row(), s.c())
+                             : dnnl::matmul::desc(s.a(), s.b(), s.c());
+    const dnnl::matmul::primitive_desc pd(desc, attr, engine);
+    return primitives.emplace(s, Primitive{dnnl::matmul(pd), pd.scratchpad_desc()}).first->second;
+  }
+
+  // Runs the product on operands as they lie, on the calling thread's stream and scratchpad.
+  void run(const GemmShape& s, const bf16* A, const bf16* B, void* C, const bf16* bias) {
+    thread_local std::vector<uint8_t> scratchpad;  // grown to the thread's largest
+    const Primitive& p = primitive(s);
+    if (scratchpad.size() < p.scratchpad.get_size()) scratchpad.resize(p.scratchpad.get_size());
+    dnnl::stream stream(engine);
+    memory am(s.a(), engine, const_cast<bf16*>(A)), bm(s.b(), engine, const_cast<bf16*>(B)), cm(s.c(), engine, C);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratchpad, engine, scratchpad.data()));
+    if (bias) args.emplace(DNNL_ARG_BIAS, memory(s.bias_row(), engine, const_cast<bf16*>(bias)));
+    p.matmul.execute(stream, args);
+    stream.wait();
   }
 };
 
@@ -72,10 +107,41 @@ Bf16Gemm* shared_bf16_gemm() {
   return gemm.get();
 }
 
+bool cpu_has_bf16_gemm_instructions() {
+  return active_cpu_isa() == CpuIsa::kAvx512 &&  // not ZT_CPU_ISA=avx2, not an AVX2-only CPU
+         has_all(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core_bf16);
+}
+
 std::unique_ptr<Bf16Gemm> Bf16Gemm::make_if_fast() {
-  if (active_cpu_isa() != CpuIsa::kAvx512) return nullptr;  // ZT_CPU_ISA=avx2, or no AVX-512
-  if (!has_all(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core_bf16)) return nullptr;
+  const char* env = std::getenv("ZT_BF16_GEMM");
+  const std::string choice = env && *env ? env : "auto";
+  ZT_USAGE_CHECK(choice == "auto" || choice == "bf16" || choice == "fp32",
+                 "ZT_BF16_GEMM must be auto, bf16 or fp32, got '", choice, "'");
+  if (choice == "fp32" || !cpu_has_bf16_gemm_instructions()) return nullptr;
+  // AVX512-BF16 alone multiplies no faster than AVX-512's fp32 FMAs on an Intel core (one
+  // VDPBF16PS a cycle against two FMAs), and oneDNN 2.6's bf16 kernels reach 168 GFLOP/s where
+  // OpenBLAS's fp32 reach 290-320 (2 Emerald Rapids cores, every GPT-2 shape): there fp32 GEMMs on
+  // widened operands win. AMX's tiles multiply many times faster, and AMD's Zen 4/5 run bf16 dot
+  // products at twice their fp32 FMA rate.
+  __builtin_cpu_init();
+  const bool faster = has_all(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core_amx) ||
+                      __builtin_cpu_is("amd");
+  if (choice == "auto" && !faster) return nullptr;
+  return make_if_supported();
+}
+
+std::unique_ptr<Bf16Gemm> Bf16Gemm::make_if_supported() {
+  if (!cpu_has_bf16_gemm_instructions()) return nullptr;
   return std::unique_ptr<Bf16Gemm>(new Bf16Gemm());
+}
+
+std::string bf16_gemm_description() {
+  if (const Bf16Gemm* gemm = shared_bf16_gemm()) return "bf16 GEMMs: " + gemm->describe();
+  if (!cpu_has_bf16_gemm_instructions()) return "bf16 GEMMs: fp32 on widened operands (no bf16 instructions)";
+  const char* env = std::getenv("ZT_BF16_GEMM");
+  return env && std::string(env) == "fp32"
+             ? "bf16 GEMMs: fp32 on widened operands (ZT_BF16_GEMM=fp32)"
+             : "bf16 GEMMs: fp32 on widened operands (faster than AVX512-BF16 without AMX on this CPU)";
 }
 
 std::string Bf16Gemm::describe() const {
@@ -87,21 +153,30 @@ void Bf16Gemm::gemm(bool trans_a, bool trans_b, int M, int N, int K, const float
                     float* C) {
   ZT_CHECK(beta == 0.0f || beta == 1.0f, "bf16 GEMM: beta ", beta, " (0 or 1 only)");
   if (M == 0 || N == 0) return;
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  thread_local std::vector<bf16> a16, b16;  // the rounded operands, grown to the thread's largest
   const size_t na = size_t(M) * K, nb = size_t(K) * N;
-  if (impl_->a16.size() < na) impl_->a16.resize(na);
-  if (impl_->b16.size() < nb) impl_->b16.resize(nb);
+  if (a16.size() < na) a16.resize(na);
+  if (b16.size() < nb) b16.resize(nb);
   // Rounded as stored (a transposed operand stays transposed; the descriptor says so), each
   // conversion on every thread.
-  convert(A, impl_->a16.data(), na);
-  convert(B, impl_->b16.data(), nb);
-  dnnl::matmul& mm = impl_->primitive(trans_a, trans_b, M, N, K, beta != 0.0f);
-  const auto a = operand(M, K, trans_a, memory::data_type::bf16);
-  const auto b = operand(K, N, trans_b, memory::data_type::bf16);
-  const memory::desc c(Dims{M, N}, memory::data_type::f32, Dims{N, 1});
-  memory am(a, impl_->engine, impl_->a16.data()), bm(b, impl_->engine, impl_->b16.data()), cm(c, impl_->engine, C);
-  mm.execute(impl_->stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-  impl_->stream.wait();
+  convert(A, a16.data(), na);
+  convert(B, b16.data(), nb);
+  const GemmShape s{trans_a, trans_b, M, N, K, trans_a ? M : K, trans_b ? K : N, N, Type::f32, false, beta != 0};
+  impl_->run(s, a16.data(), b16.data(), C, nullptr);
+}
+
+void Bf16Gemm::gemm(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb,
+                    float beta, bf16* C, int ldc, const bf16* bias) {
+  ZT_CHECK(beta == 0.0f || beta == 1.0f, "bf16 GEMM: beta ", beta, " (0 or 1 only)");
+  if (M == 0 || N == 0 || (K == 0 && beta != 0 && !bias)) return;  // nothing to add
+  impl_->run({trans_a, trans_b, M, N, K, lda, ldb, ldc, Type::bf16, bias != nullptr, beta != 0}, A, B, C, bias);
+}
+
+void Bf16Gemm::gemm(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb,
+                    float beta, float* C, int ldc) {
+  ZT_CHECK(beta == 0.0f || beta == 1.0f, "bf16 GEMM: beta ", beta, " (0 or 1 only)");
+  if (M == 0 || N == 0 || (K == 0 && beta != 0)) return;
+  impl_->run({trans_a, trans_b, M, N, K, lda, ldb, ldc, Type::f32, false, beta != 0}, A, B, C, nullptr);
 }
 
 }  // namespace zt::cpu

@@ -1,23 +1,38 @@
-// GEMMs with bf16 inputs and fp32 accumulation through oneDNN (its AMX or AVX512-BF16 kernels),
-// for the CPU kernels' bf16 matmul mode: DeepSpeed's bf16 runs its matmuls in bf16, and on a CPU
-// with bf16 instructions that is where the speed of bf16 training comes from. The fp32 operands
-// are rounded to bf16 (nearest even) into scratch first; the product and C stay fp32.
+// GEMMs with bf16 inputs and fp32 accumulation through oneDNN (its AMX or AVX512-BF16 kernels).
+// DeepSpeed's bf16 runs its matmuls in bf16, and on a CPU with bf16 instructions that is where
+// the speed of bf16 training comes from. Two entries: bf16 operands as they lie (the bf16
+// kernels' activations and weights: nothing converted), and fp32 operands rounded to bf16 (nearest
+// even) into scratch first (the fp32 kernels' bf16 matmul mode, a bf16 run with fp32 activations).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace zt::cpu {
 
 class Bf16Gemm {
  public:
-  /// The oneDNN GEMM when this CPU has bf16 instructions (and ZT_CPU_ISA does not force AVX2),
-  /// else null: there bf16 inputs would only add conversions, so GEMMs stay fp32.
+  /// The oneDNN GEMM where it multiplies faster than fp32 GEMMs: a CPU with bf16 instructions
+  /// (cpu_has_bf16_gemm_instructions) and AMX, or an AMD CPU with AVX512-BF16; else null, and bf16
+  /// operands are widened to fp32 for OpenBLAS. ZT_BF16_GEMM=bf16 takes oneDNN wherever the CPU
+  /// has the instructions, ZT_BF16_GEMM=fp32 never (auto: the rule above).
   static std::unique_ptr<Bf16Gemm> make_if_fast();
+  /// The oneDNN GEMM wherever the CPU has the instructions, faster or not (tests), else null.
+  static std::unique_ptr<Bf16Gemm> make_if_supported();
   ~Bf16Gemm();
   /// C[M,N] = op(A) @ op(B) + beta C, row-major as gemm.h, with A and B rounded to bf16.
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, const float* B, float beta, float* C);
+  /// C[M,N] = op(A) @ op(B) (+ bias, a row of N added to each row) (+ C where beta is 1), A and B
+  /// bf16 as stored, row-major with leading dimensions lda and ldb (op(A) is A's transpose where
+  /// trans_a: A stored [K, M]), summed in fp32 and C rounded to bf16 once.
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb,
+            float beta, bf16* C, int ldc, const bf16* bias = nullptr);
+  /// The same into fp32 C (a parameter gradient, an attention score).
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb,
+            float beta, float* C, int ldc);
   /// "oneDNN 2.6 bf16 (avx512_core_amx)": for logs.
   std::string describe() const;
 
@@ -29,5 +44,13 @@ class Bf16Gemm {
 
 /// The process's Bf16Gemm (make_if_fast, made once), or null.
 Bf16Gemm* shared_bf16_gemm();
+
+/// Whether oneDNN can multiply bf16 operands on this CPU (AVX512-BF16 or AMX; not where
+/// ZT_CPU_ISA=avx2), whichever make_if_fast chooses.
+bool cpu_has_bf16_gemm_instructions();
+
+/// How a bf16 run's GEMMs multiply here, for logs: "bf16 GEMMs: oneDNN 2.6 bf16
+/// (avx512_core_amx)" or "bf16 GEMMs: fp32 on widened operands (...why)".
+std::string bf16_gemm_description();
 
 }  // namespace zt::cpu

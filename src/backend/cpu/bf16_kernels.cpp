@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "backend/cpu/bf16_attention.h"
 #include "backend/cpu/bf16_tiles.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/lse_attention.h"
@@ -42,16 +43,17 @@ class Bf16Kernels final : public KernelOps<bf16> {
   using T = bf16;
 
  public:
-  Bf16Kernels(std::unique_ptr<KernelOps<float>> f32, size_t budget)
-      : own_(std::move(f32)), f_(*own_), budget_(budget) {}
+  Bf16Kernels(std::unique_ptr<KernelOps<float>> f32, size_t budget, Bf16Gemm* in_place)
+      : own_(std::move(f32)), f_(*own_), budget_(budget), in_place_(in_place) {}
   ~Bf16Kernels() override { pool_counter(Pool::kDevice).sub(arena_floats_ * sizeof(float)); }
   Bf16Kernels(const Bf16Kernels&) = delete;
   Bf16Kernels& operator=(const Bf16Kernels&) = delete;
 
   // GEMM inputs are bf16 values whatever is asked. Asked for bf16, the GEMMs run through oneDNN's
-  // bf16 matmul where the CPU has bf16 instructions: on bf16 values that changes only the speed.
+  // bf16 matmul on the bf16 operands as they lie where the CPU has bf16 instructions (no tiles, no
+  // scratch); elsewhere, and when not asked, tiles widened to fp32 through OpenBLAS.
   DType set_matmul_dtype(DType dtype) override {
-    bf16_gemm_ = dtype == DType::kBF16 ? shared_bf16_gemm() : nullptr;
+    bf16_gemm_ = dtype == DType::kBF16 ? in_place_ : nullptr;
     return DType::kBF16;
   }
 
@@ -144,6 +146,9 @@ class Bf16Kernels final : public KernelOps<bf16> {
   void attention_forward(T* out, S* att, const T* qkv, int B, int T_, int C, int NH) override {
     const size_t seq = size_t(T_) * size_t(C);
     const AttentionShape shape = packed_shape(T_, C, NH);
+    if (bf16_gemm_) {
+      return bf16_attention_forward(*bf16_gemm_, with_batch(shape, B), out, att, qkv, qkv + C, qkv + 2 * C);
+    }
     Tiles tiles(*this, size_t(B), 4 * seq, 0);
     float *q = tiles.take(3 * seq), *o = tiles.take(seq);
     for (auto [b0, n] : tiles) {
@@ -156,6 +161,10 @@ class Bf16Kernels final : public KernelOps<bf16> {
                           int NH) override {
     const size_t seq = size_t(T_) * size_t(C);
     const AttentionShape shape = packed_shape(T_, C, NH);
+    if (bf16_gemm_) {
+      return bf16_attention_backward(*bf16_gemm_, with_batch(shape, B), dqkv, dqkv + C, dqkv + 2 * C, dout, out, qkv,
+                                     qkv + C, qkv + 2 * C, att);
+    }
     Tiles tiles(*this, size_t(B), 8 * seq, 0);
     float *d = tiles.take(3 * seq), *g = tiles.take(seq), *o = tiles.take(seq), *q = tiles.take(3 * seq);
     for (auto [b0, n] : tiles) {
@@ -257,6 +266,7 @@ class Bf16Kernels final : public KernelOps<bf16> {
                              int NKV, int hs) override {
     const size_t nq = size_t(Tq) * NH * hs, nkv = size_t(Tk) * NKV * hs;
     const AttentionShape shape{0, Tq, Tk, NH, NKV, hs, size_t(NH) * hs, size_t(NKV) * hs, size_t(NH) * hs};
+    if (bf16_gemm_) return bf16_attention_forward(*bf16_gemm_, with_batch(shape, B), out, att, q, k, v);
     Tiles tiles(*this, size_t(B), 2 * nq + 2 * nkv, 0);
     float *o = tiles.take(nq), *qf = tiles.take(nq), *kf = tiles.take(nkv), *vf = tiles.take(nkv);
     for (auto [b0, n] : tiles) {
@@ -271,6 +281,9 @@ class Bf16Kernels final : public KernelOps<bf16> {
                               const S* att, int B, int T_, int NH, int NKV, int hs) override {
     const size_t nq = size_t(T_) * NH * hs, nkv = size_t(T_) * NKV * hs;
     const AttentionShape shape{0, T_, T_, NH, NKV, hs, size_t(NH) * hs, size_t(NKV) * hs, size_t(NH) * hs};
+    if (bf16_gemm_) {
+      return bf16_attention_backward(*bf16_gemm_, with_batch(shape, B), dq, dk, dv, dout, out, q, k, v, att);
+    }
     Tiles tiles(*this, size_t(B), 4 * nq + 4 * nkv, 0);
     float *gq = tiles.take(nq), *gk = tiles.take(nkv), *gv = tiles.take(nkv);
     float *g = tiles.take(nq), *o = tiles.take(nq), *qf = tiles.take(nq), *kf = tiles.take(nkv),
@@ -397,6 +410,11 @@ class Bf16Kernels final : public KernelOps<bf16> {
             const T* bias) {
     const size_t M = size_t(M_), N = size_t(N_), K = size_t(K_);
     if (M == 0 || N == 0) return;
+    if (bf16_gemm_) {  // oneDNN reads the bf16 operands as they lie: nothing widened, no scratch
+      const int lda = ta ? M_ : K_, ldb = tb ? K_ : N_;
+      if (cb) return bf16_gemm_->gemm(ta, tb, M_, N_, K_, A, lda, B, ldb, beta, cb, N_, bias);
+      return bf16_gemm_->gemm(ta, tb, M_, N_, K_, A, lda, B, ldb, beta, cf, N_);
+    }
     const bool c_scratch = cb != nullptr;
     const GemmTiles plan = plan_gemm(M, N, K, c_scratch, budget_);
     reserve(plan.floats(c_scratch));
@@ -433,10 +451,8 @@ class Bf16Kernels final : public KernelOps<bf16> {
     }
   }
 
-  // The fp32 kernels' GEMM: oneDNN's bf16 matmul in bf16 matmul mode on a CPU with bf16
-  // instructions, else OpenBLAS. Contiguous operands, row-major.
-  void sgemm(bool ta, bool tb, int M, int N, int K, const float* A, const float* B, float beta, float* C) {
-    if (bf16_gemm_) return bf16_gemm_->gemm(ta, tb, M, N, K, A, B, beta, C);
+  // A widened tile's GEMM (OpenBLAS). Contiguous operands, row-major.
+  static void sgemm(bool ta, bool tb, int M, int N, int K, const float* A, const float* B, float beta, float* C) {
     cpu::gemm(ta, tb, M, N, K, 1.0f, A, B, beta, C);
   }
 
@@ -457,15 +473,17 @@ class Bf16Kernels final : public KernelOps<bf16> {
   std::unique_ptr<KernelOps<float>> own_;
   KernelOps<float>& f_;
   size_t budget_;
-  Bf16Gemm* bf16_gemm_ = nullptr;
+  Bf16Gemm* const in_place_;     // the GEMM on bf16 operands as they lie, where it is faster (or null)
+  Bf16Gemm* bf16_gemm_ = nullptr;  // in_place_ while asked for bf16 GEMMs
   std::unique_ptr<float[]> arena_;
   size_t arena_floats_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<KernelOps<bf16>> make_bf16_kernels(std::unique_ptr<KernelOps<float>> f32, size_t scratch_floats) {
-  return std::make_unique<Bf16Kernels>(std::move(f32), scratch_floats);
+std::unique_ptr<KernelOps<bf16>> make_bf16_kernels(std::unique_ptr<KernelOps<float>> f32, size_t scratch_floats,
+                                                   Bf16Gemm* in_place) {
+  return std::make_unique<Bf16Kernels>(std::move(f32), scratch_floats, in_place);
 }
 
 }  // namespace zt::cpu

@@ -49,11 +49,13 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
-    return cat("cpu (", cpu_isa_name(isa_), ", ", omp_get_max_threads(), " OpenMP threads, OpenBLAS ",
-               openblas_get_config(), ")");
+    const std::string& core = cpu::openblas_core_note();
+    return cat("cpu (", cpu_isa_name(isa_), ", ", omp_get_max_threads(), " OpenMP threads, ",
+               openblas_get_config(), core.empty() ? "" : "; ", core, "; ", cpu::bf16_gemm_description(), ")");
   }
 
   bool synchronous() const override { return true; }
+  bool native_bf16_gemm() const override { return cpu_has_native_bf16_gemm(); }
 
   void* allocate(Pool pool, size_t bytes) override { return pool_alloc(pool, bytes); }
   void deallocate(Pool pool, void* ptr, size_t bytes) override { pool_free(pool, ptr, bytes); }
@@ -107,6 +109,9 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+bool cpu_has_native_bf16_gemm() { return cpu::cpu_has_bf16_gemm_instructions(); }
+bool cpu_bf16_gemm_in_place() { return cpu::shared_bf16_gemm() != nullptr; }
 
 OptimizerOps& host_optimizer_ops() {
   static const std::unique_ptr<OptimizerOps> ops = active_cpu_isa() == CpuIsa::kAvx512

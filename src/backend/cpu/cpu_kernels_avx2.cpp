@@ -5,7 +5,13 @@
 #include "backend/cpu/cpu_kernels.inc"
 
 namespace zt::cpu {
-std::unique_ptr<KernelOps<float>> make_kernels_f32_avx2() { return std::make_unique<avx2::CpuKernels<float>>(); }
-std::unique_ptr<KernelOps<double>> make_kernels_f64() { return std::make_unique<avx2::CpuKernels<double>>(); }
+std::unique_ptr<KernelOps<float>> make_kernels_f32_avx2() {
+  choose_openblas_core();
+  return std::make_unique<avx2::CpuKernels<float>>();
+}
+std::unique_ptr<KernelOps<double>> make_kernels_f64() {
+  choose_openblas_core();
+  return std::make_unique<avx2::CpuKernels<double>>();
+}
 std::unique_ptr<OptimizerOps> make_optimizer_kernels_avx2() { return std::make_unique<avx2::CpuOptimizerKernels>(); }
 }  // namespace zt::cpu

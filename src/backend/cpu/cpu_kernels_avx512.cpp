@@ -10,7 +10,10 @@
 #include "backend/cpu/cpu_kernels.inc"
 
 namespace zt::cpu {
-std::unique_ptr<KernelOps<float>> make_kernels_f32_avx512() { return std::make_unique<avx512::CpuKernels<float>>(); }
+std::unique_ptr<KernelOps<float>> make_kernels_f32_avx512() {
+  choose_openblas_core();
+  return std::make_unique<avx512::CpuKernels<float>>();
+}
 std::unique_ptr<OptimizerOps> make_optimizer_kernels_avx512() { return std::make_unique<avx512::CpuOptimizerKernels>(); }
 }  // namespace zt::cpu
 #pragma GCC pop_options

@@ -172,6 +172,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
+  bool native_bf16_gemm() const override { return true; }
   std::string describe() const override {
     int runtime = 0, driver = 0;
     cudaRuntimeGetVersion(&runtime);
