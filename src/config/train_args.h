@@ -71,10 +71,11 @@ struct TrainArgs {
 std::optional<TrainArgs> parse_train_args(int argc, const char* const* argv);
 
 /// What --activation_dtype resolves to ("auto", "fp32" or "bf16") for a run training in
-/// `param_dtype` on a device that multiplies bf16 operands natively or not (Backend::
-/// native_bf16_gemm): auto is bf16 in a bf16 run there (a GPU; a CPU with AVX512-BF16 or AMX,
-/// where oneDNN reads the bf16 activations and weights as they lie) and fp32 elsewhere (on an
-/// AVX2-only CPU the bf16 kernels widen each op to fp32, and the fp32 path is the faster one).
+/// `param_dtype` on a device with bf16 GEMM instructions or not (Backend::native_bf16_gemm): auto
+/// is bf16 in a bf16 run there (a GPU; a CPU with AVX512-BF16 or AMX, whether its bf16 GEMMs then
+/// run in oneDNN on the operands as they lie or, where that is slower, as fp32 GEMMs on widened
+/// operands: half the activations' memory either way, and faster at long sequences) and fp32
+/// elsewhere (on an AVX2-only CPU the bf16 kernels widen every op and nothing is faster).
 /// bf16 with fp16 training is a UsageError.
 DType resolve_activation_dtype(const std::string& choice, DType param_dtype, bool native_bf16_gemm);
 

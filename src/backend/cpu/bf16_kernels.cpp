@@ -409,6 +409,8 @@ class Bf16Kernels final : public KernelOps<bf16> {
   void gemm(bool ta, bool tb, int M_, int N_, int K_, const T* A, const T* B, float beta, T* cb, float* cf,
             const T* bias) {
     const size_t M = size_t(M_), N = size_t(N_), K = size_t(K_);
+    // A bias starts C (the tiles below); oneDNN would add it to C: no caller asks for both.
+    ZT_CHECK(!(bias && beta != 0.0f), "bf16 GEMM: a bias with beta ", beta);
     if (M == 0 || N == 0) return;
     if (bf16_gemm_) {  // oneDNN reads the bf16 operands as they lie: nothing widened, no scratch
       const int lda = ta ? M_ : K_, ldb = tb ? K_ : N_;

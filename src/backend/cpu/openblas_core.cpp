@@ -38,7 +38,9 @@ void choose() {
   const std::string before = openblas_get_corename();
   if (has_avx2_kernels(before)) return;
   const char* want = active_cpu_isa() == CpuIsa::kAvx512 ? "SkylakeX" : "Haswell";
-  // Nothing has called OpenBLAS yet (the kernel tables are made first), so its choice can change.
+  // No GEMM is in flight (the kernel tables are made before anything multiplies, and this runs
+  // once, under call_once), so its choice can change; nor does another thread read the
+  // environment here (setenv is not thread-safe): the backend is made before the workers start.
   setenv("OPENBLAS_CORETYPE", want, 0);
   gotoblas_dynamic_quit();
   gotoblas_dynamic_init();

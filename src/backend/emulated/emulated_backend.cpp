@@ -153,6 +153,8 @@ class EmulatedBackend final : public Backend, public ComputeQueue {
                delay_us_ > 0 ? cat(", operations delayed up to ", delay_us_, " us") : std::string(), ")");
   }
   bool synchronous() const override { return false; }
+  // Its kernels are the CPU's, bf16 GEMMs included (and zero_estimate sizes a non-CUDA run so).
+  bool native_bf16_gemm() const override { return cpu_->native_bf16_gemm(); }
 
   void* allocate(Pool pool, size_t bytes) override { return memory_.allocate(pool, bytes); }
   void deallocate(Pool pool, void* ptr, size_t bytes) override {
