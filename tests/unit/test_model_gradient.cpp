@@ -229,6 +229,42 @@ TEST_P(ArchGradient, Bf16ModelTracksFloat) {
   EXPECT_EQ(0, std::memcmp(pb.grads.data(), pc.grads.data(), pb.grads.size() * sizeof(float)));
 }
 
+// A bf16 model of `cfg` at B x T, from fixed bf16 weights and tokens (one position's target
+// ignored): one forward and backward through a kernel table, its loss, gradients and the
+// device-pool bytes the table took meanwhile (the bf16 kernels' scratch).
+class Bf16Case {
+ public:
+  struct Run {
+    double loss;
+    std::vector<float> grads;
+    size_t scratch;
+  };
+  Bf16Case(const ModelConfig& cfg, int B, int T)
+      : layout_(make_model_layout(cfg)), init_(layout_->flat_size()), B_(B), T_(T), inputs_(B * T), targets_(B * T) {
+    layout_->init(5, init_.data(), 0, layout_->flat_size());
+    for (int i = 0; i < B * T; ++i) {
+      inputs_[i] = (i * 7 + 1) % cfg.vocab_size;
+      targets_[i] = i == 4 ? -1 : (i * 3 + 2) % cfg.vocab_size;
+    }
+  }
+  Run run(KernelOps<bf16>& ops, bool checkpointing) const {
+    FlatParams<bf16> p(*layout_);
+    for (size_t i = 0; i < init_.size(); ++i) p.weights[i] = to_bf16(init_[i]);
+    const auto m = make_causal_lm<bf16>(*layout_, *backend_, ops, B_, T_, checkpointing);
+    const size_t before = pool_counter(Pool::kDevice).in_use();
+    m->forward(p, inputs_.data(), targets_.data(), B_, T_);
+    m->backward(p, 1.0);
+    return Run{m->take_loss(), p.grads, pool_counter(Pool::kDevice).in_use() - before};
+  }
+
+ private:
+  std::unique_ptr<Backend> backend_ = make_cpu_backend();
+  std::unique_ptr<ModelLayout> layout_;
+  std::vector<float> init_;
+  int B_, T_;
+  std::vector<int32_t> inputs_, targets_;
+};
+
 // The CPU's bf16 kernels widen their operands a tile at a time within a scratch budget
 // (backend/cpu/bf16_tiles.h): at budgets that cut every op into tiles of one row, one sequence or
 // one GEMM output row (the lm_head's dx summed over the vocabulary one product at a time), and
@@ -237,42 +273,23 @@ TEST_P(ArchGradient, Bf16ModelTracksFloat) {
 // OpenBLAS's GEMMs round differently on a tile than on the whole), and the scratch they take is
 // the estimate's.
 TEST_P(ArchGradient, Bf16TilesMatchWholeOperands) {
-  auto backend = make_cpu_backend();
   const ModelConfig cfg = GetParam();
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(cfg);
-  const ModelLayout& layout = *layout_ptr;
-  std::vector<float> init(layout.flat_size());
-  layout.init(5, init.data(), 0, layout.flat_size());
   const int B = 3, T = 6;
-  std::vector<int32_t> inputs(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) {
-    inputs[i] = (i * 7 + 1) % cfg.vocab_size;
-    targets[i] = i == 4 ? -1 : (i * 3 + 2) % cfg.vocab_size;
-  }
-  struct Run {
-    double loss;
-    std::vector<float> grads;
-  };
+  const Bf16Case c(cfg, B, T);
   auto run = [&](size_t budget, bool checkpointing) {
     // OpenBLAS's GEMMs (not bf16 matmul mode: oneDNN may pick another kernel for another tile).
     const std::unique_ptr<KernelOps<bf16>> ops = cpu::make_bf16_kernels(cpu::make_kernels_f32_avx2(), budget);
-    FlatParams<bf16> p(layout);
-    for (size_t i = 0; i < init.size(); ++i) p.weights[i] = to_bf16(init[i]);
-    const auto m = make_causal_lm<bf16>(layout, *backend, *ops, B, T, checkpointing);
-    const size_t before = pool_counter(Pool::kDevice).in_use();
-    m->forward(p, inputs.data(), targets.data(), B, T);
-    m->backward(p, 1.0);
-    EXPECT_EQ(pool_counter(Pool::kDevice).in_use() - before, cpu_bf16_scratch_bytes(cfg, B, T, 0, budget))
-        << "budget " << budget;
-    return Run{m->take_loss(), p.grads};
+    Bf16Case::Run r = c.run(*ops, checkpointing);
+    EXPECT_EQ(r.scratch, cpu_bf16_scratch_bytes(cfg, B, T, 0, budget)) << "budget " << budget;
+    return r;
   };
-  const Run whole = run(size_t(1) << 40, false);
+  const Bf16Case::Run whole = run(size_t(1) << 40, false);
   const size_t one_unit = cpu_bf16_scratch_bytes(cfg, B, T, 0, 1) / sizeof(float);
   const size_t all = cpu_bf16_scratch_bytes(cfg, B, T, 0, size_t(1) << 40) / sizeof(float);
   ASSERT_LT(one_unit, all) << "the smallest budget did not cut the largest op";
   for (size_t budget : {size_t(1), size_t(100), size_t(200), all / 3}) {
     for (bool checkpointing : {false, true}) {
-      const Run tiled = run(budget, checkpointing);
+      const Bf16Case::Run tiled = run(budget, checkpointing);
       const std::string what = "budget " + std::to_string(budget) + (checkpointing ? ", checkpointing" : "");
       EXPECT_NEAR(tiled.loss, whole.loss, 1e-6 * whole.loss) << what;
       double err = 0, ref = 0;
@@ -295,36 +312,17 @@ TEST_P(ArchGradient, Bf16TilesMatchWholeOperands) {
 TEST_P(ArchGradient, Bf16GemmInPlaceTracksWidened) {
   const std::unique_ptr<cpu::Bf16Gemm> gemm = cpu::Bf16Gemm::make_if_supported();
   if (!gemm) GTEST_SKIP() << "this CPU has no bf16 GEMM instructions (AVX512-BF16 or AMX; or ZT_CPU_ISA=avx2)";
-  auto backend = make_cpu_backend();
   const int B = 3, T = 70;  // the attention's query blocks of 64 and a part
   ModelConfig cfg = GetParam();
   cfg.n_positions = T;
-  const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(cfg);
-  const ModelLayout& layout = *layout_ptr;
-  std::vector<float> init(layout.flat_size());
-  layout.init(9, init.data(), 0, layout.flat_size());
-  std::vector<int32_t> inputs(B * T), targets(B * T);
-  for (int i = 0; i < B * T; ++i) {
-    inputs[i] = (i * 7 + 3) % cfg.vocab_size;
-    targets[i] = i == 5 ? -1 : (i * 5 + 1) % cfg.vocab_size;
-  }
-  struct Run {
-    double loss;
-    std::vector<float> grads;
-    size_t scratch;
-  };
+  const Bf16Case c(cfg, B, T);
   auto run = [&](cpu::Bf16Gemm* in_place, bool checkpointing) {
     const auto ops = cpu::make_bf16_kernels(cpu::make_kernels_f32_avx512(), cpu::kBf16ScratchFloats, in_place);
     EXPECT_EQ(ops->set_matmul_dtype(DType::kBF16), DType::kBF16);
-    FlatParams<bf16> p(layout);
-    for (size_t i = 0; i < init.size(); ++i) p.weights[i] = to_bf16(init[i]);
-    const auto m = make_causal_lm<bf16>(layout, *backend, *ops, B, T, checkpointing);
-    const size_t before = pool_counter(Pool::kDevice).in_use();
-    m->forward(p, inputs.data(), targets.data(), B, T);
-    m->backward(p, 1.0);
-    return Run{m->take_loss(), p.grads, pool_counter(Pool::kDevice).in_use() - before};
+    return c.run(*ops, checkpointing);
   };
-  const Run widened = run(nullptr, false), in_place = run(gemm.get(), false), again = run(gemm.get(), true);
+  const Bf16Case::Run widened = run(nullptr, false), in_place = run(gemm.get(), false),
+                      again = run(gemm.get(), true);
   EXPECT_NEAR(in_place.loss, widened.loss, 2e-3 * widened.loss);
   EXPECT_NE(in_place.loss, widened.loss) << "the in-place GEMMs were not used";
   double err = 0, ref = 0;
