@@ -10,8 +10,8 @@
 # GEMMs:" says which). PyTorch: fp32 model, bf16 autocast, AdamW. Each side runs at the thread
 # count and at 1 thread, interleaved; each side's faster is its own. Targets, for the default bf16
 # run: <= 0.7x PyTorch's bf16; against our fp32 step <= 0.7x where the GEMMs take bf16 operands,
-# <= 1.0x where they widen them (an AVX2-only CPU; AVX512-BF16 without AMX, whose bf16 dot products
-# are no faster than its fp32 FMAs). Memory (issue 33): the bf16-activation run's peak
+# <= 1.0x where they widen them (an AVX2-only CPU; Intel's AVX512-BF16 without AMX, where oneDNN's
+# bf16 GEMMs measured slower than fp32's). Memory (issue 33): the bf16-activation run's peak
 # device-pool bytes <= 0.6x the fp32 run's (the pools' measurement, bench_train_step's last line).
 #
 # PyTorch: a torch 2.x when ZT_BENCH_TORCH2 names a python that has it (default

@@ -118,11 +118,10 @@ std::unique_ptr<Bf16Gemm> Bf16Gemm::make_if_fast() {
   ZT_USAGE_CHECK(choice == "auto" || choice == "bf16" || choice == "fp32",
                  "ZT_BF16_GEMM must be auto, bf16 or fp32, got '", choice, "'");
   if (choice == "fp32" || !cpu_has_bf16_gemm_instructions()) return nullptr;
-  // AVX512-BF16 alone multiplies no faster than AVX-512's fp32 FMAs on an Intel core (one
-  // VDPBF16PS a cycle against two FMAs), and oneDNN 2.6's bf16 kernels reach 168 GFLOP/s where
-  // OpenBLAS's fp32 reach 290-320 (2 Emerald Rapids cores, every GPT-2 shape): there fp32 GEMMs on
-  // widened operands win. AMX's tiles multiply many times faster, and AMD's Zen 4/5 run bf16 dot
-  // products at twice their fp32 FMA rate.
+  // On an Intel core with AVX512-BF16 but no AMX, oneDNN 2.6's bf16 kernels reached 166-168
+  // GFLOP/s where OpenBLAS's fp32 reach 290-320 (2 Emerald Rapids cores, every GPT-2 shape): fp32 GEMMs on
+  // widened operands win. AMX's tiles multiply many times faster (a bf16 step 0.51-0.54x the fp32
+  // step), and on an AMD CPU with AVX512-BF16 the bf16 path measured 0.44-0.63x (issues 17, 33).
   __builtin_cpu_init();
   const bool faster = has_all(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core_amx) ||
                       __builtin_cpu_is("amd");
