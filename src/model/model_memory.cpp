@@ -121,28 +121,24 @@ size_t cpu_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len
     return cpu::tile_floats(units, per_unit, fixed, budget);
   };
   auto elementwise = [&](size_t n, size_t arrays) { return tiles((n + 63) / 64, arrays * 64, 0); };
-  // A GEMM's forward, its backward's dx and dweight; `conv1d`: GPT-2's weight [in, out], whose
-  // gradient has `in` rows, where nn.Linear's [out, in] has `out`.
+  // A GEMM over `rows` rows: its forward, its backward's dx and dweight; `conv1d`: GPT-2's weight
+  // [in, out], whose gradient has `in` rows, where nn.Linear's [out, in] has `out`.
   std::vector<size_t> ops;
-  auto gemm = [&](size_t in, size_t out, bool conv1d) {
+  auto gemm = [&](size_t rows, size_t in, size_t out, bool conv1d) {
     if (native_gemm) return;
-    ops.push_back(plan_gemm(BT, out, in, true, budget).floats(true));
-    ops.push_back(plan_gemm(BT, in, out, true, budget).floats(true));
-    ops.push_back(conv1d ? plan_gemm(in, out, BT, false, budget).floats(false)
-                         : plan_gemm(out, in, BT, false, budget).floats(false));
+    ops.push_back(plan_gemm(rows, out, in, true, budget).floats(true));
+    ops.push_back(plan_gemm(rows, in, out, true, budget).floats(true));
+    ops.push_back(conv1d ? plan_gemm(in, out, rows, false, budget).floats(false)
+                         : plan_gemm(out, in, rows, false, budget).floats(false));
   };
   // The classifier: the lm_head (nn.Linear's layout) over R rows, the softmax and its backward.
-  if (!native_gemm) {
-    ops.push_back(plan_gemm(R, V, C, true, budget).floats(true));
-    ops.push_back(plan_gemm(R, C, V, true, budget).floats(true));
-    ops.push_back(plan_gemm(V, C, R, false, budget).floats(false));
-  }
+  gemm(R, C, V, false);
   ops.push_back(tiles(R, V, 0));
   ops.push_back(elementwise(BT * C, 2));  // a residual add
   if (m.architecture() == Architecture::kLlama) {
     const size_t q = size_t(m.n_head) * size_t(m.head_size()), kv = size_t(m.n_kv_head) * size_t(m.head_size());
     const size_t I = size_t(m.intermediate_size);
-    for (auto [in, out] : {std::pair{C, q}, {C, kv}, {q, C}, {C, I}, {I, C}}) gemm(in, out, false);
+    for (auto [in, out] : {std::pair{C, q}, {C, kv}, {q, C}, {C, I}, {I, C}}) gemm(BT, in, out, false);
     ops.insert(ops.end(), {tiles(BT, 2 * C, C), tiles(BT, 3 * C, C),             // RMSNorm, its backward
                            tiles(B, T * q, 0), tiles(B, T * kv, 0),              // the rotary on q and k
                            elementwise(BT * I, 3), elementwise(BT * I, 5)});     // SwiGLU, its backward
@@ -150,7 +146,7 @@ size_t cpu_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len
       ops.insert(ops.end(), {tiles(B, 2 * T * q + 2 * T * kv, 0), tiles(B, 4 * T * q + 4 * T * kv, 0)});
     }
   } else {
-    for (auto [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) gemm(in, out, true);
+    for (auto [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) gemm(BT, in, out, true);
     ops.insert(ops.end(), {tiles(BT, 2 * C, 2 * C), tiles(BT, 3 * C, C),         // LayerNorm, its backward
                            elementwise(BT * 4 * C, 2), elementwise(BT * 4 * C, 3)});  // GELU, its backward
     if (!native_gemm) ops.insert(ops.end(), {tiles(B, 4 * T * C, 0), tiles(B, 8 * T * C, 0)});  // attention

@@ -9,7 +9,9 @@
 // row or sequence is larger), not the largest op's operands; it counts in the device pool, the
 // memory standing in for it on the CPU. The fp32 code is the fp32 kernels' (an fp32 run's), but
 // for attention, which saves each row's logsumexp rather than its probabilities
-// (lse_attention.h), as the GPU's flash attention does.
+// (lse_attention.h), as the GPU's flash attention does. Asked for bf16 GEMMs where oneDNN's bf16
+// GEMMs are the faster (bf16_gemm.h), the GEMMs and attention widen nothing: they run on the bf16
+// operands as they lie (bf16_attention.h).
 #include <algorithm>
 #include <memory>
 
