@@ -480,9 +480,9 @@ void print_ladder(const Hardware& hw, const Recommendation& rec, bool delayed_up
 // trainer's metrics.jsonl traffic_bytes and last lines say what a run measured).
 void report_traffic(const Args& a, const ModelConfig& model, const DsConfig& config, const RunShape& run,
                     json::object& out) {
-  const size_t flat = make_model_layout(model)->flat_size();
-  const ZeroPlan plan(config, flat, run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda);
-  const StepPayload payload = step_payload(plan, config, flat);
+  const std::unique_ptr<ModelLayout> layout = make_model_layout(model);
+  const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda);
+  const StepPayload payload = step_payload(plan, config, *layout);
   const bool hierarchical = a.shm_collectives;
   const TrafficTotals t = step_traffic(payload, run.world_size, a.num_nodes, hierarchical);
   const std::vector<int> nodes = block_nodes(run.world_size, a.gpus_per_node);

@@ -187,6 +187,9 @@ struct ZeroConfig {
   /// the trainer and zero_estimate set it from their flags): the optimizer steps after this many
   /// run the offloaded part's CPU Adam beside the next step's forward and backward. -1: never.
   int64_t delayed_param_update_after = -1;
+  /// ZeRO++ qwZ (stage 3): the parameters' all-gathers carry int8 values with a scale per block
+  /// (zero/quantized_gather.h) instead of the training dtype.
+  bool zero_quantized_weights = false;
 };
 
 /// DeepSpeed's "tensorboard" and "csv_monitor" blocks: rank 0 writes the training scalars under

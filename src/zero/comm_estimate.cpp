@@ -5,11 +5,29 @@
 
 #include "core/error.h"
 #include "core/dtype.h"
+#include "zero/quantized_gather.h"
 
 namespace zt {
 
-StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, size_t flat_size) {
+namespace {
+
+// Stage 3's all-gather of every unit once: each unit's elements in the training dtype, or with
+// qwZ its quantized packets (zero/quantized_gather.h).
+double unit_gathers(const ZeroPlan& plan, const ZeroConfig& z, const ParamLayout& layout) {
+  double bytes = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const size_t lo = layout.unit_offset(u), n = layout.unit_size(u);
+    bytes += z.zero_quantized_weights ? double(QuantizedSplit(plan.partition.split(lo, lo + n)).bytes())
+                                      : double(n * plan.elem());
+  }
+  return bytes;
+}
+
+}  // namespace
+
+StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const ParamLayout& layout) {
   StepPayload out;
+  const size_t flat_size = layout.flat_size();
   if (plan.world <= 1) return out;
   const double padded = double(plan.partition.padded_size), flat = double(flat_size);
   const double reduce = double(dtype_size(plan.comm_dtype)), gather = double(plan.elem());
@@ -40,7 +58,7 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, size_t fl
       // distance: at most the whole trace, forward and backward.
       const bool stay = double(z.stage3_max_live_parameters) >= flat &&
                         double(z.stage3_max_reuse_distance) >= 2 * flat;
-      b[size_t(Collective::kAllGather)] = flat * gather * (stay ? 1.0 : 2.0 * micro_steps);
+      b[size_t(Collective::kAllGather)] = unit_gathers(plan, z, layout) * (stay ? 1.0 : 2.0 * micro_steps);
       if (!stay) {
         out.caveat = "stage3_max_live_parameters or stage3_max_reuse_distance below the model: all-gathers counted "
                      "as if every use gathered (an upper bound)";

@@ -10,6 +10,7 @@
 
 #include "comm/traffic.h"
 #include "config/ds_config.h"
+#include "model/param_layout.h"
 #include "zero/zero_plan.h"
 
 namespace zt {
@@ -24,12 +25,13 @@ namespace zt {
 ///            stage3_max_live_parameters and stage3_max_reuse_distance limits let every unit stay
 ///            gathered from its first use to the step (DeepSpeed's defaults do); below those,
 ///            every use gathers (forward and backward of each micro-step): an upper bound.
+///            With qwZ each unit's gather carries its quantized packets (zero/quantized_gather.h).
 struct StepPayload {
   std::array<double, kCollectives> bytes{};
   /// Empty when exact; else what the figures assume (bounds, collectives left out).
   std::string caveat;
 };
-StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, size_t flat_size);
+StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const ParamLayout& layout);
 
 /// The bytes `payload` sends over the links, summed over ranks, with plan.world ranks on `nodes`
 /// nodes of consecutive ranks: HierComm's two rings where `hierarchical` (ZT_SHM_COLLECTIVES=1

@@ -33,7 +33,14 @@ size_t gathered_elements_bound(const ParamLayout& layout, const ZeroConfig& conf
 size_t PartitionedParameterCoordinator::gather_bytes(const ZeroPlan& plan, const ParamLayout& layout,
                                                     const ZeroConfig& config) {
   if (plan.stage != 3) return 0;
-  return gathered_elements_bound(layout, config) * (plan.elem() + (plan.working_copies() ? plan.working_elem() : 0));
+  const size_t elements = gathered_elements_bound(layout, config);
+  size_t bytes = elements * (plan.elem() + (plan.working_copies() ? plan.working_elem() : 0));
+  // qwZ's packets: a byte an element, a scale a block, and per rank and unit at most one more
+  // block's scale and 3 bytes of padding (QuantizedSplit).
+  if (config.zero_quantized_weights) {
+    bytes += elements + 4 * QuantizedSplit::blocks(elements) + 7 * size_t(plan.world) * size_t(layout.num_units());
+  }
+  return bytes;
 }
 
 std::vector<size_t> PartitionedParameterCoordinator::gather_allocations(const ZeroPlan& plan,
@@ -41,15 +48,17 @@ std::vector<size_t> PartitionedParameterCoordinator::gather_allocations(const Ze
                                                                         const ZeroConfig& config) {
   std::vector<size_t> bytes;
   if (plan.stage != 3) return bytes;
-  std::vector<size_t> units;
-  for (int u = 0; u < layout.num_units(); ++u) units.push_back(layout.unit_size(u));
-  std::sort(units.begin(), units.end(), std::greater<>());
+  std::vector<int> units;
+  for (int u = 0; u < layout.num_units(); ++u) units.push_back(u);
+  std::stable_sort(units.begin(), units.end(), [&](int a, int b) { return layout.unit_size(a) > layout.unit_size(b); });
   size_t room = gathered_elements_bound(layout, config);
-  for (size_t n : units) {
+  for (int u : units) {
+    const size_t n = layout.unit_size(u), lo = layout.unit_offset(u);
     if (n == 0 || n > room) continue;
     room -= n;
     bytes.push_back(n * plan.elem());                                          // the gathered unit
     if (plan.working_copies()) bytes.push_back(n * plan.working_elem());  // its working copy
+    if (config.zero_quantized_weights) bytes.push_back(QuantizedSplit(plan.partition.split(lo, lo + n)).bytes());
   }
   return bytes;
 }
@@ -86,7 +95,8 @@ PartitionedParameterCoordinator::PartitionedParameterCoordinator(const ZeroPlan&
       max_live_(size_t(config.zero.stage3_max_live_parameters)),
       prefetch_limit_(size_t(config.zero.stage3_prefetch_bucket_size)),
       max_reuse_(size_t(config.zero.stage3_max_reuse_distance)),
-      persistence_(size_t(config.zero.stage3_param_persistence_threshold)) {
+      persistence_(size_t(config.zero.stage3_param_persistence_threshold)),
+      quantized_(config.zero.zero_quantized_weights) {
   const size_t largest = layout.max_unit_size();
   if (largest > max_live_) {
     throw UsageError(cat("zero_optimization.stage3_max_live_parameters (", max_live_,
@@ -115,8 +125,8 @@ void PartitionedParameterCoordinator::gather_params(size_t lo, size_t hi, void* 
 
 bool PartitionedParameterCoordinator::persistent(int unit) const { return layout_.unit_size(unit) <= persistence_; }
 
-DeviceArray<unsigned char> PartitionedParameterCoordinator::take_buffer(size_t bytes, bool working) {
-  auto& pool = working ? free_working_ : free_raw_;
+DeviceArray<unsigned char> PartitionedParameterCoordinator::take_buffer(size_t bytes, BufferKind kind) {
+  auto& pool = free_[kind];
   auto it = pool.find(bytes);
   if (it == pool.end()) {
     allocated_bytes_ += bytes;
@@ -127,17 +137,17 @@ DeviceArray<unsigned char> PartitionedParameterCoordinator::take_buffer(size_t b
   return buffer;
 }
 
-void PartitionedParameterCoordinator::give_back(DeviceArray<unsigned char>&& buffer, bool working) {
+void PartitionedParameterCoordinator::give_back(DeviceArray<unsigned char>&& buffer, BufferKind kind) {
   if (buffer.size() == 0) return;
-  (working ? free_working_ : free_raw_).emplace(buffer.size(), std::move(buffer));
+  free_[kind].emplace(buffer.size(), std::move(buffer));
 }
 
 void PartitionedParameterCoordinator::gather(int unit) {
-  const size_t lo = layout_.unit_offset(unit), n = layout_.unit_size(unit), elem = dtype_size(dtype_);
+  const size_t lo = layout_.unit_offset(unit), n = layout_.unit_size(unit);
   make_room(n, unit);
   Gathered& g = live_[unit];
-  g.raw = take_buffer(n * elem, false);
-  if (dtype_ != working_dtype_) g.working = take_buffer(n * dtype_size(working_dtype_), true);
+  g.raw = take_buffer(n * dtype_size(dtype_), kRaw);
+  if (dtype_ != working_dtype_) g.working = take_buffer(n * dtype_size(working_dtype_), kWorking);
   live_elements_ += n;
   peak_live_elements_ = std::max(peak_live_elements_, live_elements_);
   // Every rank contributes the part of [lo, lo + n) it owns, straight from its partition's store
@@ -150,8 +160,18 @@ void PartitionedParameterCoordinator::gather(int unit) {
     complete(oldest->second);
   }
   g.source = store_.acquire(a, b);
-  g.pending = comm_.all_gather(g.source, g.raw.data(), partition_.split(lo, lo + n), dtype_, backend_.compute_stream());
-  (void)elem;
+  std::vector<size_t> counts = partition_.split(lo, lo + n);
+  Stream& compute = backend_.compute_stream();
+  if (!quantized_) {
+    g.pending = comm_.all_gather(g.source, g.raw.data(), counts, dtype_, compute);
+    return;
+  }
+  g.split.emplace(counts);
+  g.wire = take_buffer(g.split->bytes(), kWire);
+  const int rank = comm_.rank();
+  quantize_packet(backend_, *g.split, rank, g.source, dtype_, g.wire.data());
+  const unsigned char* mine = g.wire.data() + g.split->offset[size_t(rank)] * 4;
+  g.pending = comm_.all_gather(mine, g.wire.data(), g.split->words, DType::kF32, compute);
 }
 
 std::pair<size_t, size_t> PartitionedParameterCoordinator::owned_slice(int unit) const {
@@ -171,6 +191,11 @@ void PartitionedParameterCoordinator::complete(Gathered& g) {
   g.pending.reset();
   if (g.source) store_.release(g.source);
   g.source = nullptr;
+  if (g.split) {  // qwZ: the packets have arrived
+    dequantize_packets(backend_, *g.split, g.wire.data(), g.raw.data(), dtype_);
+    give_back(std::move(g.wire), kWire);
+    g.split.reset();
+  }
 }
 
 void PartitionedParameterCoordinator::drop(int unit) {
@@ -178,8 +203,8 @@ void PartitionedParameterCoordinator::drop(int unit) {
   if (it == live_.end()) return;
   complete(it->second);
   live_elements_ -= layout_.unit_size(unit);
-  give_back(std::move(it->second.raw), false);
-  give_back(std::move(it->second.working), true);
+  give_back(std::move(it->second.raw), kRaw);
+  give_back(std::move(it->second.working), kWorking);
   live_.erase(it);
 }
 

@@ -12,10 +12,14 @@
 // Streams: a gather runs on the communicator's stream after what the compute stream has
 // enqueued (so a reused buffer is no longer read), and the compute stream waits for it before
 // the unit's first use.
+// With zero_quantized_weights (ZeRO++ qwZ) each rank's slice is quantized to int8 on the compute
+// stream before the gather, and the unit dequantized there once it has arrived
+// (zero/quantized_gather.h): the gather's buffer ("wire") is held only while it is in flight.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -27,6 +31,7 @@
 #include "offload/param_swapper.h"
 #include "model/param_layout.h"
 #include "zero/partition.h"
+#include "zero/quantized_gather.h"
 #include "zero/zero_plan.h"
 
 namespace zt {
@@ -39,7 +44,8 @@ class PartitionedParameterCoordinator {
  public:
   /// Device bytes of gather buffers at most: stage3_max_live_parameters (or the model) in the
   /// training dtype, plus a working copy where the model computes in another dtype (fp32 in
-  /// mixed precision with fp32 activations), plus one unit's worth kept for reuse.
+  /// mixed precision with fp32 activations), plus one unit's worth kept for reuse; with qwZ the
+  /// quantized packets of as many units.
   /// With the default reuse distance every unit stays gathered until the step.
   static size_t gather_bytes(const ZeroPlan& plan, const ParamLayout& layout, const ZeroConfig& config);
   /// The gather buffers behind that bound, one entry of bytes per device allocation: each
@@ -82,9 +88,12 @@ class PartitionedParameterCoordinator {
   size_t buffer_bytes() const { return allocated_bytes_; }
 
  private:
+  enum BufferKind { kRaw, kWorking, kWire, kBufferKinds };
   struct Gathered {
     DeviceArray<unsigned char> raw;      // the unit in `dtype`
     DeviceArray<unsigned char> working;  // its copy in the working dtype, where that differs
+    DeviceArray<unsigned char> wire;     // qwZ: the quantized packets, until dequantized into raw
+    std::optional<QuantizedSplit> split;  // qwZ: where the packets lie in `wire`
     std::shared_ptr<DataWork> pending;
     const void* source = nullptr;  // this rank's slice, held in the store until `pending` is done
     bool converted = false, in_use = false;
@@ -95,11 +104,11 @@ class PartitionedParameterCoordinator {
   /// The part of `unit` this rank owns, as [lo, hi) of its partition (empty: lo == hi).
   std::pair<size_t, size_t> owned_slice(int unit) const;
   void drop(int unit);
-  /// A buffer of exactly `bytes` from the free list of its kind (gathered units, working
-  /// copies), or a new one: gather buffers are reused, since writing into freshly allocated pages
-  /// runs at a fraction of the speed (docs/design.md).
-  DeviceArray<unsigned char> take_buffer(size_t bytes, bool working);
-  void give_back(DeviceArray<unsigned char>&& buffer, bool working);
+  /// A buffer of exactly `bytes` from the free list of its kind, or a new one: gather buffers are
+  /// reused, since writing into freshly allocated pages runs at a fraction of the speed
+  /// (docs/design.md).
+  DeviceArray<unsigned char> take_buffer(size_t bytes, BufferKind kind);
+  void give_back(DeviceArray<unsigned char>&& buffer, BufferKind kind);
   void make_room(size_t elements, int keep_unit);
   size_t distance_to_next_use(int unit) const;
   void prefetch();
@@ -114,8 +123,9 @@ class PartitionedParameterCoordinator {
   ParamSwapper* swapper_ = nullptr;  // store_owner_ with offload_param nvme
   ParamStore& store_;
   size_t max_live_, prefetch_limit_, max_reuse_, persistence_;
+  bool quantized_;  // zero_quantized_weights
   std::map<int, Gathered> live_;
-  std::multimap<size_t, DeviceArray<unsigned char>> free_raw_, free_working_;  // by bytes
+  std::multimap<size_t, DeviceArray<unsigned char>> free_[kBufferKinds];  // by bytes
 
   size_t live_elements_ = 0, peak_live_elements_ = 0, allocated_bytes_ = 0;
   std::vector<int> trace_;

@@ -209,6 +209,7 @@ boost::json::object ds_config_json(const DsConfig& c) {
     zero["stage3_param_persistence_threshold"] = z.stage3_param_persistence_threshold;
     zero["stage3_max_live_parameters"] = z.stage3_max_live_parameters;
     zero["stage3_max_reuse_distance"] = z.stage3_max_reuse_distance;
+    if (z.zero_quantized_weights) zero["zero_quantized_weights"] = true;
   }
   auto offload = [](const OffloadConfig& o, bool params) {
     json::object b{{"device", o.device == kNvme ? "nvme" : "cpu"}, {"pin_memory", o.pin_memory}};

@@ -5,7 +5,7 @@
 # 2 nodes of 2 (ZT_SHM_COLLECTIVES=1 ZT_SHM_NODE_SIZE=2: shared memory in each node, MPI between),
 # stages 0-3, gradient accumulation 1 and 2, bf16, reduce_scatter and allgather_partitions false;
 # one node through MPI and through shared memory; a stage 3 whose live-parameter limit makes the
-# estimate a bound. The end event, the trainer's last lines and zero_estimate's text say the same
+# estimate a bound; ZeRO++ qwZ (quantized weights) likewise. The end event, the trainer's last lines and zero_estimate's text say the same
 # figures.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -22,6 +22,11 @@ sed 's/"stage3_max_live_parameters": 1e9/"stage3_max_live_parameters": 70000/' "
 sed 's/"stage": 1,/"stage": 1, "reduce_scatter": false,/' "$ZT_SOURCE_DIR/configs/zero1.json" >"$WORK/zero1_ar.json"
 sed 's/"stage": 2,/"stage": 2, "allgather_partitions": false,/' "$ZT_SOURCE_DIR/configs/zero2.json" \
   >"$WORK/zero2_bcast.json"
+# ZeRO++ qwZ: int8 packets in stage 3's all-gathers (zero/quantized_gather.h), with every unit kept
+# gathered and with the live limit (a gather per use).
+sed 's/"stage": 3,/"stage": 3, "zero_quantized_weights": true,/' "$ZT_SOURCE_DIR/configs/zero3.json" \
+  >"$WORK/zero3_qwz.json"
+sed 's/"stage": 3,/"stage": 3, "zero_quantized_weights": true,/' "$WORK/zero3_live.json" >"$WORK/zero3_qwz_live.json"
 
 # case NAME NP CONFIG NODES SHM ARGS...: a 3-step run and its estimate; NODES simulated nodes
 # (ZT_SHM_NODE_SIZE = NP / NODES) when SHM is 1.
@@ -82,6 +87,9 @@ case_run hier_s3_acc2_bf16 4 "$ZT_SOURCE_DIR/configs/zero3.json" 2 1 --gradient_
 case_run mpi_one_node_s3 4 "$ZT_SOURCE_DIR/configs/zero3.json" 1 0 --gradient_accumulation_steps 2
 case_run shm_one_node_s2 2 "$ZT_SOURCE_DIR/configs/zero2.json" 1 1
 case_run hier_s3_live_limit 4 "$WORK/zero3_live.json" 2 1 --gradient_accumulation_steps 2
+case_run hier_s3_qwz_bf16 4 "$WORK/zero3_qwz.json" 2 1 --bf16
+case_run hier_s3_qwz_live_limit 4 "$WORK/zero3_qwz_live.json" 2 1 --gradient_accumulation_steps 2
+case_run mpi_one_node_s3_qwz 4 "$WORK/zero3_qwz.json" 1 0
 
 # Two nodes of 2: HierComm sends (N - 1) = 1 payload across nodes, a flat ring's two edges out of
 # the nodes 2 x 3/4 of it (and fewer bytes inside): ZeRO-3's estimate both ways.

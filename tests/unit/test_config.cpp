@@ -427,6 +427,17 @@ TEST(OffloadConfig, ReadsDeepSpeedKeys) {
   EXPECT_DOUBLE_EQ(partial.zero.offload_optimizer.ratio, 0.3);
 }
 
+// ZeRO++'s parts zerotrain has: read at stage 3, refused with the key's name elsewhere (DeepSpeed
+// wires them into stage 3 only).
+TEST(ZeroPlusPlusConfig, StageThreeOnly) {
+  EXPECT_FALSE(parse_text(R"({"zero_optimization": {"stage": 3}})").zero.zero_quantized_weights);
+  EXPECT_TRUE(parse_text(R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})")
+                  .zero.zero_quantized_weights);
+  const std::string e = offload_error(R"({"zero_optimization": {"stage": 2, "zero_quantized_weights": true}})");
+  EXPECT_NE(e.find("ds.json: zero_optimization.zero_quantized_weights: needs ZeRO stage 3"), std::string::npos) << e;
+  EXPECT_EQ(offload_error(R"({"zero_optimization": {"stage": 2, "zero_quantized_weights": false}})"), "(no error)");
+}
+
 TEST(OffloadConfig, RejectsWhatCannotWork) {
   std::string e = offload_error(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})");
   EXPECT_NE(e.find("ds.json: zero_optimization.offload_param: needs ZeRO stage 3"), std::string::npos) << e;
@@ -497,7 +508,7 @@ const std::vector<std::string> kNeutralPaths = {
     "zero_optimization.pipeline_loading_checkpoint", "zero_optimization.override_module_apply",
     "zero_optimization.log_trace_cache_warnings", "zero_optimization.enable_sanity_checks",
     "zero_optimization.save_muon_momentum_buffer_in_memory", "zero_optimization.zero_hpz_partition_size",
-    "zero_optimization.zero_quantized_weights", "zero_optimization.zero_quantized_nontrainable_weights",
+    "zero_optimization.zero_quantized_nontrainable_weights",
     "zero_optimization.zero_quantized_gradients", "zero_optimization.zeropp_loco_param",
     "zero_optimization.mics_shard_size", "zero_optimization.mics_hierarchical_params_gather",
     "zero_optimization.zenflow", "zero_optimization.leaf_module.classes", "zero_optimization.leaf_module.names",
@@ -625,8 +636,6 @@ const Refusal kRefusals[] = {
      "zero_optimization.enable_sanity_checks: true is not implemented: "},
     {R"({"zero_optimization": {"zero_hpz_partition_size": 8}})",
      "zero_optimization.zero_hpz_partition_size: 8 is not implemented: "},
-    {R"({"zero_optimization": {"zero_quantized_weights": true}})",
-     "zero_optimization.zero_quantized_weights: true is not implemented: "},
     {R"({"zero_optimization": {"zero_quantized_nontrainable_weights": true}})",
      "zero_optimization.zero_quantized_nontrainable_weights: true is not implemented: "},
     {R"({"zero_optimization": {"zero_quantized_gradients": true}})",

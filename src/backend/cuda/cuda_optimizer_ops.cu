@@ -171,6 +171,30 @@ __global__ void sum_squares_kernel(const T* data, size_t n, double* partials) {
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
+// ZeRO++'s int8 quantization (OptimizerOps::quantize_int8): one thread block per quantization
+// block, whose largest |x| a block reduction finds; the same float operations as the CPU's.
+template <typename T>
+__global__ void quantize_int8_kernel(const T* x, size_t n, size_t block, int8_t* q, float* scales) {
+  __shared__ float shared[kWarp];
+  const size_t lo = size_t(blockIdx.x) * block, hi = min(n, lo + block);
+  float a = 0;
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) a = fmaxf(a, fabsf(load_float(x, i)));
+  a = block_max(a, shared);
+  const float s = a > 0 ? 128.0f / a : 1.0f;
+  if (threadIdx.x == 0) scales[blockIdx.x] = 1.0f / s;
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    q[i] = int8_t(min(127, max(-128, __float2int_rn(load_float(x, i) * s))));
+  }
+}
+
+template <typename T>
+__global__ void dequantize_int8_kernel(const int8_t* q, const float* scales, size_t n, size_t block, T* x) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    store_float(x, i, float(q[i]) * scales[i / block]);
+  }
+}
+
 // *out += partials[0] + ... + partials[count - 1], in an order fixed by count: one block.
 __global__ void add_partials_kernel(const double* partials, unsigned count, double* out) {
   __shared__ double shared[kWarp];
@@ -935,6 +959,30 @@ class CudaOptimizerOps final : public OptimizerOps {
       ZT_CUDA_CHECK_LAUNCH("sum_squares_kernel");
       add_partials_kernel<<<1, 256, 0, ctx_.compute>>>(partials, blocks, out);
       ZT_CUDA_CHECK_LAUNCH("add_partials_kernel");
+    });
+  }
+
+  void quantize_int8(const void* x, DType dtype, size_t n, size_t block, int8_t* q, float* scales) override {
+    if (n == 0) return;
+    ZT_CHECK(block > 0 && (n + block - 1) / block <= size_t(INT32_MAX), "quantize_int8: ", n, " elements in blocks of ",
+             block);
+    with_storage_type(dtype, [&](auto* d) {
+      using T = std::remove_pointer_t<decltype(d)>;
+      constexpr int kThreads = 256;
+      quantize_int8_kernel<T><<<unsigned((n + block - 1) / block), kThreads, 0, ctx_.compute>>>(
+          static_cast<const T*>(x), n, block, q, scales);
+      ZT_CUDA_CHECK_LAUNCH("quantize_int8_kernel");
+    });
+  }
+
+  void dequantize_int8(const int8_t* q, const float* scales, size_t n, size_t block, void* x, DType dtype) override {
+    if (n == 0) return;
+    with_storage_type(dtype, [&](auto* d) {
+      using T = std::remove_pointer_t<decltype(d)>;
+      constexpr int kThreads = 256;
+      dequantize_int8_kernel<T><<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
+          q, scales, n, block, static_cast<T*>(x));
+      ZT_CUDA_CHECK_LAUNCH("dequantize_int8_kernel");
     });
   }
 

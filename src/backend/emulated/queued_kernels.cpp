@@ -378,6 +378,14 @@ class QueuedOptimizerOps final : public OptimizerOps {
     q_.enqueue_compute("accumulate_into", {out_raw(acc, at, n), in_raw(x, xt, n)},
                        [=, this] { k_.accumulate_into(acc, at, x, xt, n); });
   }
+  void quantize_int8(const void* x, DType t, size_t n, size_t block, int8_t* q, float* scales) override {
+    q_.enqueue_compute("quantize_int8", {in_raw(x, t, n), {q, n, true}, out(scales, (n + block - 1) / block)},
+                       [=, this] { k_.quantize_int8(x, t, n, block, q, scales); });
+  }
+  void dequantize_int8(const int8_t* q, const float* scales, size_t n, size_t block, void* x, DType t) override {
+    q_.enqueue_compute("dequantize_int8", {{q, n, false}, in(scales, (n + block - 1) / block), out_raw(x, t, n)},
+                       [=, this] { k_.dequantize_int8(q, scales, n, block, x, t); });
+  }
   void zero(void* data, DType t, size_t n) override {
     q_.enqueue_compute("zero", {out_raw(data, t, n)}, [=, this] { k_.zero(data, t, n); });
   }
