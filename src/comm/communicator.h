@@ -38,6 +38,12 @@ struct CommStats {
   /// communicators count it: comm/traffic.h).
   TrafficByKind traffic{};
   uint64_t total() const { return all_reduce + reduce_scatter + all_gather + broadcast + all_to_all; }
+  CommStats& operator+=(const CommStats& o) {
+    all_reduce += o.all_reduce, reduce_scatter += o.reduce_scatter, all_gather += o.all_gather;
+    broadcast += o.broadcast, all_to_all += o.all_to_all, calls += o.calls, in_place += o.in_place;
+    for (size_t k = 0; k < traffic.size(); ++k) traffic[k] += o.traffic[k];
+    return *this;
+  }
 };
 
 /// Memory that the other ranks of the node read where its owner wrote it (HostComm::allocate_shared),
@@ -80,6 +86,12 @@ class HostComm {
   /// A communicator over the same ranks whose collectives never mix with this one's (MPI_Comm_dup):
   /// for a second thread that issues collectives. Collective.
   virtual std::unique_ptr<HostComm> duplicate() = 0;
+  /// A communicator over the ranks that pass the same `color` (>= 0), in this one's rank order
+  /// (MPI_Comm_split), of the kind that suits where they lie (shared memory inside a node, MPI
+  /// between nodes, both for several ranks on each of several nodes), each rank on the node it is
+  /// on here, so that its traffic is counted over the same nodes: ZeRO++'s and MiCS's groups.
+  /// Collective; only while none of this one's collectives is in flight.
+  virtual std::unique_ptr<HostComm> split(int color);
 
   /// `bytes` of memory (zeroed) that this communicator's all-reduce and reduce-scatter read in
   /// place when every rank's buffer lies in such memory (SharedBuffer); null where the transport

@@ -52,7 +52,10 @@ inline constexpr size_t kNcclMaxCollectiveElements = size_t(1) << 30;
 
 class DataComm {
  public:
-  virtual ~DataComm() = default;
+  DataComm() = default;
+  DataComm(const DataComm&) = delete;
+  DataComm& operator=(const DataComm&) = delete;
+  virtual ~DataComm();
   virtual int rank() const = 0;
   virtual int size() const = 0;
   /// "mpi", "mpi, staged through pinned memory" or "nccl", for messages and logs.
@@ -87,15 +90,28 @@ class DataComm {
   /// Each rank's node (labels), where the traffic's split comes from (comm/traffic.h).
   virtual std::vector<int> node_of_ranks() const { return std::vector<int>(static_cast<size_t>(size()), 0); }
 
-  const CommStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = {}; }
+  /// A data communicator of the same kind over the ranks that pass the same `color`
+  /// (HostComm::split's groups), whose collectives order after the same streams. What it moves
+  /// counts in this one's stats() too (a run's traffic_bytes are every group's). It must be
+  /// destroyed before this one. Collective; only while none of this one's collectives is in flight.
+  std::unique_ptr<DataComm> split(int color);
+
+  /// What this communicator and the groups split from it have moved since the last reset.
+  CommStats stats() const;
+  void reset_stats();
 
  protected:
+  /// The group communicator of split(), of this one's kind.
+  virtual std::unique_ptr<DataComm> make_group(int color) = 0;
   /// Adds a collective (or a piece of one, as issued) to stats_.traffic.
   void count_traffic(const HostComm& over, CollectiveShape shape) {
     stats_.traffic[size_t(shape.kind)] += over.traffic(shape);
   }
   CommStats stats_;
+
+ private:
+  DataComm* parent_ = nullptr;      // split() from it
+  std::vector<DataComm*> groups_;  // split() from this one, alive
 };
 
 /// The data communicator for `backend` over the ranks of `control`: direct on a synchronous

@@ -79,6 +79,9 @@ class DirectComm final : public DataComm {
   std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) override { return host_.allocate_shared(bytes); }
   std::vector<int> node_of_ranks() const override { return host_.node_of_ranks(); }
 
+ protected:
+  std::unique_ptr<DataComm> make_group(int color) override { return std::make_unique<DirectComm>(host_.split(color)); }
+
  private:
   std::shared_ptr<DataWork> wrap(std::shared_ptr<Work> work) {
     ++stats_.calls;

@@ -16,7 +16,7 @@ namespace zt {
 namespace {
 
 // A communicator of `parent`'s ranks that share `color`, ordered by rank; the caller frees it.
-MPI_Comm split(MPI_Comm parent, int color, int rank) {
+MPI_Comm split_mpi(MPI_Comm parent, int color, int rank) {
   MPI_Comm out = MPI_COMM_NULL;
   ZT_MPI_CHECK(MPI_Comm_split(parent, color, rank, &out));
   return out;
@@ -36,8 +36,8 @@ HierComm::HierComm(MPI_Comm parent, int ranks_per_node, size_t chunk_bytes) : ch
   nodes_ = size_ / per_node_;
   local_ = rank_ % per_node_;
   world_ = std::make_unique<MpiComm>(parent_);
-  MPI_Comm node = split(parent_, rank_ / per_node_, rank_);
-  MPI_Comm across = split(parent_, local_, rank_);
+  MPI_Comm node = split_mpi(parent_, rank_ / per_node_, rank_);
+  MPI_Comm across = split_mpi(parent_, local_, rank_);
   node_ = std::make_unique<ShmComm>(node, chunk_bytes_);  // each duplicates what it is given
   across_ = std::make_unique<MpiComm>(across);
   MPI_Comm_free(&node);
@@ -145,6 +145,27 @@ std::shared_ptr<Work> HierComm::all_to_all(const void* send, void* recv, size_t 
 std::shared_ptr<Work> HierComm::barrier() {
   ++stats_.calls;
   return queue_.enqueue([this] { world_->barrier()->wait(); });
+}
+
+std::unique_ptr<HostComm> HierComm::split(int color) {
+  ColorSplit s = split_by_color(parent_, color);
+  const int members = int(s.members.size());
+  std::vector<int> nodes;
+  for (int r : s.members) nodes.push_back(r / per_node_);
+  const NodeCounts c = count_nodes(nodes);
+  // HierComm's layout: nodes of equal size whose members are consecutive in the group.
+  bool blocks = c.fewest == c.most;
+  for (int i = 0; i < members && blocks; ++i) blocks = nodes[size_t(i)] == nodes[size_t(i / c.most * c.most)];
+  std::unique_ptr<HostComm> out;
+  if (c.nodes == 1 && members > 1) {
+    out = std::make_unique<ShmComm>(s.comm, chunk_bytes_);
+  } else if (c.nodes > 1 && c.most > 1 && blocks) {
+    out = std::make_unique<HierComm>(s.comm, c.most, chunk_bytes_);
+  } else {
+    out = std::make_unique<MpiComm>(s.comm, std::move(nodes));
+  }
+  MPI_Comm_free(&s.comm);
+  return out;
 }
 
 void HierComm::all_reduce_doubles(std::vector<double>& values, bool max) {

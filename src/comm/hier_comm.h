@@ -55,6 +55,9 @@ class HierComm final : public HostComm {
   std::shared_ptr<Work> all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
   std::shared_ptr<Work> barrier() override;
   std::unique_ptr<HostComm> duplicate() override;
+  /// Over these nodes: a group inside one node shares memory (ShmComm), one of several ranks on
+  /// each of several nodes is a HierComm of its own, any other an MpiComm over the same nodes.
+  std::unique_ptr<HostComm> split(int color) override;
   void all_reduce_doubles(std::vector<double>& values, bool max) override;
   /// Two rings a collective (comm/traffic.h: hier_traffic), over these nodes (simulated ones
   /// under ZT_SHM_NODE_SIZE).

@@ -47,6 +47,38 @@ int as_int(size_t count) {
 constexpr auto kIdlePoll = std::chrono::microseconds(50);
 constexpr auto kWaitedPoll = std::chrono::microseconds(5);
 
+ColorSplit split_by_color(MPI_Comm parent, int color) {
+  int rank = 0, size = 0;
+  ZT_MPI_CHECK(MPI_Comm_rank(parent, &rank));
+  ZT_MPI_CHECK(MPI_Comm_size(parent, &size));
+  std::vector<int> colors(static_cast<size_t>(size));
+  ZT_MPI_CHECK(MPI_Allgather(&color, 1, MPI_INT, colors.data(), 1, MPI_INT, parent));
+  ColorSplit out;
+  for (int r = 0; r < size; ++r) {
+    if (colors[size_t(r)] == color) out.members.push_back(r);
+  }
+  ZT_MPI_CHECK(MPI_Comm_split(parent, color, rank, &out.comm));
+  return out;
+}
+
+MpiComm::MpiComm(MPI_Comm parent, std::vector<int> node_of_ranks) : nodes_(std::move(node_of_ranks)) {
+  ZT_MPI_CHECK(MPI_Comm_dup(parent, &comm_));
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  ZT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  ZT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  ZT_CHECK(nodes_.size() == size_t(size_), "MpiComm: ", nodes_.size(), " node labels for ", size_, " ranks");
+  half_op(DType::kBF16);  // as the other constructor
+}
+
+std::unique_ptr<HostComm> MpiComm::split(int color) {
+  ColorSplit s = split_by_color(comm_, color);
+  std::vector<int> nodes;
+  for (int r : s.members) nodes.push_back(nodes_[size_t(r)]);
+  auto out = std::make_unique<MpiComm>(s.comm, std::move(nodes));
+  MPI_Comm_free(&s.comm);
+  return out;
+}
+
 MpiComm::MpiComm(MPI_Comm parent) {
   ZT_MPI_CHECK(MPI_Comm_dup(parent, &comm_));
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);

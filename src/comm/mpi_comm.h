@@ -28,10 +28,21 @@ namespace zt {
 /// 115 ms), so buckets are reduced in pieces of at most this size (zero_estimate sizes them so).
 inline constexpr size_t kMpiMaxCollectiveElements = size_t(4) << 20;
 
+/// The ranks of `parent` that pass the same `color`: their communicator (MPI_Comm_split, in
+/// parent's rank order; the caller frees it) and their ranks in `parent`. Collective.
+struct ColorSplit {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::vector<int> members;
+};
+ColorSplit split_by_color(MPI_Comm parent, int color);
+
 class MpiComm final : public HostComm {
  public:
   /// Duplicates `parent` (MPI_COMM_WORLD, or MPI_COMM_SELF for a one-rank reference).
   explicit MpiComm(MPI_Comm parent);
+  /// The same, its ranks on the nodes `node_of_ranks` names instead of those MPI sees (a group of
+  /// ranks on simulated nodes: HierComm::split).
+  MpiComm(MPI_Comm parent, std::vector<int> node_of_ranks);
   ~MpiComm() override;
 
   int rank() const override { return rank_; }
@@ -47,7 +58,8 @@ class MpiComm final : public HostComm {
   std::shared_ptr<Work> all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
   std::shared_ptr<Work> broadcast(void* buffer, size_t count, DType dtype, int root) override;
   std::shared_ptr<Work> barrier() override;
-  std::unique_ptr<HostComm> duplicate() override { return std::make_unique<MpiComm>(comm_); }
+  std::unique_ptr<HostComm> duplicate() override { return std::make_unique<MpiComm>(comm_, nodes_); }
+  std::unique_ptr<HostComm> split(int color) override;
   void all_reduce_doubles(std::vector<double>& values, bool max) override;
   /// The ranks that share memory (MPI_COMM_TYPE_SHARED) share a node.
   std::vector<int> node_of_ranks() const override { return nodes_; }

@@ -226,8 +226,18 @@ void grouped(int ranks, Call call) {
 
 }  // namespace
 
+NcclComm::NcclComm(Backend& backend, std::unique_ptr<HostComm> group_control)
+    : NcclComm(backend, *group_control) {
+  group_control_ = std::move(group_control);
+}
+
+std::unique_ptr<DataComm> NcclComm::make_group(int color) {
+  return std::make_unique<NcclComm>(backend_, control_.split(color));
+}
+
 NcclComm::NcclComm(Backend& backend, HostComm& control)
     : backend_(backend),
+      control_(control),
       rank_(control.rank()),
       size_(control.size()),
       nodes_(control.node_of_ranks()),

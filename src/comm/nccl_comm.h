@@ -65,7 +65,10 @@ struct NcclShared;
 class NcclComm final : public DataComm {
  public:
   /// Collective over `control`: every rank of `control` joins, on the GPU `backend` runs on.
+  /// `control` must outlive it (groups are set up over it).
   NcclComm(Backend& backend, HostComm& control);
+  /// The same over a group's control communicator, which it keeps.
+  NcclComm(Backend& backend, std::unique_ptr<HostComm> group_control);
   /// Waits for the collectives in flight, stops the watchdog and destroys the NCCL communicator;
   /// while an exception unwinds (this rank failed, its peers may never finish what is in flight)
   /// it aborts the communicator instead of waiting.
@@ -95,6 +98,10 @@ class NcclComm final : public DataComm {
   /// The communication stream's CUDA stream (for benchmarks and tests).
   cudaStream_t native_stream() const { return cuda_stream_; }
 
+ protected:
+  /// A NCCL communicator of its own over the group, set up over the control communicator's group.
+  std::unique_ptr<DataComm> make_group(int color) override;
+
  private:
   // Orders the communication stream after what `after` has enqueued so far.
   cudaStream_t begin(Stream& after);
@@ -105,6 +112,8 @@ class NcclComm final : public DataComm {
   void watchdog_loop();
 
   Backend& backend_;
+  HostComm& control_;  // the set-up's, split for groups (it outlives the data path)
+  std::unique_ptr<HostComm> group_control_;  // a group's: control_ refers to it
   int rank_ = 0, size_ = 1;
   /// Each rank's node (the control communicator's view): NCCL's rings cross nodes where ours do.
   std::vector<int> nodes_;

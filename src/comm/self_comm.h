@@ -42,6 +42,7 @@ class SelfComm final : public HostComm {
   }
   std::shared_ptr<Work> barrier() override { return done(); }
   std::unique_ptr<HostComm> duplicate() override { return std::make_unique<SelfComm>(); }
+  std::unique_ptr<HostComm> split(int) override { return std::make_unique<SelfComm>(); }
   void all_reduce_doubles(std::vector<double>&, bool) override {}
 
  private:

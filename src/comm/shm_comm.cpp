@@ -218,6 +218,18 @@ ShmComm::ShmComm(MPI_Comm parent, size_t chunk_bytes, size_t stream_from_bytes)
   ZT_MPI_CHECK(MPI_Barrier(comm_));  // every flag is 0 before anyone waits on it
 }
 
+std::unique_ptr<HostComm> ShmComm::split(int color) {
+  ColorSplit s = split_by_color(comm_, color);
+  std::unique_ptr<HostComm> out;
+  if (s.members.size() > 1) {
+    out = std::make_unique<ShmComm>(s.comm, chunk_bytes_, stream_from_);
+  } else {
+    out = std::make_unique<MpiComm>(s.comm, std::vector<int>{0});  // a group of one moves nothing
+  }
+  MPI_Comm_free(&s.comm);
+  return out;
+}
+
 ShmComm::~ShmComm() {
   // Destroyed while an exception unwinds (a rank failed mid-step, and MPI_Abort follows at the
   // top): the peers may never reach this rank's next barrier nor MPI_Win_free, so the worker gives

@@ -91,6 +91,7 @@ class ShmComm final : public HostComm {
   std::unique_ptr<HostComm> duplicate() override {
     return std::make_unique<ShmComm>(comm_, chunk_bytes_, stream_from_);
   }
+  std::unique_ptr<HostComm> split(int color) override;
   void all_reduce_doubles(std::vector<double>& values, bool max) override;
   /// A window of `bytes` per rank (zeroed), or null on every rank when the node's shared-memory
   /// file system (/dev/shm, or OMPI_MCA_osc_sm_backing_directory when set) lacks room for the

@@ -50,6 +50,13 @@ class StagedComm final : public DataComm {
   size_t max_collective_elements() const override { return host_->max_collective_elements(); }
   std::vector<int> node_of_ranks() const override { return host_->node_of_ranks(); }
 
+ protected:
+  std::unique_ptr<DataComm> make_group(int color) override {
+    return std::make_unique<StagedComm>(backend_, host_->split(color));
+  }
+
+ public:
+
   std::shared_ptr<DataWork> all_reduce(void* buffer, size_t count, DType dtype, Stream& after) override {
     stats_.all_reduce += count * dtype_size(dtype);
     auto* bytes = static_cast<unsigned char*>(buffer);

@@ -1,6 +1,7 @@
 #include "comm/traffic.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
@@ -31,6 +32,14 @@ std::vector<int> block_nodes(int size, int per_node) {
   std::vector<int> nodes(static_cast<size_t>(size));
   for (int q = 0; q < size; ++q) nodes[size_t(q)] = q / per_node;
   return nodes;
+}
+
+NodeCounts count_nodes(const std::vector<int>& node_of) {
+  std::map<int, int> sizes;  // ranks on each node, by label
+  for (int n : node_of) ++sizes[n];
+  NodeCounts c{sizes.size(), INT32_MAX, 0};
+  for (const auto& [node, n] : sizes) c.fewest = std::min(c.fewest, n), c.most = std::max(c.most, n);
+  return c;
 }
 
 namespace {

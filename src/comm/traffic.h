@@ -59,6 +59,13 @@ Traffic hier_traffic(const CollectiveShape& c, int rank, int per_node, int nodes
 /// node_of for `size` ranks in nodes of `per_node` consecutive ranks.
 std::vector<int> block_nodes(int size, int per_node);
 
+/// How many nodes node_of names, and the fewest and most ranks on one.
+struct NodeCounts {
+  size_t nodes = 0;
+  int fewest = 0, most = 0;
+};
+NodeCounts count_nodes(const std::vector<int>& node_of);
+
 // HierComm's split of a collective (comm/hier_comm.h), which hier_traffic counts.
 /// `count` elements in `parts` near-equal blocks, the first count % parts one longer: an
 /// all-reduce's slices, one a local index (and the ring's blocks).

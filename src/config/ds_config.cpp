@@ -682,16 +682,24 @@ void read_offload(JsonSection& s, ZeroConfig& z) {
 
 // ZeRO++'s parts that zerotrain has; each changes stage 3's collectives (DeepSpeed wires them into
 // stage 3 only).
-void read_zero_plus_plus(JsonSection& s, ZeroConfig& z) {
+void read_zero_plus_plus(JsonSection& s, ZeroConfig& z, int world) {
   if (s.read("zero_quantized_weights", z.zero_quantized_weights) && z.zero_quantized_weights && z.stage != 3) {
     s.fail("zero_quantized_weights", cat("needs ZeRO stage 3 (stage ", z.stage, " gathers no parameters)"));
+  }
+  if (s.read("zero_hpz_partition_size", z.zero_hpz_partition_size, 1) && z.zero_hpz_partition_size > 1) {
+    if (z.stage != 3) {
+      s.fail("zero_hpz_partition_size", cat("needs ZeRO stage 3 (stage ", z.stage, " gathers no parameters)"));
+    }
+    // DeepSpeed takes min(size, world) and asserts that it divides the world.
+    const int64_t h = std::min<int64_t>(z.zero_hpz_partition_size, world);
+    if (world % h != 0) {
+      s.fail("zero_hpz_partition_size", cat(z.zero_hpz_partition_size, " does not divide the ", world, " ranks"));
+    }
   }
 }
 
 // ZeRO++, MiCS, LoCo and ZenFlow: changes to what is communicated or stepped, not implemented.
 void neutral_zero_plus_plus(JsonSection& s) {
-  s.neutral("zero_hpz_partition_size", {1},
-            "no ZeRO++ hpZ: parameters are partitioned over all ranks, DeepSpeed's default");
   s.neutral("zero_quantized_nontrainable_weights", {false},
             "every parameter is trained in its dtype, DeepSpeed's default");
   s.neutral("zero_quantized_gradients", {false},
@@ -778,7 +786,7 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   read_bucket(s, "allgather_bucket_size", z.allgather_bucket_size, auto_bucket);
   read_stage3_limits(s, z, autos);
   read_offload(s, z);
-  read_zero_plus_plus(s, z);
+  read_zero_plus_plus(s, z, autos.world_size);
   neutral_zero_keys(s);
   neutral_leaf_module(s);
   s.finish();

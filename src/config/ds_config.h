@@ -190,6 +190,10 @@ struct ZeroConfig {
   /// ZeRO++ qwZ (stage 3): the parameters' all-gathers carry int8 values with a scale per block
   /// (zero/quantized_gather.h) instead of the training dtype.
   bool zero_quantized_weights = false;
+  /// ZeRO++ hpZ (stage 3): a secondary copy of the parameters partitioned within groups of this
+  /// many consecutive ranks (a node's), from which the gathers after a unit's first stay inside
+  /// the group (ZeroPlan::hpz). 1: none.
+  int64_t zero_hpz_partition_size = 1;
 };
 
 /// DeepSpeed's "tensorboard" and "csv_monitor" blocks: rank 0 writes the training scalars under

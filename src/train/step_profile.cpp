@@ -76,6 +76,11 @@ class ProfiledDataComm final : public DataComm {
   }
   std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) override { return inner_.allocate_shared(bytes); }
 
+ protected:
+  // The inner communicator's group, counted in its stats (the trainer's); its waits are not
+  // bracketed (ZeRO++'s and MiCS's group collectives show in the profile as compute).
+  std::unique_ptr<DataComm> make_group(int color) override { return inner_.split(color); }
+
  private:
   std::shared_ptr<DataWork> wrap(std::shared_ptr<DataWork> work) {
     return std::make_shared<ProfiledWork>(std::move(work), timeline_, compute_);

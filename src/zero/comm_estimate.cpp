@@ -1,7 +1,6 @@
 #include "zero/comm_estimate.h"
 
 #include <algorithm>
-#include <map>
 
 #include "core/error.h"
 #include "core/dtype.h"
@@ -11,16 +10,38 @@ namespace zt {
 
 namespace {
 
-// Stage 3's all-gather of every unit once: each unit's elements in the training dtype, or with
-// qwZ its quantized packets (zero/quantized_gather.h).
-double unit_gathers(const ZeroPlan& plan, const ZeroConfig& z, const ParamLayout& layout) {
+// Stage 3's all-gather of every unit once, cut as `map` says (the partitions, or hpZ's secondary
+// copy): each unit's elements in the training dtype, or with qwZ its quantized packets
+// (zero/quantized_gather.h).
+double unit_gathers(const ZeroPlan& plan, const ZeroConfig& z, const ParamLayout& layout, const PartitionMap& map) {
   double bytes = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
     const size_t lo = layout.unit_offset(u), n = layout.unit_size(u);
-    bytes += z.zero_quantized_weights ? double(QuantizedSplit(plan.partition.split(lo, lo + n)).bytes())
-                                      : double(n * plan.elem());
+    bytes += z.zero_quantized_weights ? double(QuantizedSplit(map.split(lo, lo + n)).bytes()) : double(n * plan.elem());
   }
   return bytes;
+}
+
+// The closed forms of a collective's bytes `bytes` over p ranks on N nodes (step_traffic).
+void add_traffic(TrafficTotals& t, Collective kind, double bytes, double p, double N, bool hierarchical,
+                 double copies) {
+  const double L = p / N;
+  // Bytes every rank hands over, sent in all: (p - 1) / p of a reduce-scatter's or all-gather's
+  // buffer a rank, twice that for an all-reduce, a broadcast's buffer by all but one rank, an
+  // all-to-all's blocks but a rank's own.
+  const double total = (kind == Collective::kAllReduce ? 2 : 1) * (p - 1) * bytes;
+  double inter = 0;
+  if (N > 1) {
+    if (kind == Collective::kAllToAll) {
+      inter = total * (p - L) / (p - 1);  // straight to each rank: p - L of the p - 1 live elsewhere
+    } else if (hierarchical && kind != Collective::kBroadcast) {
+      inter = total / (p - 1) * (N - 1);  // a ring of N for each local index, over 1/L of it
+    } else {
+      inter = total * N / p;  // the N ring edges (of p) that leave a node; a broadcast from each rank alike
+    }
+  }
+  t.intra_node[size_t(kind)] += copies * (total - inter);
+  t.inter_node[size_t(kind)] += copies * inter;
 }
 
 }  // namespace
@@ -58,7 +79,13 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
       // distance: at most the whole trace, forward and backward.
       const bool stay = double(z.stage3_max_live_parameters) >= flat &&
                         double(z.stage3_max_reuse_distance) >= 2 * flat;
-      b[size_t(Collective::kAllGather)] = unit_gathers(plan, z, layout) * (stay ? 1.0 : 2.0 * micro_steps);
+      const double gathers = stay ? 1.0 : 2.0 * micro_steps;
+      b[size_t(Collective::kAllGather)] = unit_gathers(plan, z, layout, plan.partition) * (plan.hpz > 1 ? 1 : gathers);
+      if (plan.hpz > 1 && gathers > 1) {  // hpZ: the step's first gather of a unit fills the secondary
+        GroupPayload g{plan.hpz, 1, {}};
+        g.bytes[size_t(Collective::kAllGather)] = unit_gathers(plan, z, layout, plan.secondary) * (gathers - 1);
+        out.groups.push_back(g);
+      }
       if (!stay) {
         out.caveat = "stage3_max_live_parameters or stage3_max_reuse_distance below the model: all-gathers counted "
                      "as if every use gathered (an upper bound)";
@@ -80,26 +107,21 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
 
 TrafficTotals step_traffic(const StepPayload& payload, int world, int nodes, bool hierarchical) {
   TrafficTotals t;
-  const double p = world, N = nodes, L = p / N;
   for (int k = 0; k < kCollectives; ++k) {
-    const Collective kind = Collective(k);
-    const double bytes = payload.bytes[size_t(k)];
-    // Bytes every rank hands over, sent in all: (p - 1) / p of a reduce-scatter's or all-gather's
-    // buffer a rank, twice that for an all-reduce, a broadcast's buffer by all but one rank, an
-    // all-to-all's blocks but a rank's own.
-    const double total = (kind == Collective::kAllReduce ? 2 : 1) * (p - 1) * bytes;
-    double inter = 0;
-    if (nodes > 1) {
-      if (kind == Collective::kAllToAll) {
-        inter = total * (p - L) / (p - 1);  // straight to each rank: p - L of the p - 1 live elsewhere
-      } else if (hierarchical && kind != Collective::kBroadcast) {
-        inter = total / (p - 1) * (N - 1);  // a ring of N for each local index, over 1/L of it
-      } else {
-        inter = total * N / p;  // the N ring edges (of p) that leave a node; a broadcast from each rank alike
-      }
+    add_traffic(t, Collective(k), payload.bytes[size_t(k)], world, nodes, hierarchical, 1);
+  }
+  const int per_node = world / nodes;
+  for (const GroupPayload& g : payload.groups) {
+    // The first group's ranks (the others lie alike) and their nodes: HostComm::split's choice
+    // (HierComm for several ranks on each of several nodes, else one ring over those nodes).
+    std::vector<int> node_of;
+    for (int i = 0; i < g.ranks; ++i) node_of.push_back(i * g.stride / per_node);
+    const NodeCounts c = count_nodes(node_of);
+    const bool group_hierarchical = hierarchical && c.nodes > 1 && c.most > 1;
+    for (int k = 0; k < kCollectives; ++k) {
+      add_traffic(t, Collective(k), g.bytes[size_t(k)], g.ranks, double(c.nodes), group_hierarchical,
+                  double(world / g.ranks));
     }
-    t.intra_node[size_t(k)] = total - inter;
-    t.inter_node[size_t(k)] = inter;
   }
   return t;
 }
@@ -112,24 +134,6 @@ boost::json::object traffic_json(const TrafficTotals& t) {
   }
   return {{"intra_node", t.intra()}, {"inter_node", t.inter()}, {"by_collective", std::move(by)}};
 }
-
-namespace {
-
-// How many nodes, and the fewest and most ranks on one.
-struct NodeCounts {
-  size_t nodes = 0;
-  int fewest = 0, most = 0;
-};
-
-NodeCounts count_nodes(const std::vector<int>& node_of_ranks) {
-  std::map<int, int> sizes;  // ranks on each node, by label
-  for (int n : node_of_ranks) ++sizes[n];
-  NodeCounts c{sizes.size(), INT32_MAX, 0};
-  for (const auto& [node, n] : sizes) c.fewest = std::min(c.fewest, n), c.most = std::max(c.most, n);
-  return c;
-}
-
-}  // namespace
 
 boost::json::object node_json(const std::vector<int>& node_of_ranks) {
   const NodeCounts c = count_nodes(node_of_ranks);

@@ -25,9 +25,18 @@ namespace zt {
 ///            stage3_max_live_parameters and stage3_max_reuse_distance limits let every unit stay
 ///            gathered from its first use to the step (DeepSpeed's defaults do); below those,
 ///            every use gathers (forward and backward of each micro-step): an upper bound.
-///            With qwZ each unit's gather carries its quantized packets (zero/quantized_gather.h).
-struct StepPayload {
+///            With qwZ each unit's gather carries its quantized packets (zero/quantized_gather.h);
+///            with hpZ every gather of a unit after the step's first runs in its group of hpz
+///            consecutive ranks, from the secondary copy.
+/// Collectives within groups of `ranks` ranks each, every group alike: consecutive ranks
+/// (stride 1: hpZ's groups) or every stride-th rank. `bytes` as StepPayload's, in each group.
+struct GroupPayload {
+  int ranks = 1, stride = 1;
   std::array<double, kCollectives> bytes{};
+};
+struct StepPayload {
+  std::array<double, kCollectives> bytes{};  ///< over all ranks
+  std::vector<GroupPayload> groups;
   /// Empty when exact; else what the figures assume (bounds, collectives left out).
   std::string caveat;
 };
@@ -37,7 +46,8 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
 /// nodes of consecutive ranks: HierComm's two rings where `hierarchical` (ZT_SHM_COLLECTIVES=1
 /// across nodes), else one ring (MPI, NCCL; shared memory on one node). Across nodes, one ring's
 /// edge out of each node carries its rank's share (ranks' shares taken equal: exact within a
-/// few elements a collective).
+/// few elements a collective). A group's collectives likewise over the nodes its ranks lie on,
+/// as HostComm::split builds its communicator.
 TrafficTotals step_traffic(const StepPayload& payload, int world, int nodes, bool hierarchical);
 
 /// {"intra_node": bytes, "inter_node": bytes, "by_collective": {kind: {"intra_node", "inter_node"}}}.

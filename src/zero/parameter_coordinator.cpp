@@ -30,6 +30,10 @@ size_t gathered_elements_bound(const ParamLayout& layout, const ZeroConfig& conf
 
 }  // namespace
 
+size_t PartitionedParameterCoordinator::secondary_bytes(const ZeroPlan& plan) {
+  return plan.hpz > 1 ? plan.secondary.partition_size * plan.elem() : 0;
+}
+
 size_t PartitionedParameterCoordinator::gather_bytes(const ZeroPlan& plan, const ParamLayout& layout,
                                                     const ZeroConfig& config) {
   if (plan.stage != 3) return 0;
@@ -40,7 +44,7 @@ size_t PartitionedParameterCoordinator::gather_bytes(const ZeroPlan& plan, const
   if (config.zero_quantized_weights) {
     bytes += elements + 4 * QuantizedSplit::blocks(elements) + 7 * size_t(plan.world) * size_t(layout.num_units());
   }
-  return bytes;
+  return bytes + secondary_bytes(plan);
 }
 
 std::vector<size_t> PartitionedParameterCoordinator::gather_allocations(const ZeroPlan& plan,
@@ -48,6 +52,7 @@ std::vector<size_t> PartitionedParameterCoordinator::gather_allocations(const Ze
                                                                         const ZeroConfig& config) {
   std::vector<size_t> bytes;
   if (plan.stage != 3) return bytes;
+  if (plan.hpz > 1) bytes.push_back(secondary_bytes(plan));
   std::vector<int> units;
   for (int u = 0; u < layout.num_units(); ++u) units.push_back(u);
   std::stable_sort(units.begin(), units.end(), [&](int a, int b) { return layout.unit_size(a) > layout.unit_size(b); });
@@ -97,6 +102,13 @@ PartitionedParameterCoordinator::PartitionedParameterCoordinator(const ZeroPlan&
       max_reuse_(size_t(config.zero.stage3_max_reuse_distance)),
       persistence_(size_t(config.zero.stage3_param_persistence_threshold)),
       quantized_(config.zero.zero_quantized_weights) {
+  if (plan.hpz > 1) {  // collective: every rank builds its coordinator at the same point
+    group_ = comm.split(plan.rank / plan.hpz);
+    secondary_ = plan.secondary;
+    secondary_buffer_ = DeviceArray<unsigned char>(backend, secondary_.partition_size * plan.elem());
+    allocated_bytes_ += secondary_buffer_.size();
+    secondary_valid_.assign(size_t(layout.num_units()), 0);
+  }
   const size_t largest = layout.max_unit_size();
   if (largest > max_live_) {
     throw UsageError(cat("zero_optimization.stage3_max_live_parameters (", max_live_,
@@ -146,10 +158,18 @@ void PartitionedParameterCoordinator::gather(int unit) {
   const size_t lo = layout_.unit_offset(unit), n = layout_.unit_size(unit);
   make_room(n, unit);
   Gathered& g = live_[unit];
+  g.unit = unit;
   g.raw = take_buffer(n * dtype_size(dtype_), kRaw);
   if (dtype_ != working_dtype_) g.working = take_buffer(n * dtype_size(working_dtype_), kWorking);
   live_elements_ += n;
   peak_live_elements_ = std::max(peak_live_elements_, live_elements_);
+  if (group_ && secondary_valid_[size_t(unit)]) {
+    // hpZ: gathered once since the parameters changed, so the group's secondary copy has it.
+    const size_t begin = secondary_.begin(group_->rank()), end = secondary_.end(group_->rank());
+    const size_t a = std::min(std::max(lo, begin), end);
+    start_gather(g, *group_, secondary_.split(lo, lo + n), secondary_buffer_.data() + (a - begin) * dtype_size(dtype_));
+    return;
+  }
   // Every rank contributes the part of [lo, lo + n) it owns, straight from its partition's store
   // (which may have to read it from NVMe; with every store buffer held by a gather in flight,
   // the oldest of those finishes first).
@@ -160,18 +180,26 @@ void PartitionedParameterCoordinator::gather(int unit) {
     complete(oldest->second);
   }
   g.source = store_.acquire(a, b);
-  std::vector<size_t> counts = partition_.split(lo, lo + n);
+  if (group_) {  // hpZ: this gather fills the unit's part of the secondary copy (complete)
+    g.fills_secondary = true;
+    secondary_valid_[size_t(unit)] = 1;
+  }
+  start_gather(g, comm_, partition_.split(lo, lo + n), g.source);
+}
+
+void PartitionedParameterCoordinator::start_gather(Gathered& g, DataComm& over, const std::vector<size_t>& counts,
+                                                   const void* mine) {
   Stream& compute = backend_.compute_stream();
   if (!quantized_) {
-    g.pending = comm_.all_gather(g.source, g.raw.data(), counts, dtype_, compute);
+    g.pending = over.all_gather(mine, g.raw.data(), counts, dtype_, compute);
     return;
   }
   g.split.emplace(counts);
   g.wire = take_buffer(g.split->bytes(), kWire);
-  const int rank = comm_.rank();
-  quantize_packet(backend_, *g.split, rank, g.source, dtype_, g.wire.data());
-  const unsigned char* mine = g.wire.data() + g.split->offset[size_t(rank)] * 4;
-  g.pending = comm_.all_gather(mine, g.wire.data(), g.split->words, DType::kF32, compute);
+  const int rank = over.rank();
+  quantize_packet(backend_, *g.split, rank, mine, dtype_, g.wire.data());
+  const unsigned char* packet = g.wire.data() + g.split->offset[size_t(rank)] * 4;
+  g.pending = over.all_gather(packet, g.wire.data(), g.split->words, DType::kF32, compute);
 }
 
 std::pair<size_t, size_t> PartitionedParameterCoordinator::owned_slice(int unit) const {
@@ -195,6 +223,16 @@ void PartitionedParameterCoordinator::complete(Gathered& g) {
     dequantize_packets(backend_, *g.split, g.wire.data(), g.raw.data(), dtype_);
     give_back(std::move(g.wire), kWire);
     g.split.reset();
+  }
+  if (g.fills_secondary) {  // hpZ: this rank's part of the unit, as every rank computes with it
+    const size_t lo = layout_.unit_offset(g.unit), hi = lo + layout_.unit_size(g.unit), elem = dtype_size(dtype_);
+    const size_t begin = secondary_.begin(group_->rank()), end = secondary_.end(group_->rank());
+    const size_t a = std::max(lo, begin), b = std::min(hi, end);
+    if (b > a) {
+      backend_.copy_async(secondary_buffer_.data() + (a - begin) * elem, g.raw.data() + (a - lo) * elem,
+                          (b - a) * elem, backend_.compute_stream());
+    }
+    g.fills_secondary = false;
   }
 }
 
@@ -298,6 +336,7 @@ void PartitionedParameterCoordinator::release(int unit) {
 
 void PartitionedParameterCoordinator::invalidate() {
   while (!live_.empty()) drop(live_.begin()->first);
+  std::fill(secondary_valid_.begin(), secondary_valid_.end(), char(0));
   if (!trace_.empty()) trace_complete_ = true;
   position_ = 0;
 }

@@ -54,6 +54,9 @@ class PartitionedParameterCoordinator {
   /// rounds each allocation of this worst case).
   static std::vector<size_t> gather_allocations(const ZeroPlan& plan, const ParamLayout& layout,
                                                 const ZeroConfig& config);
+  /// hpZ's secondary copy: the parameters cut over a group of plan.hpz ranks, in their dtype
+  /// (DeepSpeed's ds_secondary_tensor, 1/hpz of the model a rank); 0 without hpZ.
+  static size_t secondary_bytes(const ZeroPlan& plan);
   /// What the parameter store allocates besides the plan's parameter buffer: ParamSwapper's
   /// resident part, file and read buffers with offload_param nvme (sized for the worst rank).
   static OffloadFootprint store_footprint(const ZeroPlan& plan, const ParamLayout& layout, const DsConfig& config);
@@ -95,10 +98,15 @@ class PartitionedParameterCoordinator {
     DeviceArray<unsigned char> wire;     // qwZ: the quantized packets, until dequantized into raw
     std::optional<QuantizedSplit> split;  // qwZ: where the packets lie in `wire`
     std::shared_ptr<DataWork> pending;
+    int unit = -1;
+    bool fills_secondary = false;  // hpZ: copy this rank's part into the secondary once complete
     const void* source = nullptr;  // this rank's slice, held in the store until `pending` is done
     bool converted = false, in_use = false;
   };
   void gather(int unit);
+  /// Starts the all-gather of `g`'s unit over `over`, each rank's part `counts`, this rank's at
+  /// `mine`: plain, or with qwZ its quantized packets.
+  void start_gather(Gathered& g, DataComm& over, const std::vector<size_t>& counts, const void* mine);
   /// Waits for a unit's all-gather and hands its slice back to the store.
   void complete(Gathered& g);
   /// The part of `unit` this rank owns, as [lo, hi) of its partition (empty: lo == hi).
@@ -124,6 +132,12 @@ class PartitionedParameterCoordinator {
   ParamStore& store_;
   size_t max_live_, prefetch_limit_, max_reuse_, persistence_;
   bool quantized_;  // zero_quantized_weights
+  // hpZ (ZeroPlan::hpz): the group's communicator, this rank's part of the secondary copy (the
+  // parameters cut over the group's ranks) and which units it holds since the last step.
+  std::unique_ptr<DataComm> group_;
+  PartitionMap secondary_;
+  DeviceArray<unsigned char> secondary_buffer_;
+  std::vector<char> secondary_valid_;
   std::map<int, Gathered> live_;
   std::multimap<size_t, DeviceArray<unsigned char>> free_[kBufferKinds];  // by bytes
 

@@ -28,6 +28,12 @@ ZeroPlan::ZeroPlan(const DsConfig& config, size_t flat_size, int world_size, int
   offloaded = off.enabled() ? size_t(std::llround(double(opt_count) * off.ratio)) : 0;
   device_count = opt_count - offloaded;
 
+  if (stage == 3 && config.zero.zero_hpz_partition_size > 1 && config.zero.zero_hpz_partition_size < world) {
+    hpz = int(config.zero.zero_hpz_partition_size);
+    ZT_USAGE_CHECK(world % hpz == 0, "zero_optimization.zero_hpz_partition_size: ", hpz, " does not divide the ",
+                   world, " ranks");
+    secondary = PartitionMap(flat_size, hpz);
+  }
   params_base = stage == 3 ? partition.begin(rank) : 0;
   params_count = stage == 3 ? part : padded;
   grads_base = stage >= 2 ? partition.begin(rank) : 0;

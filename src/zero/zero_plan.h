@@ -66,6 +66,12 @@ struct ZeroPlan {
   /// the next step's forward and backward (-1: never).
   int64_t delayed_update_after = -1;
   bool training = true;  ///< false: ZeroPlan::inference (no gradients, no optimizer range)
+  /// ZeRO++ hpZ (stage 3): the secondary partition's groups of this many consecutive ranks, which
+  /// serve every gather of a unit after its first since the parameters changed; 1 without
+  /// (zero_hpz_partition_size 1, or at least the world: the secondary would be the partition).
+  int hpz = 1;
+  /// hpZ: the parameters cut over a group's ranks; rank r holds secondary.begin(r % hpz) on.
+  PartitionMap secondary;
 
   size_t elem() const { return dtype_size(dtype); }
   size_t grad_elem() const { return dtype_size(grad_dtype); }

@@ -5,15 +5,20 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "../unit/quantize_reference.h"
 #include "comm/data_comm.h"
 #include "comm/mpi_comm.h"
+#include "backend/device_array.h"
 #include "core/dtype.h"
 #include "model/model_layout.h"
 #include "zero/engine.h"
+#include "zero/parameter_coordinator.h"
+#include "zero/zero_plan.h"
 #include "zero/quantized_gather.h"
 #include "zero_test_harness.h"
 
@@ -53,6 +58,49 @@ std::vector<float> to_floats(const std::vector<unsigned char>& raw, DType dtype,
     }
   }
   return out;
+}
+
+// The groups ZeRO++ and MiCS communicate in (DataComm::split): consecutive ranks (hpZ's, MiCS's
+// shards) and every other rank (MiCS's replicas), each moving its own ranks' data, and what they
+// move counted in the parent's stats over the same nodes (inside a simulated node of 2 for the
+// consecutive pairs, across nodes for the strided ones).
+TEST(GroupComm, SplitsMoveTheirRanksDataAndCountInTheParent) {
+  MpiComm world(MPI_COMM_WORLD);
+  const std::unique_ptr<Backend> backend = test_backend();
+  auto data = make_data_comm(*backend, world);
+  const int p = world.size(), rank = world.rank();
+  const bool simulated_pairs = std::getenv("ZT_SHM_NODE_SIZE") && std::string(std::getenv("ZT_SHM_NODE_SIZE")) == "2";
+  for (bool strided : {false, true}) {
+    SCOPED_TRACE(strided ? "strided" : "consecutive");
+    const int g = std::min(p, 2), groups = p / g;
+    const int color = strided ? rank % groups : rank / g;
+    std::unique_ptr<DataComm> group = data->split(color);
+    ASSERT_EQ(group->size(), g);
+    ASSERT_EQ(group->rank(), strided ? rank / groups : rank % g);
+    const size_t n = 5;
+    std::vector<float> mine(n), all(n * size_t(g));
+    for (size_t i = 0; i < n; ++i) mine[i] = float(rank * 100 + int(i));
+    DeviceArray<float> send(*backend, n), recv(*backend, n * size_t(g));
+    backend->copy_from_host(send.data(), mine.data(), n * 4);
+    data->reset_stats();
+    group->all_gather(send.data(), recv.data(), std::vector<size_t>(size_t(g), n), DType::kF32, backend->compute_stream())
+        ->synchronize();
+    backend->copy_to_host(all.data(), recv.data(), all.size() * 4);
+    for (int q = 0; q < g; ++q) {
+      const int member = strided ? q * groups + color : color * g + q;
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(all[size_t(q) * n + i], float(member * 100 + int(i))) << "member " << q;
+    }
+    const CommStats s = data->stats();
+    EXPECT_EQ(s.all_gather, n * size_t(g) * 4) << "the group's payload counts in the parent's stats";
+    const Traffic t = s.traffic[size_t(Collective::kAllGather)];
+    const uint64_t sent = t.intra_node.sent + t.inter_node.sent;
+    EXPECT_EQ(sent, g > 1 ? n * size_t(g - 1) * 4 : 0u) << "a ring of the group's ranks";
+    if (simulated_pairs && p == 4) {
+      EXPECT_EQ(t.inter_node.sent, strided ? sent : 0u) << "pairs inside a node, or one on each";
+    }
+    data->reset_stats();
+    EXPECT_EQ(data->stats().all_gather, 0u);
+  }
 }
 
 TEST(QuantizedWeights, GatheredAsDeepSpeedsInt8OnEveryRank) {
@@ -107,6 +155,61 @@ TEST(QuantizedWeights, TrainsAsPlainStage3Within2Percent) {
     EXPECT_GT(largest, 0.0) << "qwZ's losses equal plain stage 3's bit for bit: nothing was quantized";
     if (world.rank() == 0) std::printf("qwZ %s: largest relative loss difference %.2e\n", dtype_name(dtype), largest);
   }
+}
+
+// hpZ in groups of 2 consecutive ranks, with units released after use (stage3_max_reuse_distance
+// 0) so that backward gathers again: the secondary copy holds the values the first gather
+// delivered, so losses equal plain stage 3's bit for bit; across 2 simulated nodes of 2 the
+// all-gathers send less across nodes; the secondary's bytes are the estimate's.
+TEST(Hpz, TrainsAsPlainStage3BitForBit) {
+  MpiComm world(MPI_COMM_WORLD);
+  if (world.size() < 4) GTEST_SKIP() << "hpZ in groups of 2 needs more than 2 ranks (a group of all is no hpZ)";
+  const std::unique_ptr<Backend> backend = test_backend();
+  const bool simulated_pairs = std::getenv("ZT_SHM_NODE_SIZE") && std::string(std::getenv("ZT_SHM_NODE_SIZE")) == "2";
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    DsConfig plain = make_config(3, dtype, world.size(), 2);
+    plain.zero.stage3_max_reuse_distance = 0;
+    DsConfig hpz = plain;
+    hpz.zero.zero_hpz_partition_size = 2;
+    CommStats plain_stats, hpz_stats;
+    const std::vector<double> want =
+        train_on(*backend, world, plain, nullptr, nullptr, nullptr, tiny_model(), nullptr, &plain_stats);
+    const std::vector<double> got =
+        train_on(*backend, world, hpz, nullptr, nullptr, nullptr, tiny_model(), nullptr, &hpz_stats);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
+    const Traffic a = plain_stats.traffic[size_t(Collective::kAllGather)];
+    const Traffic b = hpz_stats.traffic[size_t(Collective::kAllGather)];
+    EXPECT_EQ(hpz_stats.all_gather, plain_stats.all_gather) << "the same gathers, some inside the groups";
+    if (simulated_pairs) {
+      EXPECT_GT(a.inter_node.sent, 0u);
+      EXPECT_LT(double(b.inter_node.sent), 0.75 * double(a.inter_node.sent)) << "backward's gathers crossed nodes";
+    }
+    // Model states: the same; the secondary copy (1/2 of the model a rank) with the gather buffers.
+    const std::unique_ptr<ModelLayout> layout = make_model_layout(tiny_model());
+    auto data = make_data_comm(*backend, world);
+    ZeroEngine engine(*layout, *backend, *data, world, hpz);
+    const ZeroPlan plan(hpz, layout->flat_size(), world.size(), world.rank(), backend->kernels_reach_host_memory());
+    EXPECT_EQ(PartitionedParameterCoordinator::secondary_bytes(plan), PartitionMap(layout->flat_size(), 2).partition_size *
+                                                                          dtype_size(dtype));
+    EXPECT_EQ(engine.buffer_bytes().gather, PartitionedParameterCoordinator::secondary_bytes(plan))
+        << "before any gather, the secondary copy alone";
+  }
+}
+
+// qwZ and hpZ together: the secondary's gathers quantized too (as DeepSpeed's), losses within 2 %.
+TEST(Hpz, WithQuantizedWeightsWithin2Percent) {
+  MpiComm world(MPI_COMM_WORLD);
+  if (world.size() < 4) GTEST_SKIP() << "hpZ in groups of 2 needs more than 2 ranks (a group of all is no hpZ)";
+  DsConfig plain = make_config(3, DType::kBF16, world.size(), 2);
+  plain.zero.stage3_max_reuse_distance = 0;
+  DsConfig both = plain;
+  both.zero.zero_hpz_partition_size = 2;
+  both.zero.zero_quantized_weights = true;
+  const std::vector<double> want = train(world, plain), got = train(world, both);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.02 * want[i]) << "step " << i + 1;
 }
 
 }  // namespace

@@ -436,6 +436,22 @@ TEST(ZeroPlusPlusConfig, StageThreeOnly) {
   const std::string e = offload_error(R"({"zero_optimization": {"stage": 2, "zero_quantized_weights": true}})");
   EXPECT_NE(e.find("ds.json: zero_optimization.zero_quantized_weights: needs ZeRO stage 3"), std::string::npos) << e;
   EXPECT_EQ(offload_error(R"({"zero_optimization": {"stage": 2, "zero_quantized_weights": false}})"), "(no error)");
+  EXPECT_EQ(parse_text(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})")
+                .zero.zero_hpz_partition_size, 8);  // one rank here: min(8, 1) divides it
+  std::string h = offload_error(R"({"zero_optimization": {"stage": 2, "zero_hpz_partition_size": 2}})");
+  EXPECT_NE(h.find("zero_optimization.zero_hpz_partition_size: needs ZeRO stage 3"), std::string::npos) << h;
+  h = offload_error(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}})");
+  EXPECT_NE(h.find("zero_optimization.zero_hpz_partition_size"), std::string::npos) << h;
+  AutoValues six;
+  six.world_size = 6;
+  const auto hpz = boost::json::parse(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 4}})");
+  try {
+    parse_ds_config(hpz, "ds.json", six);
+    ADD_FAILURE() << "4 ranks a group over 6 ranks accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_hpz_partition_size: 4 does not divide the 6 ranks"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(OffloadConfig, RejectsWhatCannotWork) {
@@ -507,7 +523,7 @@ const std::vector<std::string> kNeutralPaths = {
     "zero_optimization.round_robin_gradients", "zero_optimization.memory_efficient_linear",
     "zero_optimization.pipeline_loading_checkpoint", "zero_optimization.override_module_apply",
     "zero_optimization.log_trace_cache_warnings", "zero_optimization.enable_sanity_checks",
-    "zero_optimization.save_muon_momentum_buffer_in_memory", "zero_optimization.zero_hpz_partition_size",
+    "zero_optimization.save_muon_momentum_buffer_in_memory",
     "zero_optimization.zero_quantized_nontrainable_weights",
     "zero_optimization.zero_quantized_gradients", "zero_optimization.zeropp_loco_param",
     "zero_optimization.mics_shard_size", "zero_optimization.mics_hierarchical_params_gather",
@@ -634,8 +650,6 @@ const Refusal kRefusals[] = {
      "zero_optimization.log_trace_cache_warnings: true is not implemented: "},
     {R"({"zero_optimization": {"enable_sanity_checks": true}})",
      "zero_optimization.enable_sanity_checks: true is not implemented: "},
-    {R"({"zero_optimization": {"zero_hpz_partition_size": 8}})",
-     "zero_optimization.zero_hpz_partition_size: 8 is not implemented: "},
     {R"({"zero_optimization": {"zero_quantized_nontrainable_weights": true}})",
      "zero_optimization.zero_quantized_nontrainable_weights: true is not implemented: "},
     {R"({"zero_optimization": {"zero_quantized_gradients": true}})",
