@@ -482,7 +482,7 @@ void report_traffic(const Args& a, const ModelConfig& model, const DsConfig& con
                     json::object& out) {
   const std::unique_ptr<ModelLayout> layout = make_model_layout(model);
   const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda);
-  const StepPayload payload = step_payload(plan, config, *layout);
+  const StepPayload payload = step_payload(plan, config, *layout, a.gpus_per_node, max_collective_elements(run));
   const bool hierarchical = a.shm_collectives;
   const TrafficTotals t = step_traffic(payload, run.world_size, a.num_nodes, hierarchical);
   const std::vector<int> nodes = block_nodes(run.world_size, a.gpus_per_node);

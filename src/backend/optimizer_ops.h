@@ -253,14 +253,16 @@ class OptimizerOps {
   }
 
   // ZeRO++'s quantized collectives (zero/quantized_gather.h), as DeepSpeed's symmetric quantizer
-  // (csrc/includes/quantization_utils.h) computes them, in blocks of `block` elements (the last
-  // may be shorter): with a the block's largest |x| and s = 128 / a (1 where a is 0),
-  // q = round-half-even(x s) clamped to [-128, 127], and the block's scale, sent beside q, 1 / s.
+  // (csrc/includes/quantization_utils.h) computes them with `bits` 8 (qwZ's weights) or 4 (qgZ's
+  // gradients), in blocks of `block` elements (the last may be shorter; even for 4 bits): with a
+  // the block's largest |x|, h = 2^(bits - 1) and s = h / a (1 where a is 0),
+  // q = round-half-even(x s) clamped to [-h, h - 1], and the block's scale, sent beside q, 1 / s.
+  // 8 bits: a byte an element; 4 bits: two a byte, element 2k in the low nibble of byte k.
   /// Quantizes n elements of `x` (its dtype) into `q` and ceil(n / block) `scales`.
-  virtual void quantize_int8(const void* x, DType dtype, size_t n, size_t block, int8_t* q, float* scales) = 0;
+  virtual void quantize(const void* x, DType dtype, size_t n, size_t block, int bits, void* q, float* scales) = 0;
   /// x = q * its block's scale, rounded to x's dtype.
-  virtual void dequantize_int8(const int8_t* q, const float* scales, size_t n, size_t block, void* x,
-                               DType dtype) = 0;
+  virtual void dequantize(const void* q, const float* scales, size_t n, size_t block, int bits, void* x,
+                          DType dtype) = 0;
 
   /// Adds the sum of squares of n gradient values, in double, to *out (memory of the same kind
   /// as `data`); NaN or inf in the data gives a non-finite result.

@@ -82,6 +82,12 @@ class HostComm {
   /// `send` holds size() blocks of `count` elements, block q for rank q; `recv` receives rank q's
   /// block for this rank at q * count (MPI_Alltoall). `recv` must not overlap `send`.
   virtual std::shared_ptr<Work> all_to_all(const void* send, void* recv, size_t count, DType dtype) = 0;
+  /// `send` holds size() blocks one after another, block q of send_counts[q] elements for rank q;
+  /// rank q's block for this rank (recv_counts[q] elements: q's send_counts[rank()]) lands in
+  /// `recv` after those of the ranks before q (MPI_Alltoallv). `recv` must not overlap `send`.
+  /// Throws where the transport has none (shared memory alone: a node's ranks never need it).
+  virtual std::shared_ptr<Work> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                             const std::vector<size_t>& recv_counts, DType dtype);
   virtual std::shared_ptr<Work> barrier() = 0;
   /// A communicator over the same ranks whose collectives never mix with this one's (MPI_Comm_dup):
   /// for a second thread that issues collectives. Collective.

@@ -7,6 +7,11 @@
 
 namespace zt {
 
+std::shared_ptr<Work> HostComm::all_to_all_v(const void*, const std::vector<size_t>&, void*,
+                                             const std::vector<size_t>&, DType) {
+  throw std::logic_error(cat("the ", name(), " communicator has no all_to_all_v"));
+}
+
 std::unique_ptr<HostComm> HostComm::split(int color) {
   (void)color;
   throw std::logic_error(cat("the ", name(), " communicator cannot be split into groups"));

@@ -79,6 +79,10 @@ class DataComm {
   /// block for this rank at q * count. `recv` must not overlap `send`.
   virtual std::shared_ptr<DataWork> all_to_all(const void* send, void* recv, size_t count, DType dtype,
                                                Stream& after) = 0;
+  /// HostComm::all_to_all_v on the backend's buffers.
+  virtual std::shared_ptr<DataWork> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                                 const std::vector<size_t>& recv_counts, DType dtype,
+                                                 Stream& after) = 0;
   /// Device memory that this communicator's all-reduce and reduce-scatter read in place on the
   /// peers (HostComm::allocate_shared: the direct communicator over shared memory), or null
   /// (every other one, and then on every rank). Collective, as HostComm's.

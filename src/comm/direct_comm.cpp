@@ -71,6 +71,12 @@ class DirectComm final : public DataComm {
     count_traffic(host_, {Collective::kAllToAll, {count}, dtype_size(dtype)});
     return wrap(host_.all_to_all(send, recv, count, dtype));
   }
+  std::shared_ptr<DataWork> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                         const std::vector<size_t>& recv_counts, DType dtype, Stream&) override {
+    for (size_t c : send_counts) stats_.all_to_all += c * dtype_size(dtype);
+    count_traffic(host_, {Collective::kAllToAll, send_counts, dtype_size(dtype), 0, recv_counts});
+    return wrap(host_.all_to_all_v(send, send_counts, recv, recv_counts, dtype));
+  }
   std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream&) override {
     stats_.broadcast += count * dtype_size(dtype);
     count_traffic(host_, {Collective::kBroadcast, {count}, dtype_size(dtype), root});

@@ -147,6 +147,14 @@ std::shared_ptr<Work> HierComm::barrier() {
   return queue_.enqueue([this] { world_->barrier()->wait(); });
 }
 
+std::shared_ptr<Work> HierComm::all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                             const std::vector<size_t>& recv_counts, DType dtype) {
+  stats_.all_to_all += sum(send_counts) * dtype_size(dtype);
+  ++stats_.calls;
+  return queue_.enqueue(
+      [=, this] { world_->all_to_all_v(send, send_counts, recv, recv_counts, dtype)->wait(); });
+}
+
 std::unique_ptr<HostComm> HierComm::split(int color) {
   ColorSplit s = split_by_color(parent_, color);
   const int members = int(s.members.size());

@@ -53,6 +53,8 @@ class HierComm final : public HostComm {
   std::shared_ptr<Work> broadcast(void* buffer, size_t count, DType dtype, int root) override;
   /// Through MPI over all ranks: every block has its own destination, so no level saves traffic.
   std::shared_ptr<Work> all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
+  std::shared_ptr<Work> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                     const std::vector<size_t>& recv_counts, DType dtype) override;
   std::shared_ptr<Work> barrier() override;
   std::unique_ptr<HostComm> duplicate() override;
   /// Over these nodes: a group inside one node shares memory (ShmComm), one of several ranks on

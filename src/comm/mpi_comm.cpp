@@ -191,6 +191,23 @@ std::shared_ptr<Work> MpiComm::all_to_all(const void* send, void* recv, size_t c
   });
 }
 
+std::shared_ptr<Work> MpiComm::all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                            const std::vector<size_t>& recv_counts, DType dtype) {
+  ZT_CHECK(int(send_counts.size()) == size_ && int(recv_counts.size()) == size_, "all_to_all_v needs a count per rank");
+  std::vector<int> sc(send_counts.size()), sd(sc.size()), rc(sc.size()), rd(sc.size());
+  const std::vector<size_t> so = block_offsets(send_counts), ro = block_offsets(recv_counts);
+  for (size_t q = 0; q < sc.size(); ++q) {
+    sc[q] = as_int(send_counts[q]), sd[q] = as_int(so[q]), rc[q] = as_int(recv_counts[q]), rd[q] = as_int(ro[q]);
+  }
+  stats_.all_to_all += (so.back() + send_counts.back()) * dtype_size(dtype);
+  return enqueue([=, this, sc = std::move(sc), sd = std::move(sd), rc = std::move(rc), rd = std::move(rd)] {
+    MPI_Request request;
+    ZT_MPI_CHECK(MPI_Ialltoallv(send, sc.data(), sd.data(), mpi_type(dtype), recv, rc.data(), rd.data(),
+                                mpi_type(dtype), comm_, &request));
+    return request;
+  });
+}
+
 std::shared_ptr<Work> MpiComm::barrier() {
   return enqueue([this] {
     MPI_Request request;

@@ -56,6 +56,8 @@ class MpiComm final : public HostComm {
   std::shared_ptr<Work> all_gather(const void* send, void* recv, const std::vector<size_t>& counts,
                                    DType dtype) override;
   std::shared_ptr<Work> all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
+  std::shared_ptr<Work> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                     const std::vector<size_t>& recv_counts, DType dtype) override;
   std::shared_ptr<Work> broadcast(void* buffer, size_t count, DType dtype, int root) override;
   std::shared_ptr<Work> barrier() override;
   std::unique_ptr<HostComm> duplicate() override { return std::make_unique<MpiComm>(comm_, nodes_); }

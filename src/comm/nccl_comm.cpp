@@ -459,6 +459,31 @@ std::shared_ptr<DataWork> NcclComm::broadcast(void* buffer, size_t count, DType 
   return end();
 }
 
+std::shared_ptr<DataWork> NcclComm::all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                                 const std::vector<size_t>& recv_counts, DType dtype, Stream& after) {
+  const size_t e = dtype_size(dtype);
+  const std::vector<size_t> so = displacements("all_to_all_v", send_counts), ro = displacements("all_to_all_v", recv_counts);
+  const size_t sent = so.back() + send_counts.back(), received = ro.back() + recv_counts.back();
+  stats_.all_to_all += sent * e;
+  count_ring({Collective::kAllToAll, send_counts, e, 0, recv_counts});
+  cudaStream_t s = begin(after);
+  DeviceStaging staging(backend_, s);
+  const auto* in = static_cast<const unsigned char*>(staging.in(send, sent * e));
+  auto* out = static_cast<unsigned char*>(staging.out(recv, received * e, /*copy_in=*/false));
+  const ncclDataType_t t = nccl_dtype(dtype);
+  grouped(size_, [&](int r) {
+    const size_t q = size_t(r);
+    ncclResult_t result = ncclSuccess;
+    if (send_counts[q] > 0) result = ncclSend(in + so[q] * e, send_counts[q], t, r, shared_->comm, s);
+    if (result == ncclSuccess && recv_counts[q] > 0) {
+      result = ncclRecv(out + ro[q] * e, recv_counts[q], t, r, shared_->comm, s);
+    }
+    return result;
+  });
+  staging.finish();
+  return end();
+}
+
 std::shared_ptr<DataWork> NcclComm::all_to_all(const void* send, void* recv, size_t count, DType dtype,
                                                Stream& after) {
   const size_t e = dtype_size(dtype), total = count * size_t(size_);

@@ -94,6 +94,8 @@ class NcclComm final : public DataComm {
   /// One send and one receive per peer in a group (NCCL has no all-to-all of its own).
   std::shared_ptr<DataWork> all_to_all(const void* send, void* recv, size_t count, DType dtype,
                                        Stream& after) override;
+  std::shared_ptr<DataWork> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                         const std::vector<size_t>& recv_counts, DType dtype, Stream& after) override;
 
   /// The communication stream's CUDA stream (for benchmarks and tests).
   cudaStream_t native_stream() const { return cuda_stream_; }

@@ -139,6 +139,28 @@ class StagedComm final : public DataComm {
     return end();
   }
 
+  // In one piece through the staging (qgZ's packets: a bucket's fraction): pieces would need every
+  // rank to know every block's size.
+  std::shared_ptr<DataWork> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                         const std::vector<size_t>& recv_counts, DType dtype, Stream& after) override {
+    const size_t e = dtype_size(dtype);
+    size_t sent = 0, received = 0;
+    for (size_t c : send_counts) sent += c;
+    for (size_t c : recv_counts) received += c;
+    ZT_CHECK(std::max(sent, received) * e <= kMaxStagingBytes, "all_to_all_v of ", std::max(sent, received) * e,
+             " bytes through staging of at most ", kMaxStagingBytes);
+    stats_.all_to_all += sent * e;
+    begin(after, std::max(sent, received) * e);
+    count_traffic(*host_, {Collective::kAllToAll, send_counts, e, 0, recv_counts});
+    unsigned char *s = send_, *r = recv_;
+    backend_.copy_async(s, send, sent * e, *stream_);
+    on_stream([host = host_.get(), s, r, send_counts, recv_counts, dtype] {
+      host->all_to_all_v(s, send_counts, r, recv_counts, dtype)->wait();
+    });
+    backend_.copy_async(recv, r, received * e, *stream_);
+    return end();
+  }
+
   std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream& after) override {
     stats_.broadcast += count * dtype_size(dtype);
     auto* bytes = static_cast<unsigned char*>(buffer);

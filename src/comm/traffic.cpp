@@ -104,12 +104,12 @@ Traffic ring_traffic(const CollectiveShape& c, int rank, const std::vector<int>&
       break;
     }
     case Collective::kAllToAll: {  // each block straight to its rank
-      const uint64_t block = uint64_t(c.counts.at(0)) * c.elem;
+      const bool v = !c.recv_counts.empty();  // all_to_all_v: a count per rank each way
       for (size_t q = 0; q < p; ++q) {
         if (q == r) continue;
         LinkBytes& link = node_of[q] != node_of[r] ? t.inter_node : t.intra_node;
-        link.sent += block;
-        link.received += block;
+        link.sent += uint64_t(v ? c.counts.at(q) : c.counts.at(0)) * c.elem;
+        link.received += uint64_t(v ? c.recv_counts.at(q) : c.counts.at(0)) * c.elem;
       }
       return t;
     }

@@ -39,12 +39,14 @@ struct Traffic {
 
 /// A collective as a communicator is handed it: for reduce-scatter and all-gather one count of
 /// elements a rank; for all-reduce and broadcast the buffer's count; for all-to-all the count of
-/// each rank's block. `root`: broadcast's.
+/// each rank's block, or for all_to_all_v one count a rank sent to it and `recv_counts` one a
+/// rank received from it. `root`: broadcast's.
 struct CollectiveShape {
   Collective kind;
   std::vector<size_t> counts;
   size_t elem = 1;  ///< bytes an element
   int root = 0;
+  std::vector<size_t> recv_counts;  ///< all_to_all_v's
 };
 
 /// This rank's traffic in the ring over the ranks of a communicator whose rank q lies on node

@@ -686,6 +686,13 @@ void read_zero_plus_plus(JsonSection& s, ZeroConfig& z, int world) {
   if (s.read("zero_quantized_weights", z.zero_quantized_weights) && z.zero_quantized_weights && z.stage != 3) {
     s.fail("zero_quantized_weights", cat("needs ZeRO stage 3 (stage ", z.stage, " gathers no parameters)"));
   }
+  if (s.read("zero_quantized_gradients", z.zero_quantized_gradients) && z.zero_quantized_gradients) {
+    if (z.stage != 3) {
+      s.fail("zero_quantized_gradients", cat("needs ZeRO stage 3 (DeepSpeed wires it into stage 3 only; this is stage ",
+                                             z.stage, ")"));
+    }
+    if (!z.reduce_scatter) s.fail("zero_quantized_gradients", "needs reduce_scatter: true (as DeepSpeed asserts)");
+  }
   if (s.read("zero_hpz_partition_size", z.zero_hpz_partition_size, 1) && z.zero_hpz_partition_size > 1) {
     if (z.stage != 3) {
       s.fail("zero_hpz_partition_size", cat("needs ZeRO stage 3 (stage ", z.stage, " gathers no parameters)"));
@@ -702,8 +709,6 @@ void read_zero_plus_plus(JsonSection& s, ZeroConfig& z, int world) {
 void neutral_zero_plus_plus(JsonSection& s) {
   s.neutral("zero_quantized_nontrainable_weights", {false},
             "every parameter is trained in its dtype, DeepSpeed's default");
-  s.neutral("zero_quantized_gradients", {false},
-            "no ZeRO++ qgZ: gradients are reduced unquantized, DeepSpeed's default");
   s.neutral("zeropp_loco_param", {nullptr}, "LoCo applies to quantized gradients only, which zerotrain does not send");
   s.neutral("mics_shard_size", {-1}, "no MiCS: parameters are partitioned over all ranks, DeepSpeed's default");
   s.neutral("mics_hierarchical_params_gather", {false}, "there is no MiCS, DeepSpeed's default");

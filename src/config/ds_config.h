@@ -194,6 +194,9 @@ struct ZeroConfig {
   /// many consecutive ranks (a node's), from which the gathers after a unit's first stay inside
   /// the group (ZeroPlan::hpz). 1: none.
   int64_t zero_hpz_partition_size = 1;
+  /// ZeRO++ qgZ (stage 3): across more than one node, the gradients' reduce-scatters reduce inside
+  /// each node and cross the nodes as int4 (zero/quantized_reduce.h).
+  bool zero_quantized_gradients = false;
 };
 
 /// DeepSpeed's "tensorboard" and "csv_monitor" blocks: rank 0 writes the training scalars under

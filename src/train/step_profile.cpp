@@ -74,6 +74,10 @@ class ProfiledDataComm final : public DataComm {
   std::shared_ptr<DataWork> all_to_all(const void* send, void* recv, size_t count, DType dtype, Stream& after) override {
     return wrap(inner_.all_to_all(send, recv, count, dtype, after));
   }
+  std::shared_ptr<DataWork> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                         const std::vector<size_t>& recv_counts, DType dtype, Stream& after) override {
+    return wrap(inner_.all_to_all_v(send, send_counts, recv, recv_counts, dtype, after));
+  }
   std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) override { return inner_.allocate_shared(bytes); }
 
  protected:

@@ -4,7 +4,10 @@
 
 #include "core/error.h"
 #include "core/dtype.h"
+#include "zero/gradient_reducer.h"
+#include "zero/partition_collectives.h"
 #include "zero/quantized_gather.h"
+#include "zero/quantized_reduce.h"
 
 namespace zt {
 
@@ -46,7 +49,8 @@ void add_traffic(TrafficTotals& t, Collective kind, double bytes, double p, doub
 
 }  // namespace
 
-StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const ParamLayout& layout) {
+StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const ParamLayout& layout, int per_node,
+                         size_t max_collective) {
   StepPayload out;
   const size_t flat_size = layout.flat_size();
   if (plan.world <= 1) return out;
@@ -73,7 +77,22 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
       b[size_t(share)] += padded * gather;
       break;
     default: {
-      b[size_t(reduction)] = flat * reduce * micro_steps;
+      const int qgz = per_node > 0 ? GradientReducer::qgz_ranks_per_node(plan, z, block_nodes(plan.world, per_node)) : 0;
+      if (qgz > 0) {  // a reduce-scatter in each node, then int4 packets across the nodes
+        GroupPayload node{qgz, 1, {}}, across{plan.world / qgz, qgz, {}};
+        node.bytes[size_t(Collective::kReduceScatter)] = flat * reduce * micro_steps;
+        const size_t capacity = collective_chunk(plan.partition, max_collective, z.reduce_bucket_size);
+        double packets = 0;
+        for (size_t hi = flat_size; hi > 0; hi -= std::min(hi, capacity)) {
+          packets += double(QuantizedReduceScatter::exchange_bytes(plan.partition, hi - std::min(hi, capacity), hi, qgz));
+        }
+        // Each local index's group sends its ranks' packets; the groups differ a little: their mean.
+        across.bytes[size_t(Collective::kAllToAll)] = packets / qgz * micro_steps;
+        out.groups.push_back(node);
+        out.groups.push_back(across);
+      } else {
+        b[size_t(reduction)] = flat * reduce * micro_steps;
+      }
       // Units stay gathered through the step when all of them fit under the live limit and no
       // unit's next use (backward's, or the next micro-step's forward) is farther than the reuse
       // distance: at most the whole trace, forward and backward.

@@ -27,7 +27,10 @@ namespace zt {
 ///            every use gathers (forward and backward of each micro-step): an upper bound.
 ///            With qwZ each unit's gather carries its quantized packets (zero/quantized_gather.h);
 ///            with hpZ every gather of a unit after the step's first runs in its group of hpz
-///            consecutive ranks, from the secondary copy.
+///            consecutive ranks, from the secondary copy. With qgZ across nodes each gradient
+///            bucket (cut from the top of the flat buffer, as backward fills them) is
+///            reduce-scattered inside each node and its int4 packets exchanged across nodes
+///            (zero/quantized_reduce.h).
 /// Collectives within groups of `ranks` ranks each, every group alike: consecutive ranks
 /// (stride 1: hpZ's groups) or every stride-th rank. `bytes` as StepPayload's, in each group.
 struct GroupPayload {
@@ -40,7 +43,10 @@ struct StepPayload {
   /// Empty when exact; else what the figures assume (bounds, collectives left out).
   std::string caveat;
 };
-StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const ParamLayout& layout);
+/// `per_node`: ranks a node (qgZ's two levels need it; 0: not known, qgZ left out);
+/// `max_collective`: the transport's largest collective (the gradient buckets' size).
+StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const ParamLayout& layout, int per_node = 0,
+                         size_t max_collective = SIZE_MAX);
 
 /// The bytes `payload` sends over the links, summed over ranks, with plan.world ranks on `nodes`
 /// nodes of consecutive ranks: HierComm's two rings where `hierarchical` (ZT_SHM_COLLECTIVES=1

@@ -4,7 +4,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "comm/traffic.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace zt {
 
@@ -34,8 +36,14 @@ GradientReducer::BucketShape GradientReducer::bucket_shape(const ZeroPlan& plan,
   return b;
 }
 
+int GradientReducer::qgz_ranks_per_node(const ZeroPlan& plan, const ZeroConfig& config,
+                                        const std::vector<int>& node_of_ranks) {
+  if (!config.zero_quantized_gradients || plan.stage != 3 || !policy(plan, config).reduce_scatter) return 0;
+  return QuantizedReduceScatter::ranks_per_node(node_of_ranks);
+}
+
 std::vector<size_t> GradientReducer::buffer_allocations(const ZeroPlan& plan, const ZeroConfig& config,
-                                                       size_t max_collective) {
+                                                       size_t max_collective, int per_node) {
   const BucketShape b = bucket_shape(plan, config, max_collective);
   const size_t ce = dtype_size(plan.comm_dtype);
   std::vector<size_t> bytes;
@@ -44,12 +52,19 @@ std::vector<size_t> GradientReducer::buffer_allocations(const ZeroPlan& plan, co
       if (n > 0) bytes.push_back(n * ce);  // an empty DeviceArray allocates nothing
     }
   }
+  const int qgz = per_node > 0 ? qgz_ranks_per_node(plan, config, block_nodes(plan.world, per_node)) : 0;
+  if (qgz > 0) {
+    for (size_t n : QuantizedReduceScatter::buffer_allocations(b.capacity, plan.partition, plan.comm_dtype, qgz)) {
+      bytes.push_back(n);
+    }
+  }
   return bytes;
 }
 
-size_t GradientReducer::buffer_bytes(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective) {
+size_t GradientReducer::buffer_bytes(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective,
+                                     int per_node) {
   size_t total = 0;
-  for (size_t n : buffer_allocations(plan, config, max_collective)) total += n;
+  for (size_t n : buffer_allocations(plan, config, max_collective, per_node)) total += n;
   return total;
 }
 
@@ -67,12 +82,22 @@ GradientReducer::GradientReducer(const ZeroPlan& plan, const ZeroConfig& config,
     buckets_[i].send = shape_.send > 0 ? CommBuffer(comm, backend, shape_.send * ce) : CommBuffer();
     buckets_[i].recv = DeviceArray<unsigned char>(backend, shape_.recv * ce);
   }
+  if (config.zero_quantized_gradients && plan.stage == 3) {
+    const int per_node = qgz_ranks_per_node(plan, config, comm.node_of_ranks());
+    if (per_node > 0) {
+      qgz_ = std::make_unique<QuantizedReduceScatter>(backend, comm, per_node, plan.partition, capacity_,
+                                                      plan.comm_dtype);
+    } else if (comm.rank() == 0) {
+      log_info("zero_quantized_gradients: the ranks are not on several nodes of equal size with consecutive ranks, "
+               "so gradients are reduce-scattered unquantized (as DeepSpeed on one node)");
+    }
+  }
 }
 
 size_t GradientReducer::buffer_bytes() const {
   size_t total = 0;
   for (const Bucket& b : buckets_) total += b.send.bytes() + b.recv.bytes();
-  return total;
+  return total + (qgz_ ? qgz_->buffer_bytes() : 0);
 }
 
 size_t GradientReducer::shared_bytes() const {
@@ -83,7 +108,9 @@ size_t GradientReducer::shared_bytes() const {
 
 void GradientReducer::launch(Bucket& b) {
   const DType ce = plan_.comm_dtype;
-  if (policy_.reduce_scatter) {
+  if (qgz_) {
+    b.work = qgz_->reduce_scatter(b.data, b.recv.data(), b.lo, b.hi, compute_);
+  } else if (policy_.reduce_scatter) {
     b.work = comm_.reduce_scatter(b.data, b.recv.data(), plan_.partition.split(b.lo, b.hi), ce, compute_);
   } else {
     b.work = comm_.all_reduce(b.data, b.hi - b.lo, ce, compute_);

@@ -32,6 +32,7 @@
 #include "config/ds_config.h"
 #include "zero/mixed_precision_buffers.h"
 #include "zero/partition_collectives.h"
+#include "zero/quantized_reduce.h"
 #include "zero/zero_plan.h"
 
 namespace zt {
@@ -46,10 +47,16 @@ class GradientReducer {
   static Policy policy(const ZeroPlan& plan, const ZeroConfig& config);
   /// Device bytes of the buckets a reducer allocates; `max_collective`: the transport's largest
   /// collective in elements (DataComm::max_collective_elements).
-  static size_t buffer_bytes(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective);
+  static size_t buffer_bytes(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective,
+                             int per_node = 0);
   /// The same buckets as one entry of bytes per device allocation (send and receive buffers).
+  /// `per_node`: the ranks' nodes' size (RunShape::ranks_per_node) where qgZ may apply.
   static std::vector<size_t> buffer_allocations(const ZeroPlan& plan, const ZeroConfig& config,
-                                                size_t max_collective);
+                                                size_t max_collective, int per_node = 0);
+  /// qgZ (zero_quantized_gradients): the nodes' size L where the reduce-scatters go through
+  /// QuantizedReduceScatter (stage 3, reduce_scatter, more than one node of L consecutive ranks);
+  /// 0 where they stay plain.
+  static int qgz_ranks_per_node(const ZeroPlan& plan, const ZeroConfig& config, const std::vector<int>& node_of_ranks);
 
   GradientReducer(const ZeroPlan& plan, const ZeroConfig& config, Backend& backend, DataComm& comm,
                   MixedPrecisionBuffers& buffers);
@@ -103,6 +110,7 @@ class GradientReducer {
   const bool overlap_;
   std::function<void(size_t, size_t)> on_reduced_;
   Bucket buckets_[2];  // one fills while the other is reduced
+  std::unique_ptr<QuantizedReduceScatter> qgz_;  // zero_quantized_gradients across nodes
   int current_ = 0;
   // Test hook (ZT_TEST_SKIP_WAIT=grad_bucket): leaves out the wait that orders the compute
   // stream after a bucket's reduction, so that a test can see the emulated backend catch it.

@@ -26,6 +26,10 @@
 
 namespace zt {
 
+size_t max_collective_elements(const RunShape& run) {
+  return run.cuda ? kNcclMaxCollectiveElements : kMpiMaxCollectiveElements;
+}
+
 // ---- DeepSpeed ----
 // deepspeed/runtime/zero/stage_1_and_2.py and stage3.py. Python's int() truncates the products,
 // as here. Python's ints do not overflow; ours would past 2^63 bytes, so such a row is an error.
@@ -135,7 +139,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   const DType activation_dtype = resolve_activation_dtype(run.activation_dtype, config.param_dtype(), native_bf16_gemm);
   const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda,
                       activation_dtype);
-  const size_t max_collective = run.cuda ? kNcclMaxCollectiveElements : kMpiMaxCollectiveElements;
+  const size_t max_collective = max_collective_elements(run);
   MemoryEstimate est;
   auto add = [&](Pool p, size_t bytes) { est.by_pool[int(p)] += bytes; };
   // One device allocation, or a list of them (empty arrays allocate nothing).
@@ -193,7 +197,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   }
 
   // Device buffers: buckets, working copies, gathered units (the worst case), activations.
-  est.buckets = GradientReducer::buffer_bytes(plan, config.zero, max_collective);
+  est.buckets = GradientReducer::buffer_bytes(plan, config.zero, max_collective, run.ranks_per_node);
   est.working = mp.working;
   est.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero);
   // Muon's updates, exchange staging and Newton-Schulz workspace: the ranks own different
@@ -229,7 +233,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
     list_devices({plan.device_count * sizeof(float)});
   }
   add(Pool::kDevice, est.buckets + est.working + est.gather + est.optimizer);
-  list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective));
+  list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective, run.ranks_per_node));
   list_devices(mp.working_arrays);
   list_devices(PartitionedParameterCoordinator::gather_allocations(plan, *layout, config.zero));
   // Activations are sized for the larger of the train and eval batches.

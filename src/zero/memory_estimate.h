@@ -66,6 +66,10 @@ struct RunShape {
   bool cuda = false;
 };
 
+/// The data path's largest collective in elements on such a run (NCCL's or MPI's): the gradient
+/// buckets' size limit.
+size_t max_collective_elements(const RunShape& run);
+
 /// Bytes per rank.
 struct MemoryEstimate {
   ModelStateBytes device_states, offloaded_states;

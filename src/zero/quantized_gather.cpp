@@ -2,10 +2,10 @@
 
 namespace zt {
 
-QuantizedSplit::QuantizedSplit(const std::vector<size_t>& slice_counts) : counts(slice_counts) {
+QuantizedSplit::QuantizedSplit(const std::vector<size_t>& slice_counts, int bits_) : bits(bits_), counts(slice_counts) {
   for (size_t n : counts) {
     offset.push_back(total_words);
-    words.push_back(packet_words(n));
+    words.push_back(packet_words(n, bits));
     total_words += words.back();
   }
 }
@@ -14,9 +14,9 @@ void quantize_packet(Backend& backend, const QuantizedSplit& split, int rank, co
                      unsigned char* wire) {
   const size_t n = split.counts[size_t(rank)];
   if (n == 0) return;
-  auto* scales = reinterpret_cast<float*>(wire) + split.offset[size_t(rank)];
-  backend.optimizer_ops().quantize_int8(mine, dtype, n, kQuantBlock, reinterpret_cast<int8_t*>(scales + QuantizedSplit::blocks(n)),
-                                        scales);
+  float* scales = reinterpret_cast<float*>(wire) + split.offset[size_t(rank)];
+  backend.optimizer_ops().quantize(mine, dtype, n, split.block(), split.bits, scales + QuantizedSplit::blocks(n, split.bits),
+                                   scales);
 }
 
 void dequantize_packets(Backend& backend, const QuantizedSplit& split, const unsigned char* wire, void* out,
@@ -25,9 +25,9 @@ void dequantize_packets(Backend& backend, const QuantizedSplit& split, const uns
   for (size_t r = 0; r < split.counts.size(); ++r) {
     const size_t n = split.counts[r];
     if (n == 0) continue;
-    const auto* scales = reinterpret_cast<const float*>(wire) + split.offset[r];
-    backend.optimizer_ops().dequantize_int8(reinterpret_cast<const int8_t*>(scales + QuantizedSplit::blocks(n)), scales,
-                                            n, kQuantBlock, at, dtype);
+    const float* scales = reinterpret_cast<const float*>(wire) + split.offset[r];
+    backend.optimizer_ops().dequantize(scales + QuantizedSplit::blocks(n, split.bits), scales, n, split.block(),
+                                       split.bits, at, dtype);
     at += n * dtype_size(dtype);
   }
 }

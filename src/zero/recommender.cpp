@@ -211,6 +211,7 @@ boost::json::object ds_config_json(const DsConfig& c) {
     zero["stage3_max_reuse_distance"] = z.stage3_max_reuse_distance;
     if (z.zero_quantized_weights) zero["zero_quantized_weights"] = true;
     if (z.zero_hpz_partition_size > 1) zero["zero_hpz_partition_size"] = z.zero_hpz_partition_size;
+    if (z.zero_quantized_gradients) zero["zero_quantized_gradients"] = true;
   }
   auto offload = [](const OffloadConfig& o, bool params) {
     json::object b{{"device", o.device == kNvme ? "nvme" : "cpu"}, {"pin_memory", o.pin_memory}};

@@ -837,35 +837,37 @@ TEST_F(CudaOps, OneBitLambPasses) {
   }
 }
 
-// ZeRO++ qwZ's int8 quantization: the GPU's q, scales and dequantized values equal the CPU's bit
-// for bit (the same float operations: 128 / absmax, x s rounded half to even, q times 1 / s), over
-// a short last block and a block of zeros, in every dtype.
-TEST_F(CudaOps, QuantizeInt8EqualsTheCpu) {
-  const size_t block = 2048, n = 3 * block + 301, blocks = (n + block - 1) / block;
-  std::vector<float> x_host = randn(n, 161, 0.05f);
-  for (size_t i = block; i < 2 * block; ++i) x_host[i] = 0.0f;
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    SCOPED_TRACE(dtype_name(dtype));
-    auto x32 = twin(x_host);
-    auto x16 = twin(dtype == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(x_host, dtype));
-    auto q = twin(std::vector<int8_t>(n, 0));
-    auto scales = twin(std::vector<float>(blocks, 0.0f));
-    auto back32 = twin(std::vector<float>(n, 0.0f));
-    auto back16 = twin(std::vector<uint16_t>(n, 0));
-    on_both([&](Backend& b) {
-      OptimizerOps& ops = b.optimizer_ops();
-      const bool f32 = dtype == DType::kF32;
-      ops.quantize_int8(f32 ? static_cast<const void*>(x32.on(b)) : x16.on(b), dtype, n, block, q.on(b),
-                        scales.on(b));
-      ops.dequantize_int8(q.on(b), scales.on(b), n, block, f32 ? static_cast<void*>(back32.on(b)) : back16.on(b),
-                          dtype);
-    });
-    expect_equal_bits(q, "q");
-    expect_equal_bits(scales, "scales");
-    if (dtype == DType::kF32) {
-      expect_equal_bits(back32, "dequantized");
-    } else {
-      expect_equal_bits(back16, "dequantized");
+// ZeRO++'s quantization (qwZ's int8, qgZ's packed int4): the GPU's q, scales and dequantized
+// values equal the CPU's bit for bit (the same float operations: h / absmax, x s rounded half to
+// even, q times 1 / s), over a short (odd) last block and a block of zeros, in every dtype.
+TEST_F(CudaOps, QuantizeEqualsTheCpu) {
+  for (int bits : {8, 4}) {
+    const size_t block = bits == 8 ? 2048 : 512, n = 3 * block + 301, blocks = (n + block - 1) / block;
+    std::vector<float> x_host = randn(n, 161, 0.05f);
+    for (size_t i = block; i < 2 * block; ++i) x_host[i] = 0.0f;
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(cat(bits, " bits, ", dtype_name(dtype)));
+      auto x32 = twin(x_host);
+      auto x16 = twin(dtype == DType::kF32 ? std::vector<uint16_t>(1) : to_dtype_bits(x_host, dtype));
+      auto q = twin(std::vector<uint8_t>(n, 0));
+      auto scales = twin(std::vector<float>(blocks, 0.0f));
+      auto back32 = twin(std::vector<float>(n, 0.0f));
+      auto back16 = twin(std::vector<uint16_t>(n, 0));
+      on_both([&](Backend& b) {
+        OptimizerOps& ops = b.optimizer_ops();
+        const bool f32 = dtype == DType::kF32;
+        ops.quantize(f32 ? static_cast<const void*>(x32.on(b)) : x16.on(b), dtype, n, block, bits, q.on(b),
+                     scales.on(b));
+        ops.dequantize(q.on(b), scales.on(b), n, block, bits, f32 ? static_cast<void*>(back32.on(b)) : back16.on(b),
+                       dtype);
+      });
+      expect_equal_bits(q, "q");
+      expect_equal_bits(scales, "scales");
+      if (dtype == DType::kF32) {
+        expect_equal_bits(back32, "dequantized");
+      } else {
+        expect_equal_bits(back16, "dequantized");
+      }
     }
   }
 }

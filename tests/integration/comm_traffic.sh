@@ -34,6 +34,11 @@ sed 's/"stage3_max_reuse_distance": 1e9/"stage3_max_reuse_distance": 0/; s/"stag
 sed 's/"stage": 3,/"stage": 3, "zero_quantized_weights": true,/' "$WORK/zero3_hpz.json" >"$WORK/zero3_hpz_qwz.json"
 sed 's/"stage3_max_reuse_distance": 1e9/"stage3_max_reuse_distance": 0/' "$ZT_SOURCE_DIR/configs/zero3.json" \
   >"$WORK/zero3_release.json"
+# ZeRO++ qgZ: a reduce-scatter inside each node, int4 packets across nodes (an all_to_all); and
+# all three parts together.
+sed 's/"stage": 3,/"stage": 3, "zero_quantized_gradients": true,/' "$ZT_SOURCE_DIR/configs/zero3.json" \
+  >"$WORK/zero3_qgz.json"
+sed 's/"stage": 3,/"stage": 3, "zero_quantized_gradients": true,/' "$WORK/zero3_hpz_qwz.json" >"$WORK/zero3_zeropp.json"
 
 # case NAME NP CONFIG NODES SHM ARGS...: a 3-step run and its estimate; NODES simulated nodes
 # (ZT_SHM_NODE_SIZE = NP / NODES) when SHM is 1.
@@ -103,6 +108,10 @@ case_run hier_s3_release 4 "$WORK/zero3_release.json" 2 1 --gradient_accumulatio
 case_run hier_s3_hpz 4 "$WORK/zero3_hpz.json" 2 1 --gradient_accumulation_steps 2
 case_run hier_s3_hpz_qwz_bf16 4 "$WORK/zero3_hpz_qwz.json" 2 1 --bf16
 case_run mpi_one_node_s3_hpz 4 "$WORK/zero3_hpz.json" 1 0
+case_run hier_s3_qgz 4 "$WORK/zero3_qgz.json" 2 1 --gradient_accumulation_steps 2
+case_run hier_s3_qgz_bf16 4 "$WORK/zero3_qgz.json" 2 1 --bf16
+case_run hier_s3_zeropp_hpz_bf16 4 "$WORK/zero3_zeropp.json" 2 1 --bf16 --gradient_accumulation_steps 2
+case_run mpi_one_node_s3_qgz 4 "$WORK/zero3_qgz.json" 1 0
 
 # Two nodes of 2: HierComm sends (N - 1) = 1 payload across nodes, a flat ring's two edges out of
 # the nodes 2 x 3/4 of it (and fewer bytes inside): ZeRO-3's estimate both ways.

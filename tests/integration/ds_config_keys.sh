@@ -30,13 +30,13 @@ notices zerotrain "$WORK/neutral.log" >"$WORK/notices.txt"
 count=$(wc -l <"$WORK/notices.txt")
 unique=$(sort -u "$WORK/notices.txt" | wc -l)
 # test_config pins the exact list; here: all of them reach stderr, each once.
-if [[ $count -ge 100 && $count -eq $unique ]]; then
+if [[ $count -ge 90 && $count -eq $unique ]]; then
   pass "$count notices on stderr, each once"
 else
   fail "notices: $count lines, $unique distinct"
 fi
 for key in prescale_gradients flops_profiler.enabled zero_allow_untested_optimizer activation_checkpointing \
-           zero_optimization.zero_quantized_gradients wandb.enabled; do
+           zero_optimization.zero_quantized_nontrainable_weights wandb.enabled; do
   if grep -q "json: $key: " "$WORK/notices.txt"; then pass "notice for $key"
   else fail "no notice for $key"; fi
 done
@@ -51,9 +51,10 @@ else
 fi
 
 # A refused value among all the accepted ones: one line, exit 2, no notices printed first.
-sed 's/"zero_quantized_gradients": false/"zero_quantized_gradients": true/' "$NEUTRAL" >"$WORK/refused.json"
+sed 's/"zero_quantized_nontrainable_weights": false/"zero_quantized_nontrainable_weights": true/' "$NEUTRAL" \
+  >"$WORK/refused.json"
 expect_usage_error "refused value" \
-  "^zerotrain: .*refused.json: zero_optimization.zero_quantized_gradients: true is not implemented: " \
+  "^zerotrain: .*refused.json: zero_optimization.zero_quantized_nontrainable_weights: true is not implemented: " \
   train "$WORK/refused.json" "$WORK/o1"
 printf '{"wandb": {"enabled": true, "project": "demo"}}' >"$WORK/wandb.json"
 expect_usage_error "wandb enabled" "wandb.json: wandb.enabled: true is not implemented: .*use tensorboard or csv_monitor" \

@@ -442,6 +442,12 @@ TEST(ZeroPlusPlusConfig, StageThreeOnly) {
   EXPECT_NE(h.find("zero_optimization.zero_hpz_partition_size: needs ZeRO stage 3"), std::string::npos) << h;
   h = offload_error(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}})");
   EXPECT_NE(h.find("zero_optimization.zero_hpz_partition_size"), std::string::npos) << h;
+  std::string g = offload_error(R"({"zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})");
+  EXPECT_NE(g.find("zero_optimization.zero_quantized_gradients: needs ZeRO stage 3"), std::string::npos) << g;
+  g = offload_error(R"({"zero_optimization": {"stage": 3, "reduce_scatter": false, "zero_quantized_gradients": true}})");
+  EXPECT_NE(g.find("zero_quantized_gradients: needs reduce_scatter: true"), std::string::npos) << g;
+  EXPECT_TRUE(parse_text(R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})")
+                  .zero.zero_quantized_gradients);
   AutoValues six;
   six.world_size = 6;
   const auto hpz = boost::json::parse(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 4}})");
@@ -525,7 +531,7 @@ const std::vector<std::string> kNeutralPaths = {
     "zero_optimization.log_trace_cache_warnings", "zero_optimization.enable_sanity_checks",
     "zero_optimization.save_muon_momentum_buffer_in_memory",
     "zero_optimization.zero_quantized_nontrainable_weights",
-    "zero_optimization.zero_quantized_gradients", "zero_optimization.zeropp_loco_param",
+    "zero_optimization.zeropp_loco_param",
     "zero_optimization.mics_shard_size", "zero_optimization.mics_hierarchical_params_gather",
     "zero_optimization.zenflow", "zero_optimization.leaf_module.classes", "zero_optimization.leaf_module.names",
     "zero_optimization.leaf_module.name_suffixes",
@@ -652,8 +658,6 @@ const Refusal kRefusals[] = {
      "zero_optimization.enable_sanity_checks: true is not implemented: "},
     {R"({"zero_optimization": {"zero_quantized_nontrainable_weights": true}})",
      "zero_optimization.zero_quantized_nontrainable_weights: true is not implemented: "},
-    {R"({"zero_optimization": {"zero_quantized_gradients": true}})",
-     "zero_optimization.zero_quantized_gradients: true is not implemented: "},
     {R"({"zero_optimization": {"zeropp_loco_param": {"err_beta": 0.8}}})",
      "zero_optimization.zeropp_loco_param: {\"err_beta\": 0.8} is not implemented: "},
     {R"({"zero_optimization": {"mics_shard_size": 8}})", "zero_optimization.mics_shard_size: 8 is not implemented: "},

@@ -1,7 +1,7 @@
-// qwZ's int8 quantization (OptimizerOps::quantize_int8 / dequantize_int8) against DeepSpeed's
-// symmetric quantizer written out here (csrc/includes/quantization_utils.h: scale 128 / absmax,
-// round half to even, clamp to [-128, 127], the reciprocal sent), and the packets of a quantized
-// all-gather (zero/quantized_gather.h) laid out and read back rank by rank.
+// ZeRO++'s quantization (OptimizerOps::quantize / dequantize: qwZ's int8, qgZ's int4) against
+// DeepSpeed's symmetric quantizer written out (quantize_reference.h: scale 2^(bits-1) / absmax,
+// round half to even, clamp, the reciprocal sent), and the packets of a quantized collective
+// (zero/quantized_gather.h) laid out and read back rank by rank.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,8 +80,8 @@ TEST(QuantizeInt8, DeepSpeedsSymmetricRule) {
     DeviceArray<int8_t> q(*cpu, n);
     DeviceArray<float> scales(*cpu, blocks);
     cpu->copy_from_host(x.data(), in.stored.data(), in.stored.size());
-    cpu->optimizer_ops().quantize_int8(x.data(), dtype, n, kQuantBlock, q.data(), scales.data());
-    cpu->optimizer_ops().dequantize_int8(q.data(), scales.data(), n, kQuantBlock, back.data(), dtype);
+    cpu->optimizer_ops().quantize(x.data(), dtype, n, kQuantBlock, 8, q.data(), scales.data());
+    cpu->optimizer_ops().dequantize(q.data(), scales.data(), n, kQuantBlock, 8, back.data(), dtype);
     std::vector<int8_t> got_q(n);
     std::vector<float> got_scales(blocks);
     std::vector<unsigned char> got_back(in.stored.size());
@@ -121,12 +121,61 @@ TEST(QuantizeInt8, DeepSpeedsSymmetricRule) {
   }
 }
 
+// qgZ's int4: two values a byte (element 2k in the low nibble), levels -8..7, blocks of 512 with
+// an odd last one; dequantized within half a step (a step where +absmax clamps to 7).
+TEST(QuantizeInt4, DeepSpeedsSymmetricRulePacked) {
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  const size_t block = kQuantBlockInt4, n = 3 * block + 77;
+  const size_t blocks = (n + block - 1) / block, bytes = (n + 1) / 2;
+  std::vector<float> x = randn<float>(n, 23, 1.0f);
+  for (size_t i = block; i < 2 * block; ++i) x[i] = 0.0f;  // a block of zeros
+  x[2 * block + 5] = 4.0f;                                  // block 2's largest: s = 2, 1.25 -> 2.5 -> 2
+  x[2 * block + 6] = 1.25f;
+  x[2 * block + 7] = 1.75f;  // 3.5 -> 4
+  for (size_t i = 2 * block; i < 3 * block; ++i) {
+    if (i < 2 * block + 5 || i > 2 * block + 7) x[i] = std::fmod(x[i], 1.0f);
+  }
+  DeviceArray<float> dx(*cpu, n), back(*cpu, n);
+  DeviceArray<uint8_t> q(*cpu, bytes);
+  DeviceArray<float> scales(*cpu, blocks);
+  cpu->copy_from_host(dx.data(), x.data(), n * 4);
+  cpu->optimizer_ops().quantize(dx.data(), DType::kF32, n, block, 4, q.data(), scales.data());
+  cpu->optimizer_ops().dequantize(q.data(), scales.data(), n, block, 4, back.data(), DType::kF32);
+  std::vector<uint8_t> got(bytes);
+  std::vector<float> got_scales(blocks), got_back(n);
+  cpu->copy_to_host(got.data(), q.data(), bytes);
+  cpu->copy_to_host(got_scales.data(), scales.data(), blocks * 4);
+  cpu->copy_to_host(got_back.data(), back.data(), n * 4);
+  std::vector<int8_t> want(n);
+  for (size_t b = 0; b < blocks; ++b) {
+    float scale = 0;
+    reference_quantize_block(x.data() + b * block, std::min(block, n - b * block), want.data() + b * block, &scale, 4);
+    EXPECT_EQ(got_scales[b], scale) << "block " << b;
+  }
+  EXPECT_EQ(got_scales[1], 1.0f) << "a block of zeros";
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int nibble = (got[i / 2] >> (4 * (i % 2))) & 15;
+    wrong += (nibble >= 8 ? nibble - 16 : nibble) != want[i];
+    ASSERT_EQ(got_back[i], float(want[i]) * got_scales[i / block]) << "element " << i;
+  }
+  EXPECT_EQ(wrong, 0u) << "of " << n;
+  EXPECT_EQ(want[2 * block + 5], 7) << "+absmax clamps to 7";
+  EXPECT_EQ(want[2 * block + 6], 2) << "2.5 rounds to even";
+  EXPECT_EQ(want[2 * block + 7], 4) << "3.5 rounds to even";
+  EXPECT_EQ(got[bytes - 1] >> 4, 0) << "the odd last element's high nibble stays 0";
+}
+
 TEST(QuantizedSplit, PacketsOfScalesThenBytes) {
   const QuantizedSplit split({kQuantBlock + 1, 0, 5, 2 * kQuantBlock});
   // Rank 0: 2 scales + ceil(2049 / 4) = 513 words; rank 1 nothing; rank 2: 1 + 2; rank 3: 2 + 1024.
   EXPECT_EQ(split.words, (std::vector<size_t>{2 + 513, 0, 3, 2 + 1024}));
   EXPECT_EQ(split.offset, (std::vector<size_t>{0, 515, 515, 518}));
   EXPECT_EQ(split.bytes(), 4 * (515 + 3 + 1026));
+  // int4: blocks of 512, eight values a word. 1000: 2 scales + 125 words; 9: 1 + 2.
+  const QuantizedSplit four({1000, 9, 0}, 4);
+  EXPECT_EQ(four.words, (std::vector<size_t>{127, 3, 0}));
+  EXPECT_EQ(four.block(), kQuantBlockInt4);
 }
 
 // Four ranks' slices of one unit, each quantized into its packet as if gathered in place, then

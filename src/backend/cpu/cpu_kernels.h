@@ -21,6 +21,7 @@
 #include "backend/kernel_ops.h"
 #include "backend/optimizer_ops.h"
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace zt::cpu {
 

@@ -171,27 +171,36 @@ __global__ void sum_squares_kernel(const T* data, size_t n, double* partials) {
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-// ZeRO++'s int8 quantization (OptimizerOps::quantize_int8): one thread block per quantization
-// block, whose largest |x| a block reduction finds; the same float operations as the CPU's.
+// ZeRO++'s quantization (OptimizerOps::quantize): one thread block per quantization block,
+// whose largest |x| a block reduction finds; the same float operations as the CPU's. 4 bits: each
+// thread packs a pair of elements into one byte.
 template <typename T>
-__global__ void quantize_int8_kernel(const T* x, size_t n, size_t block, int8_t* q, float* scales) {
+__global__ void quantize_kernel(const T* x, size_t n, size_t block, int bits, uint8_t* q, float* scales) {
   __shared__ float shared[kWarp];
   const size_t lo = size_t(blockIdx.x) * block, hi = min(n, lo + block);
   float a = 0;
   for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) a = fmaxf(a, fabsf(load_float(x, i)));
   a = block_max(a, shared);
-  const float s = a > 0 ? 128.0f / a : 1.0f;
+  const int h = bits == 8 ? 128 : 8;
+  const float s = a > 0 ? float(h) / a : 1.0f;
   if (threadIdx.x == 0) scales[blockIdx.x] = 1.0f / s;
-  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    q[i] = int8_t(min(127, max(-128, __float2int_rn(load_float(x, i) * s))));
+  const auto level = [&](size_t i) { return min(h - 1, max(-h, __float2int_rn(load_float(x, i) * s))); };
+  if (bits == 8) {
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) q[i] = uint8_t(int8_t(level(i)));
+    return;
+  }
+  for (size_t i = lo + 2 * threadIdx.x; i < hi; i += 2 * size_t(blockDim.x)) {
+    const int high = i + 1 < hi ? level(i + 1) : 0;
+    q[i / 2] = uint8_t((level(i) & 15) | ((high & 15) << 4));
   }
 }
 
 template <typename T>
-__global__ void dequantize_int8_kernel(const int8_t* q, const float* scales, size_t n, size_t block, T* x) {
+__global__ void dequantize_kernel(const uint8_t* q, const float* scales, size_t n, size_t block, int bits, T* x) {
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    store_float(x, i, float(q[i]) * scales[i / block]);
+    const int v = bits == 8 ? int(int8_t(q[i])) : int(int8_t(uint8_t(q[i / 2] >> (4 * (i % 2))) << 4)) >> 4;
+    store_float(x, i, float(v) * scales[i / block]);
   }
 }
 
@@ -962,27 +971,27 @@ class CudaOptimizerOps final : public OptimizerOps {
     });
   }
 
-  void quantize_int8(const void* x, DType dtype, size_t n, size_t block, int8_t* q, float* scales) override {
+  void quantize(const void* x, DType dtype, size_t n, size_t block, int bits, void* q, float* scales) override {
     if (n == 0) return;
-    ZT_CHECK(block > 0 && (n + block - 1) / block <= size_t(INT32_MAX), "quantize_int8: ", n, " elements in blocks of ",
-             block);
+    ZT_CHECK((bits == 8 || (bits == 4 && block % 2 == 0)) && block > 0 && (n + block - 1) / block <= size_t(INT32_MAX),
+             "quantize: ", n, " elements of ", bits, " bits in blocks of ", block);
     with_storage_type(dtype, [&](auto* d) {
       using T = std::remove_pointer_t<decltype(d)>;
       constexpr int kThreads = 256;
-      quantize_int8_kernel<T><<<unsigned((n + block - 1) / block), kThreads, 0, ctx_.compute>>>(
-          static_cast<const T*>(x), n, block, q, scales);
-      ZT_CUDA_CHECK_LAUNCH("quantize_int8_kernel");
+      quantize_kernel<T><<<unsigned((n + block - 1) / block), kThreads, 0, ctx_.compute>>>(
+          static_cast<const T*>(x), n, block, bits, static_cast<uint8_t*>(q), scales);
+      ZT_CUDA_CHECK_LAUNCH("quantize_kernel");
     });
   }
 
-  void dequantize_int8(const int8_t* q, const float* scales, size_t n, size_t block, void* x, DType dtype) override {
+  void dequantize(const void* q, const float* scales, size_t n, size_t block, int bits, void* x, DType dtype) override {
     if (n == 0) return;
     with_storage_type(dtype, [&](auto* d) {
       using T = std::remove_pointer_t<decltype(d)>;
       constexpr int kThreads = 256;
-      dequantize_int8_kernel<T><<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
-          q, scales, n, block, static_cast<T*>(x));
-      ZT_CUDA_CHECK_LAUNCH("dequantize_int8_kernel");
+      dequantize_kernel<T><<<grid_for(n, kThreads, ctx_.sm_count), kThreads, 0, ctx_.compute>>>(
+          static_cast<const uint8_t*>(q), scales, n, block, bits, static_cast<T*>(x));
+      ZT_CUDA_CHECK_LAUNCH("dequantize_kernel");
     });
   }
 

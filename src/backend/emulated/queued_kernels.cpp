@@ -378,13 +378,15 @@ class QueuedOptimizerOps final : public OptimizerOps {
     q_.enqueue_compute("accumulate_into", {out_raw(acc, at, n), in_raw(x, xt, n)},
                        [=, this] { k_.accumulate_into(acc, at, x, xt, n); });
   }
-  void quantize_int8(const void* x, DType t, size_t n, size_t block, int8_t* q, float* scales) override {
-    q_.enqueue_compute("quantize_int8", {in_raw(x, t, n), {q, n, true}, out(scales, (n + block - 1) / block)},
-                       [=, this] { k_.quantize_int8(x, t, n, block, q, scales); });
+  void quantize(const void* x, DType t, size_t n, size_t block, int bits, void* q, float* scales) override {
+    const size_t bytes = (n * size_t(bits) + 7) / 8;
+    q_.enqueue_compute("quantize", {in_raw(x, t, n), {q, bytes, true}, out(scales, (n + block - 1) / block)},
+                       [=, this] { k_.quantize(x, t, n, block, bits, q, scales); });
   }
-  void dequantize_int8(const int8_t* q, const float* scales, size_t n, size_t block, void* x, DType t) override {
-    q_.enqueue_compute("dequantize_int8", {{q, n, false}, in(scales, (n + block - 1) / block), out_raw(x, t, n)},
-                       [=, this] { k_.dequantize_int8(q, scales, n, block, x, t); });
+  void dequantize(const void* q, const float* scales, size_t n, size_t block, int bits, void* x, DType t) override {
+    const size_t bytes = (n * size_t(bits) + 7) / 8;
+    q_.enqueue_compute("dequantize", {{q, bytes, false}, in(scales, (n + block - 1) / block), out_raw(x, t, n)},
+                       [=, this] { k_.dequantize(q, scales, n, block, bits, x, t); });
   }
   void zero(void* data, DType t, size_t n) override {
     q_.enqueue_compute("zero", {out_raw(data, t, n)}, [=, this] { k_.zero(data, t, n); });
