@@ -107,9 +107,11 @@ class DataComm {
  protected:
   /// The group communicator of split(), of this one's kind.
   virtual std::unique_ptr<DataComm> make_group(int color) = 0;
-  /// Adds a collective (or a piece of one, as issued) to stats_.traffic.
-  void count_traffic(const HostComm& over, CollectiveShape shape) {
-    stats_.traffic[size_t(shape.kind)] += over.traffic(shape);
+  /// Adds a collective (or a piece of one, as issued) to stats_.traffic; returns this rank's part.
+  Traffic count_traffic(const HostComm& over, CollectiveShape shape) {
+    const Traffic t = over.traffic(shape);
+    stats_.traffic[size_t(shape.kind)] += t;
+    return t;
   }
   CommStats stats_;
 

@@ -7,8 +7,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "comm/hier_comm.h"
 #include "comm/staged_comm.h"
@@ -23,14 +27,55 @@ namespace zt {
 
 namespace {
 
+// ZT_TEST_INTER_NODE_GBPS (benchmarks of ZeRO++ on simulated nodes, tests/bench/bench_zeropp.sh):
+// this rank's bytes across nodes are held to that many Gbit/s, one link per process shared by
+// every data communicator and group: a collective completes no sooner than its bytes across
+// nodes would have crossed the link, queued behind what this rank sent before. 0 (unset): off.
+class InterNodeLink {
+ public:
+  static InterNodeLink& get() {
+    static InterNodeLink link;
+    return link;
+  }
+  bool throttled() const { return bytes_per_s_ > 0; }
+  /// When `bytes` sent now would have crossed.
+  std::chrono::steady_clock::time_point reserve(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto now = std::chrono::steady_clock::now();
+    free_at_ = std::max(free_at_, now) +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   std::chrono::duration<double>(double(bytes) / bytes_per_s_));
+    return free_at_;
+  }
+
+ private:
+  InterNodeLink() {
+    const char* env = std::getenv("ZT_TEST_INTER_NODE_GBPS");
+    if (env == nullptr || *env == '\0') return;
+    char* end = nullptr;
+    const double gbps = std::strtod(env, &end);
+    ZT_USAGE_CHECK(end != env && *end == '\0' && gbps > 0, "ZT_TEST_INTER_NODE_GBPS must be a positive number of "
+                   "Gbit/s, got '", env, "'");
+    bytes_per_s_ = gbps * 1e9 / 8;
+  }
+  double bytes_per_s_ = 0;
+  std::mutex mutex_;
+  std::chrono::steady_clock::time_point free_at_{};
+};
+
 class DirectWork final : public DataWork {
  public:
-  explicit DirectWork(std::shared_ptr<Work> work) : work_(std::move(work)) {}
-  void wait(Stream&) override { work_->wait(); }
-  void synchronize() override { work_->wait(); }
+  DirectWork(std::shared_ptr<Work> work, std::chrono::steady_clock::time_point done_at)
+      : work_(std::move(work)), done_at_(done_at) {}
+  void wait(Stream&) override { synchronize(); }
+  void synchronize() override {
+    work_->wait();
+    std::this_thread::sleep_until(done_at_);  // the throttled link's time; the past when unthrottled
+  }
 
  private:
   std::shared_ptr<Work> work_;
+  std::chrono::steady_clock::time_point done_at_;
 };
 
 class DirectComm final : public DataComm {
@@ -45,42 +90,42 @@ class DirectComm final : public DataComm {
 
   std::shared_ptr<DataWork> all_reduce(void* buffer, size_t count, DType dtype, Stream&) override {
     stats_.all_reduce += count * dtype_size(dtype);
-    count_traffic(host_, {Collective::kAllReduce, {count}, dtype_size(dtype)});
+    const Traffic t = count_traffic(host_, {Collective::kAllReduce, {count}, dtype_size(dtype)});
     const uint64_t in_place = host_.stats().in_place;
     auto work = host_.all_reduce(buffer, count, dtype);
     stats_.in_place += host_.stats().in_place - in_place;  // the host looks the buffer up
-    return wrap(std::move(work));
+    return wrap(std::move(work), t);
   }
   std::shared_ptr<DataWork> reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
                                            Stream&) override {
     for (size_t c : counts) stats_.reduce_scatter += c * dtype_size(dtype);
-    count_traffic(host_, {Collective::kReduceScatter, counts, dtype_size(dtype)});
+    const Traffic t = count_traffic(host_, {Collective::kReduceScatter, counts, dtype_size(dtype)});
     const uint64_t in_place = host_.stats().in_place;
     auto work = host_.reduce_scatter(send, recv, counts, dtype);
     stats_.in_place += host_.stats().in_place - in_place;
-    return wrap(std::move(work));
+    return wrap(std::move(work), t);
   }
   std::shared_ptr<DataWork> all_gather(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
                                        Stream&) override {
     for (size_t c : counts) stats_.all_gather += c * dtype_size(dtype);
-    count_traffic(host_, {Collective::kAllGather, counts, dtype_size(dtype)});
-    return wrap(host_.all_gather(send, recv, counts, dtype));
+    const Traffic t = count_traffic(host_, {Collective::kAllGather, counts, dtype_size(dtype)});
+    return wrap(host_.all_gather(send, recv, counts, dtype), t);
   }
   std::shared_ptr<DataWork> all_to_all(const void* send, void* recv, size_t count, DType dtype, Stream&) override {
     stats_.all_to_all += count * size_t(size()) * dtype_size(dtype);
-    count_traffic(host_, {Collective::kAllToAll, {count}, dtype_size(dtype)});
-    return wrap(host_.all_to_all(send, recv, count, dtype));
+    const Traffic t = count_traffic(host_, {Collective::kAllToAll, {count}, dtype_size(dtype)});
+    return wrap(host_.all_to_all(send, recv, count, dtype), t);
   }
   std::shared_ptr<DataWork> all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
                                          const std::vector<size_t>& recv_counts, DType dtype, Stream&) override {
     for (size_t c : send_counts) stats_.all_to_all += c * dtype_size(dtype);
-    count_traffic(host_, {Collective::kAllToAll, send_counts, dtype_size(dtype), 0, recv_counts});
-    return wrap(host_.all_to_all_v(send, send_counts, recv, recv_counts, dtype));
+    const Traffic t = count_traffic(host_, {Collective::kAllToAll, send_counts, dtype_size(dtype), 0, recv_counts});
+    return wrap(host_.all_to_all_v(send, send_counts, recv, recv_counts, dtype), t);
   }
   std::shared_ptr<DataWork> broadcast(void* buffer, size_t count, DType dtype, int root, Stream&) override {
     stats_.broadcast += count * dtype_size(dtype);
-    count_traffic(host_, {Collective::kBroadcast, {count}, dtype_size(dtype), root});
-    return wrap(host_.broadcast(buffer, count, dtype, root));
+    const Traffic t = count_traffic(host_, {Collective::kBroadcast, {count}, dtype_size(dtype), root});
+    return wrap(host_.broadcast(buffer, count, dtype, root), t);
   }
   std::unique_ptr<SharedBuffer> allocate_shared(size_t bytes) override { return host_.allocate_shared(bytes); }
   std::vector<int> node_of_ranks() const override { return host_.node_of_ranks(); }
@@ -89,9 +134,12 @@ class DirectComm final : public DataComm {
   std::unique_ptr<DataComm> make_group(int color) override { return std::make_unique<DirectComm>(host_.split(color)); }
 
  private:
-  std::shared_ptr<DataWork> wrap(std::shared_ptr<Work> work) {
+  std::shared_ptr<DataWork> wrap(std::shared_ptr<Work> work, const Traffic& t) {
     ++stats_.calls;
-    return std::make_shared<DirectWork>(std::move(work));
+    InterNodeLink& link = InterNodeLink::get();
+    const auto done_at = link.throttled() && t.inter_node.sent > 0 ? link.reserve(t.inter_node.sent)
+                                                                    : std::chrono::steady_clock::time_point{};
+    return std::make_shared<DirectWork>(std::move(work), done_at);
   }
   std::unique_ptr<HostComm> owned_;
   HostComm& host_;
