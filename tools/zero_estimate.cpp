@@ -39,6 +39,7 @@
 #include "model/model_memory.h"
 #include "zero/comm_estimate.h"
 #include "zero/memory_estimate.h"
+#include "zero/mics_groups.h"
 #include "zero/recommender.h"
 
 namespace po = boost::program_options;
@@ -481,8 +482,10 @@ void print_ladder(const Hardware& hw, const Recommendation& rec, bool delayed_up
 void report_traffic(const Args& a, const ModelConfig& model, const DsConfig& config, const RunShape& run,
                     json::object& out) {
   const std::unique_ptr<ModelLayout> layout = make_model_layout(model);
-  const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda);
-  const StepPayload payload = step_payload(plan, config, *layout, a.gpus_per_node, max_collective_elements(run));
+  const ZeroPlan plan(config, layout->flat_size(), mics_shard_ranks(config, run.world_size), /*rank=*/0,
+                      /*kernels_reach_host=*/!run.cuda);
+  const StepPayload payload =
+      step_payload(plan, config, *layout, a.gpus_per_node, max_collective_elements(run), run.world_size);
   const bool hierarchical = a.shm_collectives;
   const TrafficTotals t = step_traffic(payload, run.world_size, a.num_nodes, hierarchical);
   const std::vector<int> nodes = block_nodes(run.world_size, a.gpus_per_node);

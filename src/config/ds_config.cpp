@@ -693,6 +693,13 @@ void read_zero_plus_plus(JsonSection& s, ZeroConfig& z, int world) {
     }
     if (!z.reduce_scatter) s.fail("zero_quantized_gradients", "needs reduce_scatter: true (as DeepSpeed asserts)");
   }
+  if (s.read("mics_shard_size", z.mics_shard_size) && z.mics_shard_size != -1) {
+    if (z.mics_shard_size < 1) s.fail("mics_shard_size", "must be -1 (no MiCS) or a number of ranks");
+    if (z.stage != 3) s.fail("mics_shard_size", cat("needs ZeRO stage 3 (MiCS partitions as stage 3 does; this is stage ", z.stage, ")"));
+    if (world % z.mics_shard_size != 0 && z.mics_shard_size < world) {
+      s.fail("mics_shard_size", cat(z.mics_shard_size, " does not divide the ", world, " ranks"));
+    }
+  }
   if (s.read("zero_hpz_partition_size", z.zero_hpz_partition_size, 1) && z.zero_hpz_partition_size > 1) {
     if (z.stage != 3) {
       s.fail("zero_hpz_partition_size", cat("needs ZeRO stage 3 (stage ", z.stage, " gathers no parameters)"));
@@ -710,8 +717,9 @@ void neutral_zero_plus_plus(JsonSection& s) {
   s.neutral("zero_quantized_nontrainable_weights", {false},
             "every parameter is trained in its dtype, DeepSpeed's default");
   s.neutral("zeropp_loco_param", {nullptr}, "LoCo applies to quantized gradients only, which zerotrain does not send");
-  s.neutral("mics_shard_size", {-1}, "no MiCS: parameters are partitioned over all ranks, DeepSpeed's default");
-  s.neutral("mics_hierarchical_params_gather", {false}, "there is no MiCS, DeepSpeed's default");
+  s.neutral("mics_hierarchical_params_gather", {false},
+            "a MiCS group's all-gathers are its communicator's own (two levels with ZT_SHM_COLLECTIVES=1 across nodes, "
+            "NCCL's algorithms on GPUs), DeepSpeed's default");
   s.neutral("zenflow", {nullptr}, "no ZenFlow: the optimizer steps every gradient each step, DeepSpeed's default");
 }
 
@@ -792,6 +800,19 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   read_stage3_limits(s, z, autos);
   read_offload(s, z);
   read_zero_plus_plus(s, z, autos.world_size);
+  if (z.mics_shard_size > 0 && z.mics_shard_size < autos.world_size) {
+    // DeepSpeed's MiCS_Optimizer takes none of ZeRO++'s parts; offload would copy the gradients
+    // to the host before the replicas' all-reduce (not built).
+    const char* part = z.zero_hpz_partition_size > 1 ? "zero_hpz_partition_size"
+                       : z.zero_quantized_weights    ? "zero_quantized_weights"
+                       : z.zero_quantized_gradients  ? "zero_quantized_gradients"
+                                                     : nullptr;
+    if (part) s.fail("mics_shard_size", cat("with ", part, " is not implemented: DeepSpeed's MiCS takes none of ZeRO++'s parts"));
+    if (z.offload_optimizer.enabled() || z.offload_param.enabled()) {
+      s.fail("mics_shard_size", "with offload is not implemented: the gradients would leave for the host before the "
+                                "replicas' all-reduce");
+    }
+  }
   neutral_zero_keys(s);
   neutral_leaf_module(s);
   s.finish();
@@ -1216,6 +1237,10 @@ DsConfig parse_ds_config(const boost::json::value& json, const std::string& sour
   }
   c.communication_data_type = read_ds_dtype(top, "communication_data_type");
   parse_checkpoint(top.child("checkpoint"), c);
+  if (c.checkpoint_node_local && c.zero.mics_shard_size > 0 && c.zero.mics_shard_size < autos.world_size) {
+    top.fail("checkpoint.use_node_local_storage", "with MiCS is not implemented: the first shard group alone writes "
+                                                  "the checkpoint, which every node must then read");
+  }
   parse_data_types(top.child("data_types"), c);
   c.aio = parse_aio(top.child("aio"));
   parse_monitors(top, c);

@@ -197,6 +197,10 @@ struct ZeroConfig {
   /// ZeRO++ qgZ (stage 3): across more than one node, the gradients' reduce-scatters reduce inside
   /// each node and cross the nodes as int4 (zero/quantized_reduce.h).
   bool zero_quantized_gradients = false;
+  /// MiCS (stage 3): parameters, gradients and optimizer states partitioned within groups of
+  /// this many consecutive ranks, replicated across the groups; the gradients all-reduced across
+  /// the replicas at the step (zero/mics_groups.h). -1 (or the world): none.
+  int64_t mics_shard_size = -1;
 };
 
 /// DeepSpeed's "tensorboard" and "csv_monitor" blocks: rank 0 writes the training scalars under

@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -52,6 +53,7 @@
 #include "core/progress.h"
 #include "zero/comm_estimate.h"
 #include "zero/engine.h"
+#include "zero/mics_groups.h"
 #include "zero/engine_model.h"
 
 namespace zt {
@@ -168,6 +170,7 @@ Batches make_batches(const Setup& setup, const TrainArgs& args) {
 
 // The engine holding the model states, the model computing with them, and DeepSpeed's monitors.
 struct EngineParts {
+  MicsGroups mics;  // MiCS's groups, which the engine runs over (before it: destroyed after it)
   std::unique_ptr<ZeroEngine> engine;
   std::unique_ptr<BoundModel> model;
   std::unique_ptr<MonitorMaster> monitors;
@@ -191,7 +194,16 @@ EngineParts build_engine(const Setup& setup, const TrainArgs& args, const ModelL
     // As HF's --tf32, which raises where the hardware has no TF32.
     ZT_USAGE_CHECK(!args.tf32 || backend.ops().set_allow_tf32(true), "--tf32 needs a GPU with TF32 (Ampere or "
                    "newer); the ", backend.name(), " backend computes fp32 GEMMs in exact fp32");
-    parts.engine = std::make_unique<ZeroEngine>(layout, backend, profiler.data_comm(), comm, setup.ds, activations);
+    parts.mics = split_mics(setup.ds, profiler.data_comm(), comm);
+    const bool mics = parts.mics.active();
+    parts.engine = std::make_unique<ZeroEngine>(layout, backend, mics ? *parts.mics.shard : profiler.data_comm(),
+                                                mics ? *parts.mics.shard_control : comm, setup.ds, activations,
+                                                parts.mics.replicas.get());
+    if (mics && comm.rank() == 0) {
+      log_info("MiCS: the model states partitioned within ", comm.size() / parts.mics.replicas->size(),
+               " shard groups of ", parts.mics.shard->size(), " consecutive ranks, gradients all-reduced across them "
+               "at each step");
+    }
     if (args.delayed_param_update && backend.name() != "cuda" && comm.rank() == 0) {
       log_warn("--delayed_param_update on the ", backend.name(), " backend: the CPU optimizer step runs on the cores that "
                "compute the model, so it overlaps nothing; it pays where the model runs on a GPU");
@@ -366,6 +378,7 @@ struct Trainer {
   MonitorMaster& monitors;
   const StopSignals& stop;
   StepProfiler& profiler;  ///< --profile_steps; does nothing without
+  const MicsGroups& mics;  ///< MiCS: the first shard group alone writes checkpoints
 };
 
 boost::json::object pool_json(const std::vector<double>& bytes) {
@@ -594,11 +607,17 @@ std::string save_checkpoint_if_due(const Trainer& t, const TrainerState& state, 
   const TrainArgs& args = t.args;
   if (!checkpoint_due(args, step, stopping)) return {};
   Stopwatch clock;
-  const SavedCheckpoint saved = save_checkpoint(
-      args.output_dir, t.engine, t.layout, t.ds, t.comm,
-      TrainingPosition{step, state.position.next_sample, t.batches.data_seed},
-      NodePlacement{t.place.node, t.place.local_rank, t.place.num_nodes, t.ds.checkpoint_node_local},
-      args.save_total_limit);
+  // MiCS: every shard group holds the same states; the first writes them, as a stage-3 run of its
+  // ranks, and the others wait for it.
+  const bool writes = !t.mics.active() || t.mics.replica == 0;
+  SavedCheckpoint saved{(std::filesystem::path(args.output_dir) / cat("global_step", step)).string(), 0, {}};
+  if (writes) {
+    saved = save_checkpoint(args.output_dir, t.engine, t.layout, t.ds, t.mics.active() ? *t.mics.shard_control : t.comm,
+                            TrainingPosition{step, state.position.next_sample, t.batches.data_seed},
+                            NodePlacement{t.place.node, t.place.local_rank, t.place.num_nodes, t.ds.checkpoint_node_local},
+                            args.save_total_limit);
+  }
+  if (t.mics.active()) t.comm.barrier()->wait();
   t.metrics.write("checkpoint",
                   {{"step", step}, {"path", saved.path}, {"seconds", clock.seconds()}, {"bytes", saved.bytes}});
   log_info("step ", step, ": saved ", saved.path, " (", human_bytes(double(saved.bytes)), " in ",
@@ -759,8 +778,9 @@ int run_trainer(const TrainArgs& args, const ProcessPlace& place, HostComm& comm
   write_start_event(metrics, *parts.engine, *parts.model, comm, setup, layout, place, args);
 
   // ---- 3. training, evaluating on the way ----
-  const Trainer trainer{args,          setup.ds,     setup.seq_len, place,   comm,            *data_comm, layout,
-                        *parts.engine, *parts.model, batches,       metrics, *parts.monitors, stop,       profiler};
+  const Trainer trainer{args,    setup.ds,        setup.seq_len, place,   comm,     *data_comm,
+                        layout,  *parts.engine,   *parts.model,  batches, metrics,  *parts.monitors,
+                        stop,    profiler,        parts.mics};
   ProgressLine progress(args.max_steps, !args.disable_tqdm && first);
   Stopwatch run_clock;
   if (batches.eval_windows && args.eval_on_start) log_info("step 0: eval_loss ", run_eval(trainer, state, 0));

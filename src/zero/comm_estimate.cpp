@@ -50,8 +50,17 @@ void add_traffic(TrafficTotals& t, Collective kind, double bytes, double p, doub
 }  // namespace
 
 StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const ParamLayout& layout, int per_node,
-                         size_t max_collective) {
+                         size_t max_collective, int world) {
   StepPayload out;
+  if (world > plan.world) {  // MiCS: the shard groups' collectives, and the replicas' all-reduce
+    StepPayload shard = step_payload(plan, config, layout, per_node, max_collective);
+    out.groups.push_back(GroupPayload{plan.world, 1, shard.bytes});
+    GroupPayload replicas{world / plan.world, plan.world, {}};
+    replicas.bytes[size_t(Collective::kAllReduce)] = double(plan.grads_count * plan.grad_elem());
+    out.groups.push_back(replicas);
+    out.caveat = shard.caveat;
+    return out;
+  }
   const size_t flat_size = layout.flat_size();
   if (plan.world <= 1) return out;
   const double padded = double(plan.partition.padded_size), flat = double(flat_size);

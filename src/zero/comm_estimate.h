@@ -44,9 +44,12 @@ struct StepPayload {
   std::string caveat;
 };
 /// `per_node`: ranks a node (qgZ's two levels need it; 0: not known, qgZ left out);
-/// `max_collective`: the transport's largest collective (the gradient buckets' size).
+/// `max_collective`: the transport's largest collective (the gradient buckets' size); `world`:
+/// the run's ranks, where MiCS plans over fewer (plan.world, its shard group's; 0: plan.world):
+/// then every collective above runs in the shard groups, and the step adds the gradient
+/// partition's all-reduce across the groups.
 StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const ParamLayout& layout, int per_node = 0,
-                         size_t max_collective = SIZE_MAX);
+                         size_t max_collective = SIZE_MAX, int world = 0);
 
 /// The bytes `payload` sends over the links, summed over ranks, with plan.world ranks on `nodes`
 /// nodes of consecutive ranks: HierComm's two rings where `hierarchical` (ZT_SHM_COLLECTIVES=1

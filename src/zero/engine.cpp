@@ -9,8 +9,9 @@
 namespace zt {
 
 ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& comm, HostComm& control,
-                       const DsConfig& config, DType activation_dtype)
+                       const DsConfig& config, DType activation_dtype, DataComm* replicas)
     : layout_(layout), backend_(backend), compute_(backend.compute_stream()), comm_(comm), control_(control),
+      replicas_(replicas && replicas->size() > 1 ? replicas : nullptr),
       config_(config),
       plan_(config, layout.flat_size(), comm.size(), comm.rank(), backend.kernels_reach_host_memory(),
             activation_dtype),
@@ -141,8 +142,14 @@ StepOutcome ZeroEngine::step() {
   // keep each rank's gradient its own (DeepSpeed's enable_backward_allreduce = False): what they
   // all-reduce is compressed, the momentum or the gradient or the weights' motion.
   const bool compressed = local_gradients(config_.optimizer, optimizer_rule_.step_count() + 1);
-  const double ranks_summed = compressed ? 1.0 : double(plan_.world);
+  const double ranks_summed = compressed ? 1.0 : double(plan_.world) * (replicas_ ? replicas_->size() : 1);
   if (!compressed) reducer_.reduce_at_step();
+  if (replicas_) {  // MiCS: each shard group's partition of the gradient summed over the groups
+    for (size_t lo = 0; lo < plan_.grads_count; lo += replicas_->max_collective_elements()) {
+      const size_t n = std::min(replicas_->max_collective_elements(), plan_.grads_count - lo);
+      replicas_->all_reduce(buffers_.grad_at(plan_.grads_base + lo), n, plan_.grad_dtype, compute_)->wait(compute_);
+    }
+  }
   micro_step_ = 0;
   offload_prefetched_ = false;
   const double local = local_grad_sum_squares();

@@ -59,8 +59,10 @@ class ZeroEngine final : public ParamSource<float> {
   /// Collectives on the model states go through `comm`; the few host doubles a step agrees on
   /// (the gradient norm) through `control`. The model computes with `activation_dtype` (fp32 or
   /// bf16, kernel_ops.h): its weights are handed out in that dtype (params<T>()).
+  /// MiCS (zero/mics_groups.h): `comm` and `control` are this rank's shard group's, and `replicas`
+  /// the same index in every group, across which the gradients are all-reduced at the step.
   ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& comm, HostComm& control, const DsConfig& config,
-             DType activation_dtype = DType::kF32);
+             DType activation_dtype = DType::kF32, DataComm* replicas = nullptr);
   // The components hold references to plan_: an engine stays where it was built.
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
@@ -216,6 +218,7 @@ class ZeroEngine final : public ParamSource<float> {
   Stream& compute_;
   DataComm& comm_;
   HostComm& control_;
+  DataComm* replicas_;  // MiCS: the other shard groups' ranks with this index (null: none)
   const DsConfig config_;
   const ZeroPlan plan_;
   DType matmul_dtype_ = DType::kF32;

@@ -1,5 +1,7 @@
 #include "zero/memory_estimate.h"
 
+#include "zero/mics_groups.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -137,7 +139,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   // A CPU run's answer is this CPU's: plan on the kind of machine that will train.
   const bool native_bf16_gemm = run.cuda || cpu_has_native_bf16_gemm();
   const DType activation_dtype = resolve_activation_dtype(run.activation_dtype, config.param_dtype(), native_bf16_gemm);
-  const ZeroPlan plan(config, layout->flat_size(), run.world_size, /*rank=*/0, /*kernels_reach_host=*/!run.cuda,
+  // MiCS: each rank holds what a stage-3 rank of its shard group's size holds.
+  const int shard_ranks = mics_shard_ranks(config, run.world_size);
+  const ZeroPlan plan(config, layout->flat_size(), shard_ranks, /*rank=*/0, /*kernels_reach_host=*/!run.cuda,
                       activation_dtype);
   const size_t max_collective = max_collective_elements(run);
   MemoryEstimate est;
@@ -204,8 +208,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   // matrices, so the rank that allocates most.
   if (config.optimizer.type == OptimizerConfig::Type::kMuon) {
     std::vector<size_t> most;
-    for (int r = 0; r < run.world_size; ++r) {
-      const ZeroPlan rank_plan(config, layout->flat_size(), run.world_size, r, !run.cuda, activation_dtype);
+    for (int r = 0; r < shard_ranks; ++r) {
+      const ZeroPlan rank_plan(config, layout->flat_size(), shard_ranks, r, !run.cuda, activation_dtype);
       std::vector<size_t> arrays = MuonMatrices::buffer_allocations(
           rank_plan, config.optimizer, layout->tensor_ranges(), layout->tensor_shapes(),
           std::min(size_t(config.zero.allgather_bucket_size), max_collective));

@@ -39,6 +39,9 @@ sed 's/"stage3_max_reuse_distance": 1e9/"stage3_max_reuse_distance": 0/' "$ZT_SO
 sed 's/"stage": 3,/"stage": 3, "zero_quantized_gradients": true,/' "$ZT_SOURCE_DIR/configs/zero3.json" \
   >"$WORK/zero3_qgz.json"
 sed 's/"stage": 3,/"stage": 3, "zero_quantized_gradients": true,/' "$WORK/zero3_hpz_qwz.json" >"$WORK/zero3_zeropp.json"
+# MiCS in shard groups of a (simulated) node: gathers and reduce-scatters inside it, the gradient
+# partition all-reduced across the groups at the step.
+sed 's/"stage": 3,/"stage": 3, "mics_shard_size": 2,/' "$ZT_SOURCE_DIR/configs/zero3.json" >"$WORK/zero3_mics.json"
 
 # case NAME NP CONFIG NODES SHM ARGS...: a 3-step run and its estimate; NODES simulated nodes
 # (ZT_SHM_NODE_SIZE = NP / NODES) when SHM is 1.
@@ -112,6 +115,8 @@ case_run hier_s3_qgz 4 "$WORK/zero3_qgz.json" 2 1 --gradient_accumulation_steps 
 case_run hier_s3_qgz_bf16 4 "$WORK/zero3_qgz.json" 2 1 --bf16
 case_run hier_s3_zeropp_hpz_bf16 4 "$WORK/zero3_zeropp.json" 2 1 --bf16 --gradient_accumulation_steps 2
 case_run mpi_one_node_s3_qgz 4 "$WORK/zero3_qgz.json" 1 0
+case_run hier_s3_mics 4 "$WORK/zero3_mics.json" 2 1 --gradient_accumulation_steps 2
+case_run hier_s3_mics_bf16 4 "$WORK/zero3_mics.json" 2 1 --bf16
 
 # Two nodes of 2: HierComm sends (N - 1) = 1 payload across nodes, a flat ring's two edges out of
 # the nodes 2 x 3/4 of it (and fewer bytes inside): ZeRO-3's estimate both ways.

@@ -9,6 +9,7 @@
 #include "comm/data_comm.h"
 #include "comm/mpi_runtime.h"
 #include "zero/engine_model.h"
+#include "zero/mics_groups.h"
 
 namespace zt {
 
@@ -112,7 +113,10 @@ std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& c
   const std::unique_ptr<ModelLayout> layout_ptr = make_model_layout(config);
   const ModelLayout& layout = *layout_ptr;
   auto engine_comm = make_data_comm(backend, comm);
-  ZeroEngine engine(layout, backend, *engine_comm, comm, cfg, activations);
+  // MiCS (mics_shard_size): the engine over this rank's shard group, as the trainer builds it.
+  MicsGroups mics = split_mics(cfg, *engine_comm, comm);
+  ZeroEngine engine(layout, backend, mics.active() ? *mics.shard : *engine_comm,
+                    mics.active() ? *mics.shard_control : comm, cfg, activations, mics.replicas.get());
   engine.init_params(5);
   const int micro = int(cfg.train_micro_batch_size_per_gpu);
   // The classifier in chunks of 7 tokens (micro-batches of 1 to 16 sequences of 16), so that every

@@ -448,6 +448,24 @@ TEST(ZeroPlusPlusConfig, StageThreeOnly) {
   EXPECT_NE(g.find("zero_quantized_gradients: needs reduce_scatter: true"), std::string::npos) << g;
   EXPECT_TRUE(parse_text(R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})")
                   .zero.zero_quantized_gradients);
+  EXPECT_EQ(parse_text(R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2}})").zero.mics_shard_size, 2);
+  std::string m = offload_error(R"({"zero_optimization": {"stage": 2, "mics_shard_size": 2}})");
+  EXPECT_NE(m.find("zero_optimization.mics_shard_size: needs ZeRO stage 3"), std::string::npos) << m;
+  AutoValues four;
+  four.world_size = 4;
+  for (const char* bad : {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2, "zero_quantized_weights": true}})",
+                          R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2, "offload_param": {"device": "cpu"}}})",
+                          R"({"zero_optimization": {"stage": 3, "mics_shard_size": 3}})",
+                          R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2}, "checkpoint": {"use_node_local_storage": true}})"}) {
+    try {
+      parse_ds_config(boost::json::parse(bad), "ds.json", four);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const UsageError& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("mics_shard_size") != std::string::npos ||
+                  what.find("checkpoint.use_node_local_storage: with MiCS") != std::string::npos) << what;
+    }
+  }
   AutoValues six;
   six.world_size = 6;
   const auto hpz = boost::json::parse(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 4}})");
@@ -532,7 +550,7 @@ const std::vector<std::string> kNeutralPaths = {
     "zero_optimization.save_muon_momentum_buffer_in_memory",
     "zero_optimization.zero_quantized_nontrainable_weights",
     "zero_optimization.zeropp_loco_param",
-    "zero_optimization.mics_shard_size", "zero_optimization.mics_hierarchical_params_gather",
+    "zero_optimization.mics_hierarchical_params_gather",
     "zero_optimization.zenflow", "zero_optimization.leaf_module.classes", "zero_optimization.leaf_module.names",
     "zero_optimization.leaf_module.name_suffixes",
     "aio.use_gds",
@@ -660,7 +678,6 @@ const Refusal kRefusals[] = {
      "zero_optimization.zero_quantized_nontrainable_weights: true is not implemented: "},
     {R"({"zero_optimization": {"zeropp_loco_param": {"err_beta": 0.8}}})",
      "zero_optimization.zeropp_loco_param: {\"err_beta\": 0.8} is not implemented: "},
-    {R"({"zero_optimization": {"mics_shard_size": 8}})", "zero_optimization.mics_shard_size: 8 is not implemented: "},
     {R"({"zero_optimization": {"mics_hierarchical_params_gather": true}})",
      "zero_optimization.mics_hierarchical_params_gather: true is not implemented: "},
     {R"({"zero_optimization": {"zenflow": {"topk_ratio": 0.1}}})", "zero_optimization.zenflow: {\"topk_ratio\": 0.1} is not implemented: "},
