@@ -46,7 +46,7 @@ struct CollectiveShape {
   std::vector<size_t> counts;
   size_t elem = 1;  ///< bytes an element
   int root = 0;
-  std::vector<size_t> recv_counts;  ///< all_to_all_v's
+  std::vector<size_t> recv_counts{};  ///< all_to_all_v's
 };
 
 /// This rank's traffic in the ring over the ranks of a communicator whose rank q lies on node

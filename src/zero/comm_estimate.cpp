@@ -17,10 +17,12 @@ namespace {
 // copy): each unit's elements in the training dtype, or with qwZ its quantized packets
 // (zero/quantized_gather.h).
 double unit_gathers(const ZeroPlan& plan, const ZeroConfig& z, const ParamLayout& layout, const PartitionMap& map) {
+  const std::vector<size_t> cuts = tensor_starts(layout.tensor_ranges());
   double bytes = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
-    const size_t lo = layout.unit_offset(u), n = layout.unit_size(u);
-    bytes += z.zero_quantized_weights ? double(QuantizedSplit(map.split(lo, lo + n)).bytes()) : double(n * plan.elem());
+    const size_t lo = layout.unit_offset(u), hi = lo + layout.unit_size(u);
+    bytes += z.zero_quantized_weights ? double(QuantizedSplit(map.split(lo, hi), 8, map.starts(lo, hi), cuts).bytes())
+                                      : double((hi - lo) * plan.elem());
   }
   return bytes;
 }
@@ -93,7 +95,8 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
         const size_t capacity = collective_chunk(plan.partition, max_collective, z.reduce_bucket_size);
         double packets = 0;
         for (size_t hi = flat_size; hi > 0; hi -= std::min(hi, capacity)) {
-          packets += double(QuantizedReduceScatter::exchange_bytes(plan.partition, hi - std::min(hi, capacity), hi, qgz));
+          packets += double(QuantizedReduceScatter::exchange_bytes(plan.partition, hi - std::min(hi, capacity), hi,
+                                                                   tensor_starts(layout.tensor_ranges())));
         }
         // Each local index's group sends its ranks' packets; the groups differ a little: their mean.
         across.bytes[size_t(Collective::kAllToAll)] = packets / qgz * micro_steps;
@@ -111,7 +114,10 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
       b[size_t(Collective::kAllGather)] = unit_gathers(plan, z, layout, plan.partition) * (plan.hpz > 1 ? 1 : gathers);
       if (plan.hpz > 1 && gathers > 1) {  // hpZ: the step's first gather of a unit fills the secondary
         GroupPayload g{plan.hpz, 1, {}};
-        g.bytes[size_t(Collective::kAllGather)] = unit_gathers(plan, z, layout, plan.secondary) * (gathers - 1);
+        // Unquantized: the secondary's values are the first gather's (PartitionedParameterCoordinator).
+        ZeroConfig unquantized = z;
+        unquantized.zero_quantized_weights = false;
+        g.bytes[size_t(Collective::kAllGather)] = unit_gathers(plan, unquantized, layout, plan.secondary) * (gathers - 1);
         out.groups.push_back(g);
       }
       if (!stay) {

@@ -27,7 +27,7 @@ namespace zt {
 ///            every use gathers (forward and backward of each micro-step): an upper bound.
 ///            With qwZ each unit's gather carries its quantized packets (zero/quantized_gather.h);
 ///            with hpZ every gather of a unit after the step's first runs in its group of hpz
-///            consecutive ranks, from the secondary copy. With qgZ across nodes each gradient
+///            consecutive ranks, from the secondary copy, unquantized. With qgZ across nodes each gradient
 ///            bucket (cut from the top of the flat buffer, as backward fills them) is
 ///            reduce-scattered inside each node and its int4 packets exchanged across nodes
 ///            (zero/quantized_reduce.h).

@@ -7,6 +7,7 @@
 #include "comm/traffic.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "zero/quantized_gather.h"
 
 namespace zt {
 
@@ -43,7 +44,7 @@ int GradientReducer::qgz_ranks_per_node(const ZeroPlan& plan, const ZeroConfig& 
 }
 
 std::vector<size_t> GradientReducer::buffer_allocations(const ZeroPlan& plan, const ZeroConfig& config,
-                                                       size_t max_collective, int per_node) {
+                                                       size_t max_collective, int per_node, size_t tensors) {
   const BucketShape b = bucket_shape(plan, config, max_collective);
   const size_t ce = dtype_size(plan.comm_dtype);
   std::vector<size_t> bytes;
@@ -54,7 +55,8 @@ std::vector<size_t> GradientReducer::buffer_allocations(const ZeroPlan& plan, co
   }
   const int qgz = per_node > 0 ? qgz_ranks_per_node(plan, config, block_nodes(plan.world, per_node)) : 0;
   if (qgz > 0) {
-    for (size_t n : QuantizedReduceScatter::buffer_allocations(b.capacity, plan.partition, plan.comm_dtype, qgz)) {
+    for (size_t n : QuantizedReduceScatter::buffer_allocations(b.capacity, plan.partition, plan.comm_dtype, qgz,
+                                                                tensors)) {
       bytes.push_back(n);
     }
   }
@@ -62,9 +64,9 @@ std::vector<size_t> GradientReducer::buffer_allocations(const ZeroPlan& plan, co
 }
 
 size_t GradientReducer::buffer_bytes(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective,
-                                     int per_node) {
+                                     int per_node, size_t tensors) {
   size_t total = 0;
-  for (size_t n : buffer_allocations(plan, config, max_collective, per_node)) total += n;
+  for (size_t n : buffer_allocations(plan, config, max_collective, per_node, tensors)) total += n;
   return total;
 }
 
@@ -86,7 +88,7 @@ GradientReducer::GradientReducer(const ZeroPlan& plan, const ZeroConfig& config,
     const int per_node = qgz_ranks_per_node(plan, config, comm.node_of_ranks());
     if (per_node > 0) {
       qgz_ = std::make_unique<QuantizedReduceScatter>(backend, comm, per_node, plan.partition, capacity_,
-                                                      plan.comm_dtype);
+                                                      plan.comm_dtype, tensor_starts(buffers.layout().tensor_ranges()));
     } else if (comm.rank() == 0) {
       log_info("zero_quantized_gradients: the ranks are not on several nodes of equal size with consecutive ranks, "
                "so gradients are reduce-scattered unquantized (as DeepSpeed on one node)");

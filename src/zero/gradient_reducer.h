@@ -48,11 +48,12 @@ class GradientReducer {
   /// Device bytes of the buckets a reducer allocates; `max_collective`: the transport's largest
   /// collective in elements (DataComm::max_collective_elements).
   static size_t buffer_bytes(const ZeroPlan& plan, const ZeroConfig& config, size_t max_collective,
-                             int per_node = 0);
+                             int per_node = 0, size_t tensors = 0);
   /// The same buckets as one entry of bytes per device allocation (send and receive buffers).
-  /// `per_node`: the ranks' nodes' size (RunShape::ranks_per_node) where qgZ may apply.
+  /// `per_node`: the ranks' nodes' size (RunShape::ranks_per_node) where qgZ may apply; `tensors`:
+  /// the model's (ParamLayout::tensor_ranges), which qgZ's packets restart their blocks at.
   static std::vector<size_t> buffer_allocations(const ZeroPlan& plan, const ZeroConfig& config,
-                                                size_t max_collective, int per_node = 0);
+                                                size_t max_collective, int per_node = 0, size_t tensors = 0);
   /// qgZ (zero_quantized_gradients): the nodes' size L where the reduce-scatters go through
   /// QuantizedReduceScatter (stage 3, reduce_scatter, more than one node of L consecutive ranks);
   /// 0 where they stay plain.

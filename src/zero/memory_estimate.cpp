@@ -201,7 +201,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   }
 
   // Device buffers: buckets, working copies, gathered units (the worst case), activations.
-  est.buckets = GradientReducer::buffer_bytes(plan, config.zero, max_collective, run.ranks_per_node);
+  est.buckets = GradientReducer::buffer_bytes(plan, config.zero, max_collective, run.ranks_per_node,
+                                              layout->tensor_ranges().size());
   est.working = mp.working;
   est.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero);
   // Muon's updates, exchange staging and Newton-Schulz workspace: the ranks own different
@@ -237,7 +238,8 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
     list_devices({plan.device_count * sizeof(float)});
   }
   add(Pool::kDevice, est.buckets + est.working + est.gather + est.optimizer);
-  list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective, run.ranks_per_node));
+  list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective, run.ranks_per_node,
+                                                   layout->tensor_ranges().size()));
   list_devices(mp.working_arrays);
   list_devices(PartitionedParameterCoordinator::gather_allocations(plan, *layout, config.zero));
   // Activations are sized for the larger of the train and eval batches.

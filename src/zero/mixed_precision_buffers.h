@@ -40,6 +40,7 @@ class MixedPrecisionBuffers {
   /// (ZeroPlan::grads_reduced_in_place), their buffer is the communicator's shared memory if it
   /// has some, so that the peers read it in place.
   MixedPrecisionBuffers(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend, DataComm& comm);
+  const ParamLayout& layout() const { return layout_; }
 
   /// Element `flat` of the flat layout in the parameter / gradient buffer (inside the plan's range).
   unsigned char* param_at(size_t flat) { return params_.data() + (flat - plan_.params_base) * plan_.elem(); }

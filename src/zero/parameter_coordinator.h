@@ -104,9 +104,9 @@ class PartitionedParameterCoordinator {
     bool converted = false, in_use = false;
   };
   void gather(int unit);
-  /// Starts the all-gather of `g`'s unit over `over`, each rank's part `counts`, this rank's at
-  /// `mine`: plain, or with qwZ its quantized packets.
-  void start_gather(Gathered& g, DataComm& over, const std::vector<size_t>& counts, const void* mine);
+  /// Starts the all-gather of `g`'s unit over `over`, each rank's part as `map` cuts it, this
+  /// rank's at `mine`: plain, or `quantize`d packets (qwZ).
+  void start_gather(Gathered& g, DataComm& over, const PartitionMap& map, const void* mine, bool quantize);
   /// Waits for a unit's all-gather and hands its slice back to the store.
   void complete(Gathered& g);
   /// The part of `unit` this rank owns, as [lo, hi) of its partition (empty: lo == hi).
@@ -132,6 +132,7 @@ class PartitionedParameterCoordinator {
   ParamStore& store_;
   size_t max_live_, prefetch_limit_, max_reuse_, persistence_;
   bool quantized_;  // zero_quantized_weights
+  std::vector<size_t> cuts_;  // qwZ: where its blocks restart (tensor_starts)
   // hpZ (ZeroPlan::hpz): the group's communicator, this rank's part of the secondary copy (the
   // parameters cut over the group's ranks) and which units it holds since the last step.
   std::unique_ptr<DataComm> group_;

@@ -39,6 +39,12 @@ struct PartitionMap {
     return {std::min(begin(rank), flat_size), std::min(end(rank), flat_size)};
   }
 
+  /// Where each rank's part of [lo, hi) starts (its count, split's, may be 0).
+  std::vector<size_t> starts(size_t lo, size_t hi) const {
+    std::vector<size_t> out(static_cast<size_t>(world_size));
+    for (int r = 0; r < world_size; ++r) out[size_t(r)] = std::min(hi, std::max(lo, begin(r)));
+    return out;
+  }
   /// How many elements of [lo, hi) each rank owns, in rank order (the counts of a
   /// reduce-scatter or all-gather of that range).
   std::vector<size_t> split(size_t lo, size_t hi) const {

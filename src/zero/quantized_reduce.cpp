@@ -31,16 +31,16 @@ class ComputeOrderedWork final : public DataWork {
   std::unique_ptr<Event> done_ = backend_.create_event();
 };
 
-// The bucket's range for each of the N ranks with local index `local`, in node order.
-std::vector<size_t> ranges_of(const std::vector<size_t>& counts, int per_node, int local) {
+// Of one value a rank, those of the N ranks with local index `local`, in node order.
+std::vector<size_t> of_local(const std::vector<size_t>& v, int per_node, int local) {
   std::vector<size_t> out;
-  for (size_t r = size_t(local); r < counts.size(); r += size_t(per_node)) out.push_back(counts[r]);
+  for (size_t r = size_t(local); r < v.size(); r += size_t(per_node)) out.push_back(v[r]);
   return out;
 }
 
-// Words of n packets of `total` elements in all: a word a block and a word per eight values,
-// each packet rounding both up once.
-size_t packets_bound(size_t total, size_t n) { return total / 8 + total / kQuantBlockInt4 + 2 * n + 1; }
+// Words of packets of `total` elements in all, in `segments` runs (n packets cut at tensors): a
+// word a block and a word per eight values, each run rounding both up once.
+size_t packets_bound(size_t total, size_t segments) { return total / 8 + total / kQuantBlockInt4 + 2 * segments + 1; }
 
 }  // namespace
 
@@ -55,31 +55,31 @@ int QuantizedReduceScatter::ranks_per_node(const std::vector<int>& node_of_ranks
 }
 
 std::vector<size_t> QuantizedReduceScatter::buffer_allocations(size_t capacity, const PartitionMap& partition,
-                                                               DType dtype, int per_node) {
+                                                               DType dtype, int per_node, size_t tensors) {
   const size_t nodes = size_t(partition.world_size / per_node), e = dtype_size(dtype);
   const size_t mine = std::min(capacity, partition.partition_size);  // this rank's range of a bucket, at most
   return {capacity * e,                                              // the bucket regrouped
           capacity * e,                                              // the node's sums for local index l
-          4 * packets_bound(capacity, nodes),                        // the packets sent
-          4 * nodes * QuantizedSplit::packet_words(mine, kBits),     // the packets received
+          4 * packets_bound(capacity, nodes + tensors),              // the packets sent
+          4 * nodes * packets_bound(mine, 1 + tensors),              // the packets received
           mine * sizeof(float), mine * sizeof(float)};               // their sum and one term
 }
 
-size_t QuantizedReduceScatter::exchange_bytes(const PartitionMap& partition, size_t lo, size_t hi, int per_node) {
-  size_t words = 0;
-  for (size_t c : partition.split(lo, hi)) words += QuantizedSplit::packet_words(c, kBits);
-  return 4 * words;
+size_t QuantizedReduceScatter::exchange_bytes(const PartitionMap& partition, size_t lo, size_t hi,
+                                              const std::vector<size_t>& cuts) {
+  return QuantizedSplit(partition.split(lo, hi), kBits, partition.starts(lo, hi), cuts).bytes();
 }
 
 QuantizedReduceScatter::QuantizedReduceScatter(Backend& backend, DataComm& comm, int per_node,
-                                               const PartitionMap& partition, size_t capacity, DType dtype)
+                                               const PartitionMap& partition, size_t capacity, DType dtype,
+                                               std::vector<size_t> cuts)
     : backend_(backend), partition_(partition), dtype_(dtype), per_node_(per_node),
-      nodes_(partition.world_size / per_node), rank_(comm.rank()) {
+      nodes_(partition.world_size / per_node), rank_(comm.rank()), cuts_(std::move(cuts)) {
   ZT_CHECK(per_node >= 1 && partition.world_size % per_node == 0 && comm.size() == partition.world_size,
            "qgZ: ", per_node, " ranks a node over ", comm.size(), " ranks");
   node_ = comm.split(rank_ / per_node_);    // the node's ranks
   across_ = comm.split(rank_ % per_node_);  // this local index on every node
-  const std::vector<size_t> bytes = buffer_allocations(capacity, partition, dtype, per_node);
+  const std::vector<size_t> bytes = buffer_allocations(capacity, partition, dtype, per_node, cuts_.size());
   grouped_ = DeviceArray<unsigned char>(backend, bytes[0]);
   node_sum_ = DeviceArray<unsigned char>(backend, bytes[1]);
   send_packets_ = DeviceArray<unsigned char>(backend, bytes[2]);
@@ -96,6 +96,7 @@ size_t QuantizedReduceScatter::buffer_bytes() const {
 std::shared_ptr<DataWork> QuantizedReduceScatter::reduce_scatter(const void* send, void* recv, size_t lo, size_t hi,
                                                                  Stream& compute) {
   const std::vector<size_t> counts = partition_.split(lo, hi), offsets = block_offsets(counts);
+  const std::vector<size_t> starts = partition_.starts(lo, hi);
   const size_t e = dtype_size(dtype_);
   const int local = rank_ % per_node_;
   // 1. Regrouped by local index, reduce-scattered inside the node.
@@ -114,7 +115,7 @@ std::shared_ptr<DataWork> QuantizedReduceScatter::reduce_scatter(const void* sen
   }
   node_->reduce_scatter(grouped_.data(), node_sum_.data(), node_counts, dtype_, compute)->wait(compute);
   // 2. Each node's range in int4, across the nodes.
-  const QuantizedSplit out(ranges_of(counts, per_node_, local), kBits);
+  const QuantizedSplit out(of_local(counts, per_node_, local), kBits, of_local(starts, per_node_, local), cuts_);
   ZT_CHECK(out.bytes() <= send_packets_.bytes(), "qgZ: packets of ", out.bytes(), " bytes for a buffer of ",
            send_packets_.bytes());
   size_t from = 0;
@@ -123,17 +124,18 @@ std::shared_ptr<DataWork> QuantizedReduceScatter::reduce_scatter(const void* sen
     from += out.counts[size_t(n)];
   }
   const size_t mine = counts[size_t(rank_)];
-  const QuantizedSplit in(std::vector<size_t>(size_t(nodes_), mine), kBits);
+  const QuantizedSplit in(std::vector<size_t>(size_t(nodes_), mine), kBits,
+                          std::vector<size_t>(size_t(nodes_), starts[size_t(rank_)]), cuts_);
+  ZT_CHECK(in.bytes() <= recv_packets_.bytes(), "qgZ: packets of ", in.bytes(), " bytes received into ",
+           recv_packets_.bytes());
   across_->all_to_all_v(send_packets_.data(), out.words, recv_packets_.data(), in.words, DType::kF32, compute)
       ->wait(compute);
   // 3. This rank's range: the nodes' terms summed in fp32, in node order, rounded once.
   if (mine > 0) {
     OptimizerOps& ops = backend_.optimizer_ops();
     for (int n = 0; n < nodes_; ++n) {
-      const float* scales = reinterpret_cast<const float*>(recv_packets_.data()) + in.offset[size_t(n)];
-      float* term = n == 0 ? sum_.data() : term_.data();
-      ops.dequantize(scales + QuantizedSplit::blocks(mine, kBits), scales, mine, kQuantBlockInt4, kBits, term,
-                     DType::kF32);
+      // Node n's packet: the first into the sum, the others beside it.
+      dequantize_packet(backend_, in, n, recv_packets_.data(), n == 0 ? sum_.data() : term_.data(), DType::kF32);
       if (n > 0) ops.accumulate_into(sum_.data(), DType::kF32, term_.data(), DType::kF32, mine);
     }
     backend_.cast_async(sum_.data(), DType::kF32, recv, dtype_, mine, compute);

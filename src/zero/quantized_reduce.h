@@ -33,17 +33,18 @@ class QuantizedReduceScatter {
   /// L, where the ranks lie on more than one node of L consecutive ranks each; else 0 (one node,
   /// or nodes of different sizes or interleaved ranks: qgZ does not apply).
   static int ranks_per_node(const std::vector<int>& node_of_ranks);
-  /// Device bytes it allocates for buckets of `capacity` elements, one entry a buffer.
+  /// Device bytes it allocates for buckets of `capacity` elements, one entry a buffer, over a
+  /// model of `tensors` tensors.
   static std::vector<size_t> buffer_allocations(size_t capacity, const PartitionMap& partition, DType dtype,
-                                                int per_node);
+                                                int per_node, size_t tensors);
   /// The int4 packets' bytes each rank hands the exchange across nodes for the bucket [lo, hi),
-  /// summed over the ranks (the estimate's).
-  static size_t exchange_bytes(const PartitionMap& partition, size_t lo, size_t hi, int per_node);
+  /// summed over the ranks, blocks restarting at `cuts` (the estimate's).
+  static size_t exchange_bytes(const PartitionMap& partition, size_t lo, size_t hi, const std::vector<size_t>& cuts);
 
   /// Splits `comm` into its nodes and its local indexes (collective); buckets of at most
-  /// `capacity` elements of `dtype`.
+  /// `capacity` elements of `dtype`; blocks restart at every tensor start `cuts` (tensor_starts).
   QuantizedReduceScatter(Backend& backend, DataComm& comm, int per_node, const PartitionMap& partition, size_t capacity,
-                         DType dtype);
+                         DType dtype, std::vector<size_t> cuts);
 
   /// The sum over ranks of `send` (the bucket [lo, hi) of the flat buffer, in the dtype) into
   /// `recv` for this rank's range of it, after what `compute` has enqueued; `compute` is ordered
@@ -57,6 +58,7 @@ class QuantizedReduceScatter {
   const PartitionMap partition_;
   const DType dtype_;
   const int per_node_, nodes_, rank_;
+  const std::vector<size_t> cuts_;
   std::unique_ptr<DataComm> node_, across_;
   DeviceArray<unsigned char> grouped_, node_sum_, send_packets_, recv_packets_;
   DeviceArray<float> sum_, term_;

@@ -7,12 +7,13 @@
 # 1. Bytes and time, the GPT-2 124M shape (bf16, 4 x 1 x 128 tokens, 4 steps): each run's bytes
 #    across nodes in its last step (metrics.jsonl, measured), zero_estimate's for the same run,
 #    and the step time (median of steps 2-4) with the links between the nodes held to
-#    ZT_TEST_INTER_NODE_GBPS (default 1 Gbit/s a rank; comm/direct_comm.cpp). Checks: measured =
-#    estimated across nodes; all three <= 0.3x plain's bytes across nodes (DeepSpeed's 4x); all
+#    ZT_TEST_INTER_NODE_GBPS (default 1 Gbit/s a rank; comm/direct_comm.cpp). Checks: measured
+#    across nodes within the estimate (equal with hpZ; without it the estimate counts a gather per
+#    use, and the unit used last in forward and first in backward stays gathered); all three <= 0.3x plain's bytes across nodes (DeepSpeed's 4x); all
 #    three's step faster than plain's on the throttled link.
 # 2. Loss, the demo GPT-2 (configs/models/gpt2-demo.json), 50 steps of each from the same init and
 #    data, fp32: hpZ equal to plain (1e-5, bit for bit expected), qwZ, qgZ and all three within 2 %
-#    of plain's final loss; the curves in one picture (ZT_ZEROPP_PNG, default
+#    of plain's final loss (the mean of the last 10 steps: a step's loss is one batch's); the curves in one picture (ZT_ZEROPP_PNG, default
 #    docs/zeropp_loss.png, matplotlib from the test environment).
 # Exit 1 when a check fails. Settings: ZT_TEST_INTER_NODE_GBPS (1), ZT_ZEROPP_STEPS (50),
 # ZT_ZEROPP_SKIP_124M=1 (part 2 only), BUILD (build/release). About 10 minutes on 2 cores.
@@ -65,7 +66,7 @@ if [[ -z ${ZT_ZEROPP_SKIP_124M:-} ]]; then
 fi
 for part in "${PARTS[@]}"; do
   run "loss_$part" "$part" configs/models/gpt2-demo.json "$steps" "" --block_size 128 \
-    --per_device_train_batch_size 4 --learning_rate 3e-3 --warmup_steps 5
+    --per_device_train_batch_size 4 --learning_rate 1e-3 --warmup_steps 10
 done
 
 PYTHONPATH=$PYLIB /usr/bin/python3 - "$WORK" "$png" "$gbps" "$steps" "${ZT_ZEROPP_SKIP_124M:-}" "${PARTS[@]}" <<'PY'
@@ -92,7 +93,10 @@ if not skip_big:
         est = json.load(open(os.path.join(work, f"big_{p}.estimate.json")))["traffic_bytes_per_step"]
         ms = statistics.median(l["step_ms"] for l in s[1:])
         rows[p] = (measured["inter_node"], est["inter_node"], measured["intra_node"], ms)
-        if abs(measured["inter_node"] - est["inter_node"]) > 1e-9 * est["inter_node"]:
+        # Units released after use: the estimate counts a gather per use, a bound (the unit used
+        # last in forward and first in backward stays); hpZ's gathers across nodes are exact.
+        exact = p in ("hpz", "all") or "every use gathered" not in est["caveat"]
+        if measured["inter_node"] > est["inter_node"] or (exact and measured["inter_node"] != est["inter_node"]):
             failed.append(f"{p}: measured {measured['inter_node']} bytes across nodes, estimated {est['inter_node']}")
     for p in parts:
         inter, est, intra, ms = rows[p]
@@ -105,13 +109,16 @@ if not skip_big:
 curves = {p: [(l["step"], l["loss"]) for l in lines(f"loss_{p}") if l["event"] == "step"] for p in parts}
 base = curves["plain"]
 print(f"\n# demo GPT-2, fp32, {steps} steps, 4 ranks as 2 nodes of 2, batch 4 x 128 a rank")
-print(f"{'part':<16} {'final loss':>11} {'x plain':>9} {'largest step difference':>24}")
+# A step's loss is one batch's: the final loss is the mean of the last 10 steps (each run sees the
+# same batches).
+print(f"{'part':<16} {'final loss (last 10)':>21} {'x plain':>9} {'last step x plain':>18} {'largest step diff':>18}")
 fig, ax = plt.subplots(figsize=(7.5, 4.5))
+last = lambda c: sum(x for _, x in c[-10:]) / len(c[-10:])
 for p in parts:
     c = curves[p]
-    final = c[-1][1] / base[-1][1]
+    final = last(c) / last(base)
     worst = max(abs(a[1] - b[1]) / b[1] for a, b in zip(c, base))
-    print(f"{names[p]:<16} {c[-1][1]:>11.5f} {final:>9.5f} {worst:>24.2e}")
+    print(f"{names[p]:<16} {last(c):>21.5f} {final:>9.5f} {c[-1][1] / base[-1][1]:>18.5f} {worst:>18.2e}")
     ax.plot([s for s, _ in c], [x for _, x in c], label=names[p], linewidth=1.2,
             linestyle="--" if p == "hpz" else "-")
     if p == "hpz" and worst > 1e-5:

@@ -176,6 +176,16 @@ TEST(QuantizedSplit, PacketsOfScalesThenBytes) {
   const QuantizedSplit four({1000, 9, 0}, 4);
   EXPECT_EQ(four.words, (std::vector<size_t>{127, 3, 0}));
   EXPECT_EQ(four.block(), kQuantBlockInt4);
+  // Cut at tensor starts (flat offsets 1024 and 3008): rank 0's [0, 3000) in two runs of one
+  // block each, 3000 bytes; rank 1's [3000, 3017) in runs of 8 and 9, each on its own bytes.
+  const QuantizedSplit cut({3000, 17}, 8, {0, 3000}, {1024, 3008});
+  EXPECT_EQ(cut.words, (std::vector<size_t>{2 + 750, 2 + 5}));
+  ASSERT_EQ(cut.segments[1].size(), 2u);
+  EXPECT_EQ(cut.segments[1][1].offset, 8u);
+  EXPECT_EQ(cut.segments[1][1].byte, 8u);
+  const QuantizedSplit cut4({17}, 4, {3000}, {3008});  // int4: 8 values in 4 bytes, 9 in 5
+  EXPECT_EQ(cut4.segments[0][1].byte, 4u);
+  EXPECT_EQ(cut4.words, (std::vector<size_t>{2 + 3}));
 }
 
 // Four ranks' slices of one unit, each quantized into its packet as if gathered in place, then
