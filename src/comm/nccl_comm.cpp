@@ -462,7 +462,8 @@ std::shared_ptr<DataWork> NcclComm::broadcast(void* buffer, size_t count, DType 
 std::shared_ptr<DataWork> NcclComm::all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
                                                  const std::vector<size_t>& recv_counts, DType dtype, Stream& after) {
   const size_t e = dtype_size(dtype);
-  const std::vector<size_t> so = displacements("all_to_all_v", send_counts), ro = displacements("all_to_all_v", recv_counts);
+  const std::vector<size_t> so = displacements("all_to_all_v", send_counts);
+  const std::vector<size_t> ro = displacements("all_to_all_v", recv_counts);
   const size_t sent = so.back() + send_counts.back(), received = ro.back() + recv_counts.back();
   stats_.all_to_all += sent * e;
   count_ring({Collective::kAllToAll, send_counts, e, 0, recv_counts});

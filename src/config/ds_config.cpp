@@ -695,7 +695,10 @@ void read_zero_plus_plus(JsonSection& s, ZeroConfig& z, int world) {
   }
   if (s.read("mics_shard_size", z.mics_shard_size) && z.mics_shard_size != -1) {
     if (z.mics_shard_size < 1) s.fail("mics_shard_size", "must be -1 (no MiCS) or a number of ranks");
-    if (z.stage != 3) s.fail("mics_shard_size", cat("needs ZeRO stage 3 (MiCS partitions as stage 3 does; this is stage ", z.stage, ")"));
+    if (z.stage != 3) {
+      s.fail("mics_shard_size", cat("needs ZeRO stage 3 (MiCS partitions as stage 3 does; this is stage ", z.stage,
+                                    ")"));
+    }
     if (world % z.mics_shard_size != 0 && z.mics_shard_size < world) {
       s.fail("mics_shard_size", cat(z.mics_shard_size, " does not divide the ", world, " ranks"));
     }
@@ -807,7 +810,10 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
                        : z.zero_quantized_weights    ? "zero_quantized_weights"
                        : z.zero_quantized_gradients  ? "zero_quantized_gradients"
                                                      : nullptr;
-    if (part) s.fail("mics_shard_size", cat("with ", part, " is not implemented: DeepSpeed's MiCS takes none of ZeRO++'s parts"));
+    if (part) {
+      s.fail("mics_shard_size",
+             cat("with ", part, " is not implemented: DeepSpeed's MiCS takes none of ZeRO++'s parts"));
+    }
     if (z.offload_optimizer.enabled() || z.offload_param.enabled()) {
       s.fail("mics_shard_size", "with offload is not implemented: the gradients would leave for the host before the "
                                 "replicas' all-reduce");

@@ -612,9 +612,10 @@ std::string save_checkpoint_if_due(const Trainer& t, const TrainerState& state, 
   const bool writes = !t.mics.active() || t.mics.replica == 0;
   SavedCheckpoint saved{(std::filesystem::path(args.output_dir) / cat("global_step", step)).string(), 0, {}};
   if (writes) {
-    saved = save_checkpoint(args.output_dir, t.engine, t.layout, t.ds, t.mics.active() ? *t.mics.shard_control : t.comm,
-                            TrainingPosition{step, state.position.next_sample, t.batches.data_seed},
-                            NodePlacement{t.place.node, t.place.local_rank, t.place.num_nodes, t.ds.checkpoint_node_local},
+    HostComm& writers = t.mics.active() ? *t.mics.shard_control : t.comm;
+    const NodePlacement placement{t.place.node, t.place.local_rank, t.place.num_nodes, t.ds.checkpoint_node_local};
+    saved = save_checkpoint(args.output_dir, t.engine, t.layout, t.ds, writers,
+                            TrainingPosition{step, state.position.next_sample, t.batches.data_seed}, placement,
                             args.save_total_limit);
   }
   if (t.mics.active()) t.comm.barrier()->wait();

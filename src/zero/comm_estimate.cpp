@@ -88,7 +88,8 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
       b[size_t(share)] += padded * gather;
       break;
     default: {
-      const int qgz = per_node > 0 ? GradientReducer::qgz_ranks_per_node(plan, z, block_nodes(plan.world, per_node)) : 0;
+      const int qgz =
+          per_node > 0 ? GradientReducer::qgz_ranks_per_node(plan, z, block_nodes(plan.world, per_node)) : 0;
       if (qgz > 0) {  // a reduce-scatter in each node, then int4 packets across the nodes
         GroupPayload node{qgz, 1, {}}, across{plan.world / qgz, qgz, {}};
         node.bytes[size_t(Collective::kReduceScatter)] = flat * reduce * micro_steps;
@@ -117,7 +118,8 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
         // Unquantized: the secondary's values are the first gather's (PartitionedParameterCoordinator).
         ZeroConfig unquantized = z;
         unquantized.zero_quantized_weights = false;
-        g.bytes[size_t(Collective::kAllGather)] = unit_gathers(plan, unquantized, layout, plan.secondary) * (gathers - 1);
+        g.bytes[size_t(Collective::kAllGather)] =
+            unit_gathers(plan, unquantized, layout, plan.secondary) * (gathers - 1);
         out.groups.push_back(g);
       }
       if (!stay) {

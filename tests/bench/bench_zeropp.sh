@@ -9,12 +9,14 @@
 #    and the step time (median of steps 2-4) with the links between the nodes held to
 #    ZT_TEST_INTER_NODE_GBPS (default 1 Gbit/s a rank; comm/direct_comm.cpp). Checks: measured
 #    across nodes within the estimate (equal with hpZ; without it the estimate counts a gather per
-#    use, and the unit used last in forward and first in backward stays gathered); all three <= 0.3x plain's bytes across nodes (DeepSpeed's 4x); all
-#    three's step faster than plain's on the throttled link.
+#    use, and the unit used last in forward and first in backward stays gathered); all three
+#    <= 0.3x plain's bytes across nodes (DeepSpeed's 4x); all three's step faster than plain's
+#    on the throttled link.
 # 2. Loss, the demo GPT-2 (configs/models/gpt2-demo.json), 50 steps of each from the same init and
 #    data, fp32: hpZ equal to plain (1e-5, bit for bit expected), qwZ, qgZ and all three within 2 %
-#    of plain's final loss (the mean of the last 10 steps: a step's loss is one batch's); the curves in one picture (ZT_ZEROPP_PNG, default
-#    docs/zeropp_loss.png, matplotlib from the test environment).
+#    of plain's final loss (the mean of the last 10 steps: a step's loss is one batch's); the
+#    curves in one picture (ZT_ZEROPP_PNG, default docs/zeropp_loss.png, matplotlib from the test
+#    environment).
 # Exit 1 when a check fails. Settings: ZT_TEST_INTER_NODE_GBPS (1), ZT_ZEROPP_STEPS (50),
 # ZT_ZEROPP_SKIP_124M=1 (part 2 only), BUILD (build/release). About 10 minutes on 2 cores.
 set -euo pipefail
@@ -74,7 +76,8 @@ import json, os, statistics, subprocess, sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-work, png, gbps, steps, skip_big, parts = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6:]
+work, png, gbps, steps, skip_big = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+parts = sys.argv[6:]
 cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
 model = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), "?")
 failed = []
@@ -103,7 +106,8 @@ if not skip_big:
         print(f"{names[p]:<16} {inter / 1e6:>16.1f} {est / 1e6:>13.1f} {inter / rows['plain'][0]:>8.3f} "
               f"{intra / 1e6:>10.1f} {ms:>8.0f} {ms / rows['plain'][3]:>8.3f}")
     if rows["all"][0] > 0.3 * rows["plain"][0]:
-        failed.append(f"all three send {rows['all'][0] / rows['plain'][0]:.3f}x plain's bytes across nodes (target 0.3)")
+        ratio = rows["all"][0] / rows["plain"][0]
+        failed.append(f"all three send {ratio:.3f}x plain's bytes across nodes (target 0.3)")
     if rows["all"][3] >= rows["plain"][3]:
         failed.append(f"all three's step {rows['all'][3]:.0f} ms is not faster than plain's {rows['plain'][3]:.0f} ms")
 curves = {p: [(l["step"], l["loss"]) for l in lines(f"loss_{p}") if l["event"] == "step"] for p in parts}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints end to end: bit-exact resume at 1 and 2 ranks for every stage, and between the CPU
 # and the emulated device; resharding 2->1,
-# 1->2 and 2->4 across stages; MiCS's (the first shard group's) resumed and resharded; a kill -9 at many points of a save leaves `latest` loadable; a
+# 1->2 and 2->4 across stages; MiCS's (the first shard group's) resumed and resharded; a kill -9
+# at many points of a save leaves `latest` loadable; a
 # corrupt, missing, truncated or mismatched checkpoint is one clear error, exit 2, nothing touched.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -78,7 +79,11 @@ shards=$(ls "$WORK/cut_mics/global_step4" | grep -c '^zero_rank_.*optim_states.h
 zt 4 mics "$WORK/cut_mics" --max_steps 8 --resume_from_checkpoint auto 2>"$WORK/mics.log"
 want=$(last_losses "$WORK/full_mics/metrics.jsonl" 4)
 got=$(last_losses "$WORK/cut_mics/metrics.jsonl" 4)
-if [[ -n "$want" && "$want" == "$got" ]]; then pass "resume MiCS bit-exact"; else fail "resume MiCS: [$want] vs [$got] $(tail -2 "$WORK/mics.log")"; fi
+if [[ -n "$want" && "$want" == "$got" ]]; then
+  pass "resume MiCS bit-exact"
+else
+  fail "resume MiCS: [$want] vs [$got] $(tail -2 "$WORK/mics.log")"
+fi
 reshard "mics 4 in 2x2->2x3" "$WORK/cut_mics/global_step4" 2 3 "$WORK/full_mics/metrics.jsonl"
 
 # ---- kill -9 in the middle of a save: `latest` always names a loadable checkpoint ----

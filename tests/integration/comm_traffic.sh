@@ -5,7 +5,8 @@
 # 2 nodes of 2 (ZT_SHM_COLLECTIVES=1 ZT_SHM_NODE_SIZE=2: shared memory in each node, MPI between),
 # stages 0-3, gradient accumulation 1 and 2, bf16, reduce_scatter and allgather_partitions false;
 # one node through MPI and through shared memory; a stage 3 whose live-parameter limit makes the
-# estimate a bound; ZeRO++ qwZ (quantized weights) likewise. The end event, the trainer's last lines and zero_estimate's text say the same
+# estimate a bound; ZeRO++'s parts and MiCS likewise. The end event, the trainer's last lines and
+# zero_estimate's text say the same
 # figures.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -29,7 +30,8 @@ sed 's/"stage": 3,/"stage": 3, "zero_quantized_weights": true,/' "$ZT_SOURCE_DIR
 sed 's/"stage": 3,/"stage": 3, "zero_quantized_weights": true,/' "$WORK/zero3_live.json" >"$WORK/zero3_qwz_live.json"
 # ZeRO++ hpZ in groups of a (simulated) node's 2 ranks: with units released after use, every
 # gather after a unit's first in the step stays inside the node; alone and with qwZ.
-sed 's/"stage3_max_reuse_distance": 1e9/"stage3_max_reuse_distance": 0/; s/"stage": 3,/"stage": 3, "zero_hpz_partition_size": 2,/' \
+sed 's/"stage3_max_reuse_distance": 1e9/"stage3_max_reuse_distance": 0/
+     s/"stage": 3,/"stage": 3, "zero_hpz_partition_size": 2,/' \
   "$ZT_SOURCE_DIR/configs/zero3.json" >"$WORK/zero3_hpz.json"
 sed 's/"stage": 3,/"stage": 3, "zero_quantized_weights": true,/' "$WORK/zero3_hpz.json" >"$WORK/zero3_hpz_qwz.json"
 sed 's/"stage3_max_reuse_distance": 1e9/"stage3_max_reuse_distance": 0/' "$ZT_SOURCE_DIR/configs/zero3.json" \

@@ -98,8 +98,8 @@ TEST(GroupComm, SplitsMoveTheirRanksDataAndCountInTheParent) {
     DeviceArray<float> send(*backend, n), recv(*backend, n * size_t(g));
     backend->copy_from_host(send.data(), mine.data(), n * 4);
     data->reset_stats();
-    group->all_gather(send.data(), recv.data(), std::vector<size_t>(size_t(g), n), DType::kF32, backend->compute_stream())
-        ->synchronize();
+    const std::vector<size_t> counts(size_t(g), n);
+    group->all_gather(send.data(), recv.data(), counts, DType::kF32, backend->compute_stream())->synchronize();
     backend->copy_to_host(all.data(), recv.data(), all.size() * 4);
     for (int q = 0; q < g; ++q) {
       const int member = strided ? q * groups + color : color * g + q;
@@ -218,8 +218,8 @@ TEST(Hpz, TrainsAsPlainStage3BitForBit) {
     auto data = make_data_comm(*backend, world);
     ZeroEngine engine(*layout, *backend, *data, world, hpz);
     const ZeroPlan plan(hpz, layout->flat_size(), world.size(), world.rank(), backend->kernels_reach_host_memory());
-    EXPECT_EQ(PartitionedParameterCoordinator::secondary_bytes(plan), PartitionMap(layout->flat_size(), 2).partition_size *
-                                                                          dtype_size(dtype));
+    const size_t half = PartitionMap(layout->flat_size(), 2).partition_size;
+    EXPECT_EQ(PartitionedParameterCoordinator::secondary_bytes(plan), half * dtype_size(dtype));
     EXPECT_EQ(engine.buffer_bytes().gather, PartitionedParameterCoordinator::secondary_bytes(plan))
         << "before any gather, the secondary copy alone";
   }

@@ -444,7 +444,8 @@ TEST(ZeroPlusPlusConfig, StageThreeOnly) {
   EXPECT_NE(h.find("zero_optimization.zero_hpz_partition_size"), std::string::npos) << h;
   std::string g = offload_error(R"({"zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})");
   EXPECT_NE(g.find("zero_optimization.zero_quantized_gradients: needs ZeRO stage 3"), std::string::npos) << g;
-  g = offload_error(R"({"zero_optimization": {"stage": 3, "reduce_scatter": false, "zero_quantized_gradients": true}})");
+  g = offload_error(
+      R"({"zero_optimization": {"stage": 3, "reduce_scatter": false, "zero_quantized_gradients": true}})");
   EXPECT_NE(g.find("zero_quantized_gradients: needs reduce_scatter: true"), std::string::npos) << g;
   EXPECT_TRUE(parse_text(R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})")
                   .zero.zero_quantized_gradients);
@@ -453,10 +454,12 @@ TEST(ZeroPlusPlusConfig, StageThreeOnly) {
   EXPECT_NE(m.find("zero_optimization.mics_shard_size: needs ZeRO stage 3"), std::string::npos) << m;
   AutoValues four;
   four.world_size = 4;
-  for (const char* bad : {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2, "zero_quantized_weights": true}})",
-                          R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2, "offload_param": {"device": "cpu"}}})",
-                          R"({"zero_optimization": {"stage": 3, "mics_shard_size": 3}})",
-                          R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2}, "checkpoint": {"use_node_local_storage": true}})"}) {
+  for (const char* bad :
+       {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2, "zero_quantized_weights": true}})",
+        R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2, "offload_param": {"device": "cpu"}}})",
+        R"({"zero_optimization": {"stage": 3, "mics_shard_size": 3}})",
+        R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2},)"
+        R"( "checkpoint": {"use_node_local_storage": true}})"}) {
     try {
       parse_ds_config(boost::json::parse(bad), "ds.json", four);
       ADD_FAILURE() << "accepted: " << bad;

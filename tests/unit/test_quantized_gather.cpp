@@ -74,7 +74,8 @@ TEST(QuantizeInt8, DeepSpeedsSymmetricRule) {
     std::vector<float> want_scales(blocks);
     for (size_t b = 0; b < blocks; ++b) {
       const size_t lo = b * kQuantBlock;
-      reference_quantize_block(in.exact.data() + lo, std::min(kQuantBlock, n - lo), want_q.data() + lo, &want_scales[b]);
+      const size_t count = std::min(kQuantBlock, n - lo);
+      reference_quantize_block(in.exact.data() + lo, count, want_q.data() + lo, &want_scales[b]);
     }
     DeviceArray<unsigned char> x(*cpu, in.stored.size()), back(*cpu, in.stored.size());
     DeviceArray<int8_t> q(*cpu, n);
