@@ -15,12 +15,12 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,8 +53,8 @@
 #include "core/progress.h"
 #include "zero/comm_estimate.h"
 #include "zero/engine.h"
-#include "zero/mics_groups.h"
 #include "zero/engine_model.h"
+#include "zero/mics_groups.h"
 
 namespace zt {
 

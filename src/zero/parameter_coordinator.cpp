@@ -175,9 +175,9 @@ void PartitionedParameterCoordinator::gather(int unit) {
     const size_t begin = secondary_.begin(group_->rank()), end = secondary_.end(group_->rank());
     const size_t a = std::min(std::max(lo, begin), end);
     // Unquantized under qwZ too: the secondary holds the values the first gather delivered, so
-    // backward computes with forward's weights (quantizing them again, as DeepSpeed does, adds a
-    // second rounding: all three parts measured 2.9 % above plain stage 3's loss after 50 steps of
-    // the demo GPT-2); the group's gathers stay inside a node, where bytes are cheap.
+    // backward computes with forward's weights (quantizing them again, as DeepSpeed does, would
+    // round them a second time, on other block boundaries); the group's gathers stay inside a
+    // node, where bytes are cheap.
     start_gather(g, *group_, secondary_, secondary_buffer_.data() + (a - begin) * dtype_size(dtype_), false);
     return;
   }
