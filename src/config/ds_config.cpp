@@ -682,36 +682,32 @@ void read_offload(JsonSection& s, ZeroConfig& z) {
 
 // ZeRO++'s parts that zerotrain has; each changes stage 3's collectives (DeepSpeed wires them into
 // stage 3 only).
+// A ZeRO++ or MiCS key set away from its default: stage 3 only (DeepSpeed wires them into stage 3
+// alone), and a group of ranks (`group` > 0) of which min(group, world) divides the world, as
+// DeepSpeed asserts.
+void check_stage3_part(JsonSection& s, const char* key, const ZeroConfig& z, int world, int64_t group = 0) {
+  if (z.stage != 3) {
+    s.fail(key, cat("needs ZeRO stage 3 (DeepSpeed wires it into stage 3 only; this is stage ", z.stage, ")"));
+  }
+  if (group > 0 && world % std::min<int64_t>(group, world) != 0) {
+    s.fail(key, cat(group, " does not divide the ", world, " ranks"));
+  }
+}
+
 void read_zero_plus_plus(JsonSection& s, ZeroConfig& z, int world) {
-  if (s.read("zero_quantized_weights", z.zero_quantized_weights) && z.zero_quantized_weights && z.stage != 3) {
-    s.fail("zero_quantized_weights", cat("needs ZeRO stage 3 (stage ", z.stage, " gathers no parameters)"));
+  if (s.read("zero_quantized_weights", z.zero_quantized_weights) && z.zero_quantized_weights) {
+    check_stage3_part(s, "zero_quantized_weights", z, world);
   }
   if (s.read("zero_quantized_gradients", z.zero_quantized_gradients) && z.zero_quantized_gradients) {
-    if (z.stage != 3) {
-      s.fail("zero_quantized_gradients", cat("needs ZeRO stage 3 (DeepSpeed wires it into stage 3 only; this is stage ",
-                                             z.stage, ")"));
-    }
+    check_stage3_part(s, "zero_quantized_gradients", z, world);
     if (!z.reduce_scatter) s.fail("zero_quantized_gradients", "needs reduce_scatter: true (as DeepSpeed asserts)");
   }
   if (s.read("mics_shard_size", z.mics_shard_size) && z.mics_shard_size != -1) {
     if (z.mics_shard_size < 1) s.fail("mics_shard_size", "must be -1 (no MiCS) or a number of ranks");
-    if (z.stage != 3) {
-      s.fail("mics_shard_size", cat("needs ZeRO stage 3 (MiCS partitions as stage 3 does; this is stage ", z.stage,
-                                    ")"));
-    }
-    if (world % z.mics_shard_size != 0 && z.mics_shard_size < world) {
-      s.fail("mics_shard_size", cat(z.mics_shard_size, " does not divide the ", world, " ranks"));
-    }
+    check_stage3_part(s, "mics_shard_size", z, world, z.mics_shard_size);
   }
   if (s.read("zero_hpz_partition_size", z.zero_hpz_partition_size, 1) && z.zero_hpz_partition_size > 1) {
-    if (z.stage != 3) {
-      s.fail("zero_hpz_partition_size", cat("needs ZeRO stage 3 (stage ", z.stage, " gathers no parameters)"));
-    }
-    // DeepSpeed takes min(size, world) and asserts that it divides the world.
-    const int64_t h = std::min<int64_t>(z.zero_hpz_partition_size, world);
-    if (world % h != 0) {
-      s.fail("zero_hpz_partition_size", cat(z.zero_hpz_partition_size, " does not divide the ", world, " ranks"));
-    }
+    check_stage3_part(s, "zero_hpz_partition_size", z, world, z.zero_hpz_partition_size);
   }
 }
 

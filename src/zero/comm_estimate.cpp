@@ -14,15 +14,15 @@ namespace zt {
 namespace {
 
 // Stage 3's all-gather of every unit once, cut as `map` says (the partitions, or hpZ's secondary
-// copy): each unit's elements in the training dtype, or with qwZ its quantized packets
+// copy): each unit's elements in the training dtype, or `quantized` (qwZ) its packets
 // (zero/quantized_gather.h).
-double unit_gathers(const ZeroPlan& plan, const ZeroConfig& z, const ParamLayout& layout, const PartitionMap& map) {
+double unit_gathers(const ZeroPlan& plan, bool quantized, const ParamLayout& layout, const PartitionMap& map) {
   const std::vector<size_t> cuts = tensor_starts(layout.tensor_ranges());
   double bytes = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
     const size_t lo = layout.unit_offset(u), hi = lo + layout.unit_size(u);
-    bytes += z.zero_quantized_weights ? double(QuantizedSplit(map.split(lo, hi), 8, map.starts(lo, hi), cuts).bytes())
-                                      : double((hi - lo) * plan.elem());
+    bytes += quantized ? double(QuantizedSplit(map.split(lo, hi), 8, map.starts(lo, hi), cuts).bytes())
+                       : double((hi - lo) * plan.elem());
   }
   return bytes;
 }
@@ -112,14 +112,12 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
       const bool stay = double(z.stage3_max_live_parameters) >= flat &&
                         double(z.stage3_max_reuse_distance) >= 2 * flat;
       const double gathers = stay ? 1.0 : 2.0 * micro_steps;
-      b[size_t(Collective::kAllGather)] = unit_gathers(plan, z, layout, plan.partition) * (plan.hpz > 1 ? 1 : gathers);
+      b[size_t(Collective::kAllGather)] =
+          unit_gathers(plan, z.zero_quantized_weights, layout, plan.partition) * (plan.hpz > 1 ? 1 : gathers);
       if (plan.hpz > 1 && gathers > 1) {  // hpZ: the step's first gather of a unit fills the secondary
         GroupPayload g{plan.hpz, 1, {}};
         // Unquantized: the secondary's values are the first gather's (PartitionedParameterCoordinator).
-        ZeroConfig unquantized = z;
-        unquantized.zero_quantized_weights = false;
-        g.bytes[size_t(Collective::kAllGather)] =
-            unit_gathers(plan, unquantized, layout, plan.secondary) * (gathers - 1);
+        g.bytes[size_t(Collective::kAllGather)] = unit_gathers(plan, false, layout, plan.secondary) * (gathers - 1);
         out.groups.push_back(g);
       }
       if (!stay) {

@@ -26,6 +26,12 @@
 namespace zt {
 namespace {
 
+// ZT_SHM_NODE_SIZE ("" unset): ctest's test_zero_plus_plus_hier_np4 runs 2 simulated nodes of 2.
+std::string simulated_node_size() {
+  const char* v = std::getenv("ZT_SHM_NODE_SIZE");
+  return v ? v : "";
+}
+
 // Where element g's quantization block starts and ends: blocks of `block` from the start of its
 // rank's slice [first, end), restarting at every tensor start in `cuts`.
 std::pair<size_t, size_t> block_of(size_t g, size_t first, size_t end, const std::vector<size_t>& cuts, size_t block) {
@@ -84,7 +90,7 @@ TEST(GroupComm, SplitsMoveTheirRanksDataAndCountInTheParent) {
   const std::unique_ptr<Backend> backend = test_backend();
   auto data = make_data_comm(*backend, world);
   const int p = world.size(), rank = world.rank();
-  const bool simulated_pairs = std::getenv("ZT_SHM_NODE_SIZE") && std::string(std::getenv("ZT_SHM_NODE_SIZE")) == "2";
+  const bool simulated_pairs = simulated_node_size() == "2";
   for (bool strided : {false, true}) {
     SCOPED_TRACE(strided ? "strided" : "consecutive");
     const int g = std::min(p, 2), groups = p / g;
@@ -192,7 +198,7 @@ TEST(Hpz, TrainsAsPlainStage3BitForBit) {
   MpiComm world(MPI_COMM_WORLD);
   if (world.size() < 4) GTEST_SKIP() << "hpZ in groups of 2 needs more than 2 ranks (a group of all is no hpZ)";
   const std::unique_ptr<Backend> backend = test_backend();
-  const bool simulated_pairs = std::getenv("ZT_SHM_NODE_SIZE") && std::string(std::getenv("ZT_SHM_NODE_SIZE")) == "2";
+  const bool simulated_pairs = simulated_node_size() == "2";
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(dtype_name(dtype));
     DsConfig plain = make_config(3, dtype, world.size(), 2);
