@@ -3,6 +3,7 @@
 #include <chrono>
 #include <climits>
 #include <exception>
+#include <mutex>
 
 #include "comm/block_offsets.h"
 #include "comm/mpi_runtime.h"
@@ -46,6 +47,21 @@ int as_int(size_t count) {
 // reduce-scatter at 2 ranks: the same time as testing without pause).
 constexpr auto kIdlePoll = std::chrono::microseconds(50);
 constexpr auto kWaitedPoll = std::chrono::microseconds(5);
+
+// MPI's progress is the process's, not a communicator's: a test of one communicator's collective
+// moves every collective in flight, so the progress thread of the world can copy the bytes of a
+// group's all-gather (an hpZ or MiCS group, with its own thread) into their buffer, and the
+// group's thread then finds it complete. Open MPI orders the two inside itself, where
+// ThreadSanitizer cannot see; this lock, held by every progress thread around each start and
+// test, orders them where it can (without it TSan reported the copy against the read of the
+// gathered weights after the group's wait). The calls it holds return at once, so it costs no
+// waiting; blocking MPI calls (set-up, on the caller's thread) do not take it.
+namespace {
+std::mutex& progress_lock() {
+  static std::mutex lock;
+  return lock;
+}
+}  // namespace
 
 ColorSplit split_by_color(MPI_Comm parent, int color) {
   int rank = 0, size = 0;
@@ -103,7 +119,10 @@ MpiComm::~MpiComm() {
 void MpiComm::drive(MPI_Request& request) {
   for (;;) {
     int complete = 0;
-    ZT_MPI_CHECK(MPI_Test(&request, &complete, MPI_STATUS_IGNORE));
+    {
+      std::lock_guard<std::mutex> lock(progress_lock());
+      ZT_MPI_CHECK(MPI_Test(&request, &complete, MPI_STATUS_IGNORE));
+    }
     if (complete) return;
     if (queue_.waiters() == 0) {
       queue_.pause_unless_waited(kIdlePoll);
@@ -119,7 +138,11 @@ void MpiComm::drive(MPI_Request& request) {
 std::shared_ptr<Work> MpiComm::enqueue(Start start) {
   ++stats_.calls;
   return queue_.enqueue([this, start = std::move(start)] {
-    MPI_Request request = start();
+    MPI_Request request;
+    {
+      std::lock_guard<std::mutex> lock(progress_lock());
+      request = start();
+    }
     drive(request);
   });
 }
