@@ -193,4 +193,14 @@ std::string traffic_words(const TrafficTotals& t) {
   return out;
 }
 
+int block_ranks_per_node(const std::vector<int>& node_of) {
+  const NodeCounts c = count_nodes(node_of);
+  if (c.nodes <= 1 || c.fewest != c.most) return 0;
+  const int per_node = c.most;
+  for (size_t r = 0; r < node_of.size(); ++r) {
+    if (node_of[r] != node_of[r / size_t(per_node) * size_t(per_node)]) return 0;
+  }
+  return per_node;
+}
+
 }  // namespace zt

@@ -68,6 +68,11 @@ struct NodeCounts {
 };
 NodeCounts count_nodes(const std::vector<int>& node_of);
 
+/// L, where node_of names more than one node, each of L consecutive ranks (block_nodes' layout:
+/// the two-level schemes of qgZ and MiCS's hierarchical gathers); else 0 (one node, nodes of
+/// different sizes, or interleaved ranks).
+int block_ranks_per_node(const std::vector<int>& node_of);
+
 // HierComm's split of a collective (comm/hier_comm.h), which hier_traffic counts.
 /// `count` elements in `parts` near-equal blocks, the first count % parts one longer: an
 /// all-reduce's slices, one a local index (and the ring's blocks).

@@ -706,19 +706,25 @@ void read_zero_plus_plus(JsonSection& s, ZeroConfig& z, int world) {
     if (z.mics_shard_size < 1) s.fail("mics_shard_size", "must be -1 (no MiCS) or a number of ranks");
     check_stage3_part(s, "mics_shard_size", z, world, z.mics_shard_size);
   }
+  if (s.read("mics_hierarchical_params_gather", z.mics_hierarchical_params_gather) &&
+      z.mics_hierarchical_params_gather && z.mics_shard_size < 1) {
+    s.fail("mics_hierarchical_params_gather", "needs mics_shard_size (DeepSpeed reads it for MiCS only)");
+  }
   if (s.read("zero_hpz_partition_size", z.zero_hpz_partition_size, 1) && z.zero_hpz_partition_size > 1) {
     check_stage3_part(s, "zero_hpz_partition_size", z, world, z.zero_hpz_partition_size);
   }
+  if (z.mics_hierarchical_params_gather &&
+      (z.zero_quantized_weights || z.zero_quantized_gradients || z.zero_hpz_partition_size > 1)) {
+    s.fail("mics_hierarchical_params_gather", "with ZeRO++'s parts is not implemented (DeepSpeed's MiCS takes none)");
+  }
 }
 
-// ZeRO++, MiCS, LoCo and ZenFlow: changes to what is communicated or stepped, not implemented.
+// ZeRO++'s quantized frozen weights, LoCo and ZenFlow: changes to what is communicated or stepped, not
+// implemented.
 void neutral_zero_plus_plus(JsonSection& s) {
   s.neutral("zero_quantized_nontrainable_weights", {false},
             "every parameter is trained in its dtype, DeepSpeed's default");
   s.neutral("zeropp_loco_param", {nullptr}, "LoCo applies to quantized gradients only, which zerotrain does not send");
-  s.neutral("mics_hierarchical_params_gather", {false},
-            "a MiCS group's all-gathers are its communicator's own (two levels with ZT_SHM_COLLECTIVES=1 across nodes, "
-            "NCCL's algorithms on GPUs), DeepSpeed's default");
   s.neutral("zenflow", {nullptr}, "no ZenFlow: the optimizer steps every gradient each step, DeepSpeed's default");
 }
 
@@ -800,8 +806,7 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
   read_offload(s, z);
   read_zero_plus_plus(s, z, autos.world_size);
   if (z.mics_shard_size > 0 && z.mics_shard_size < autos.world_size) {
-    // DeepSpeed's MiCS_Optimizer takes none of ZeRO++'s parts; offload would copy the gradients
-    // to the host before the replicas' all-reduce (not built).
+    // DeepSpeed's MiCS_Optimizer takes none of ZeRO++'s parts.
     const char* part = z.zero_hpz_partition_size > 1 ? "zero_hpz_partition_size"
                        : z.zero_quantized_weights    ? "zero_quantized_weights"
                        : z.zero_quantized_gradients  ? "zero_quantized_gradients"
@@ -809,10 +814,6 @@ ZeroConfig parse_zero(JsonSection s, const AutoValues& autos) {
     if (part) {
       s.fail("mics_shard_size",
              cat("with ", part, " is not implemented: DeepSpeed's MiCS takes none of ZeRO++'s parts"));
-    }
-    if (z.offload_optimizer.enabled() || z.offload_param.enabled()) {
-      s.fail("mics_shard_size", "with offload is not implemented: the gradients would leave for the host before the "
-                                "replicas' all-reduce");
     }
   }
   neutral_zero_keys(s);

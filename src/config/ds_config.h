@@ -201,6 +201,10 @@ struct ZeroConfig {
   /// this many consecutive ranks, replicated across the groups; the gradients all-reduced across
   /// the replicas at the step (zero/mics_groups.h). -1 (or the world): none.
   int64_t mics_shard_size = -1;
+  /// MiCS: a shard group that spans nodes gathers in two levels, across the nodes among the ranks
+  /// of one local index, then inside each node (PartitionedParameterCoordinator). Needs
+  /// mics_shard_size.
+  bool mics_hierarchical_params_gather = false;
 };
 
 /// DeepSpeed's "tensorboard" and "csv_monitor" blocks: rank 0 writes the training scalars under

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/dtype.h"
 #include "zero/gradient_reducer.h"
+#include "zero/parameter_coordinator.h"
 #include "zero/partition_collectives.h"
 #include "zero/quantized_gather.h"
 #include "zero/quantized_reduce.h"
@@ -57,6 +58,8 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
   if (world > plan.world) {  // MiCS: the shard groups' collectives, and the replicas' all-reduce
     StepPayload shard = step_payload(plan, config, layout, per_node, max_collective);
     out.groups.push_back(GroupPayload{plan.world, 1, shard.bytes});
+    // Groups inside a shard group (its ranks are consecutive, so their strides hold in the world).
+    out.groups.insert(out.groups.end(), shard.groups.begin(), shard.groups.end());
     GroupPayload replicas{world / plan.world, plan.world, {}};
     replicas.bytes[size_t(Collective::kAllReduce)] = double(plan.grads_count * plan.grad_elem());
     out.groups.push_back(replicas);
@@ -112,8 +115,20 @@ StepPayload step_payload(const ZeroPlan& plan, const DsConfig& config, const Par
       const bool stay = double(z.stage3_max_live_parameters) >= flat &&
                         double(z.stage3_max_reuse_distance) >= 2 * flat;
       const double gathers = stay ? 1.0 : 2.0 * micro_steps;
-      b[size_t(Collective::kAllGather)] =
-          unit_gathers(plan, z.zero_quantized_weights, layout, plan.partition) * (plan.hpz > 1 ? 1 : gathers);
+      const int hierarchical = per_node > 0 ? PartitionedParameterCoordinator::hierarchical_per_node(
+                                                  z, block_nodes(plan.world, per_node))
+                                            : 0;
+      if (hierarchical > 0) {  // MiCS's two levels: each rail carries its ranks' slices, each node all
+        GroupPayload rail{plan.world / hierarchical, hierarchical, {}}, node{hierarchical, 1, {}};
+        const double all = unit_gathers(plan, false, layout, plan.partition) * gathers;
+        rail.bytes[size_t(Collective::kAllGather)] = all / hierarchical;
+        node.bytes[size_t(Collective::kAllGather)] = all;
+        out.groups.push_back(rail);
+        out.groups.push_back(node);
+      } else {
+        b[size_t(Collective::kAllGather)] =
+            unit_gathers(plan, z.zero_quantized_weights, layout, plan.partition) * (plan.hpz > 1 ? 1 : gathers);
+      }
       if (plan.hpz > 1 && gathers > 1) {  // hpZ: the step's first gather of a unit fills the secondary
         GroupPayload g{plan.hpz, 1, {}};
         // Unquantized: the secondary's values are the first gather's (PartitionedParameterCoordinator).

@@ -30,7 +30,9 @@ namespace zt {
 ///            consecutive ranks, from the secondary copy, unquantized. With qgZ across nodes each gradient
 ///            bucket (cut from the top of the flat buffer, as backward fills them) is
 ///            reduce-scattered inside each node and its int4 packets exchanged across nodes
-///            (zero/quantized_reduce.h).
+///            (zero/quantized_reduce.h). With MiCS's hierarchical gathers across nodes, the
+///            all-gathers run in the rails (1/L of each unit's bytes, shares taken equal) and in
+///            the nodes (all of them).
 /// Collectives within groups of `ranks` ranks each, every group alike: consecutive ranks
 /// (stride 1: hpZ's groups) or every stride-th rank. `bytes` as StepPayload's, in each group.
 struct GroupPayload {

@@ -43,9 +43,10 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
     packed_ = DeviceArray<float>(backend, onebit_tensors(config.optimizer, layout)[0].second);
   }
   // A reduced range is final on the last micro-step: ZeRO-Offload sends it to the host at once
-  // (during backward at stages 2, 3).
+  // (during backward at stages 2, 3). Under MiCS it is final once the replicas have summed it,
+  // at the step.
   reducer_.on_reduced([this](size_t lo, size_t hi) {
-    if (gradients_final()) optimizer_.gradient_final(lo, hi);
+    if (gradients_final() && !replicas_) optimizer_.gradient_final(lo, hi);
   });
   // DeepSpeed's bf16 mode is a bf16 model: its matmuls take bf16 inputs. With bf16 activations
   // they are bf16 values already. With fp32 activations the backend's kernels round them where
@@ -149,6 +150,7 @@ StepOutcome ZeroEngine::step() {
       const size_t n = std::min(replicas_->max_collective_elements(), plan_.grads_count - lo);
       replicas_->all_reduce(buffers_.grad_at(plan_.grads_base + lo), n, plan_.grad_dtype, compute_)->wait(compute_);
     }
+    optimizer_.gradient_final(plan_.grads_base, plan_.grads_base + plan_.grads_count);  // to the host, if offloaded
   }
   micro_step_ = 0;
   offload_prefetched_ = false;

@@ -40,7 +40,7 @@ GradientReducer::BucketShape GradientReducer::bucket_shape(const ZeroPlan& plan,
 int GradientReducer::qgz_ranks_per_node(const ZeroPlan& plan, const ZeroConfig& config,
                                         const std::vector<int>& node_of_ranks) {
   if (!config.zero_quantized_gradients || plan.stage != 3 || !policy(plan, config).reduce_scatter) return 0;
-  return QuantizedReduceScatter::ranks_per_node(node_of_ranks);
+  return block_ranks_per_node(node_of_ranks);
 }
 
 std::vector<size_t> GradientReducer::buffer_allocations(const ZeroPlan& plan, const ZeroConfig& config,

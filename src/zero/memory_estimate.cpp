@@ -204,7 +204,10 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   est.buckets = GradientReducer::buffer_bytes(plan, config.zero, max_collective, run.ranks_per_node,
                                               layout->tensor_ranges().size());
   est.working = mp.working;
-  est.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero);
+  // MiCS's hierarchical gathers stage each unit's pieces from across the nodes.
+  const int hierarchical = PartitionedParameterCoordinator::hierarchical_per_node(
+      config.zero, block_nodes(plan.world, std::max(run.ranks_per_node, 1)));
+  est.gather = PartitionedParameterCoordinator::gather_bytes(plan, *layout, config.zero, hierarchical);
   // Muon's updates, exchange staging and Newton-Schulz workspace: the ranks own different
   // matrices, so the rank that allocates most.
   if (config.optimizer.type == OptimizerConfig::Type::kMuon) {
@@ -241,7 +244,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   list_devices(GradientReducer::buffer_allocations(plan, config.zero, max_collective, run.ranks_per_node,
                                                    layout->tensor_ranges().size()));
   list_devices(mp.working_arrays);
-  list_devices(PartitionedParameterCoordinator::gather_allocations(plan, *layout, config.zero));
+  list_devices(PartitionedParameterCoordinator::gather_allocations(plan, *layout, config.zero, hierarchical));
   // Activations are sized for the larger of the train and eval batches.
   const size_t batch = size_t(std::max(run.micro_batch, run.eval_batch));
   // The CUDA bf16 kernels' attention is flash attention for head sizes 64 and 128: it saves each

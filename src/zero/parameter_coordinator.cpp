@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <functional>
 
+#include "comm/traffic.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "zero/comm_estimate.h"
 
 namespace zt {
 
@@ -28,14 +31,55 @@ size_t gathered_elements_bound(const ParamLayout& layout, const ZeroConfig& conf
   return std::min(cap < flat ? cap + layout.max_unit_size() : cap, flat);
 }
 
+// The units whose buffers make the worst case of gathered_elements_bound: the largest first.
+std::vector<int> largest_units_under_bound(const ParamLayout& layout, const ZeroConfig& config) {
+  std::vector<int> units;
+  for (int u = 0; u < layout.num_units(); ++u) units.push_back(u);
+  std::stable_sort(units.begin(), units.end(), [&](int a, int b) { return layout.unit_size(a) > layout.unit_size(b); });
+  size_t room = gathered_elements_bound(layout, config);
+  std::vector<int> out;
+  for (int u : units) {
+    const size_t n = layout.unit_size(u);
+    if (n == 0 || n > room) continue;
+    room -= n;
+    out.push_back(u);
+  }
+  return out;
+}
+
+// Hierarchical gathers: the counts of the ranks with `rank`'s local index (its rail), node by node.
+std::vector<size_t> rail_counts(const std::vector<size_t>& counts, int per_node, int rank) {
+  std::vector<size_t> out;
+  for (size_t r = size_t(rank % per_node); r < counts.size(); r += size_t(per_node)) out.push_back(counts[r]);
+  return out;
+}
+
+size_t total_of(const std::vector<size_t>& v) {
+  size_t total = 0;
+  for (size_t x : v) total += x;
+  return total;
+}
+
 }  // namespace
+
+int PartitionedParameterCoordinator::hierarchical_per_node(const ZeroConfig& config,
+                                                           const std::vector<int>& node_of_ranks) {
+  return config.mics_hierarchical_params_gather ? block_ranks_per_node(node_of_ranks) : 0;
+}
+
+size_t PartitionedParameterCoordinator::rail_bytes(const ZeroPlan& plan, const ParamLayout& layout, int per_node,
+                                                   int unit, int rank) {
+  if (per_node <= 0) return 0;
+  const size_t lo = layout.unit_offset(unit), hi = lo + layout.unit_size(unit);
+  return total_of(rail_counts(plan.partition.split(lo, hi), per_node, rank)) * plan.elem();
+}
 
 size_t PartitionedParameterCoordinator::secondary_bytes(const ZeroPlan& plan) {
   return plan.hpz > 1 ? plan.secondary.partition_size * plan.elem() : 0;
 }
 
 size_t PartitionedParameterCoordinator::gather_bytes(const ZeroPlan& plan, const ParamLayout& layout,
-                                                    const ZeroConfig& config) {
+                                                    const ZeroConfig& config, int hierarchical) {
   if (plan.stage != 3) return 0;
   const size_t elements = gathered_elements_bound(layout, config);
   size_t bytes = elements * (plan.elem() + (plan.working_copies() ? plan.working_elem() : 0));
@@ -46,23 +90,26 @@ size_t PartitionedParameterCoordinator::gather_bytes(const ZeroPlan& plan, const
     bytes += elements + 4 * QuantizedSplit::blocks(elements) + 4 * world * (layout.tensor_ranges().size() + units) +
              3 * world * units;
   }
+  if (hierarchical > 0) {  // each live unit's staging (held from its gather until its first use), the worst rail's
+    size_t most = 0;
+    for (int local = 0; local < hierarchical; ++local) {
+      size_t rail = 0;
+      for (int u : largest_units_under_bound(layout, config)) rail += rail_bytes(plan, layout, hierarchical, u, local);
+      most = std::max(most, rail);
+    }
+    bytes += most;
+  }
   return bytes + secondary_bytes(plan);
 }
 
 std::vector<size_t> PartitionedParameterCoordinator::gather_allocations(const ZeroPlan& plan,
                                                                         const ParamLayout& layout,
-                                                                        const ZeroConfig& config) {
+                                                                        const ZeroConfig& config, int hierarchical) {
   std::vector<size_t> bytes;
   if (plan.stage != 3) return bytes;
   if (plan.hpz > 1) bytes.push_back(secondary_bytes(plan));
-  std::vector<int> units;
-  for (int u = 0; u < layout.num_units(); ++u) units.push_back(u);
-  std::stable_sort(units.begin(), units.end(), [&](int a, int b) { return layout.unit_size(a) > layout.unit_size(b); });
-  size_t room = gathered_elements_bound(layout, config);
-  for (int u : units) {
+  for (int u : largest_units_under_bound(layout, config)) {
     const size_t n = layout.unit_size(u), lo = layout.unit_offset(u);
-    if (n == 0 || n > room) continue;
-    room -= n;
     bytes.push_back(n * plan.elem());                                          // the gathered unit
     if (plan.working_copies()) bytes.push_back(n * plan.working_elem());  // its working copy
     if (config.zero_quantized_weights) {
@@ -70,6 +117,7 @@ std::vector<size_t> PartitionedParameterCoordinator::gather_allocations(const Ze
                                  tensor_starts(layout.tensor_ranges()));
       bytes.push_back(split.bytes());
     }
+    if (hierarchical > 0) bytes.push_back(rail_bytes(plan, layout, hierarchical, u, plan.rank));
   }
   return bytes;
 }
@@ -115,6 +163,18 @@ PartitionedParameterCoordinator::PartitionedParameterCoordinator(const ZeroPlan&
     secondary_buffer_ = DeviceArray<unsigned char>(backend, secondary_.partition_size * plan.elem());
     allocated_bytes_ += secondary_buffer_.size();
     secondary_valid_.assign(size_t(layout.num_units()), 0);
+  }
+  per_node_ = hierarchical_per_node(config.zero, comm.node_of_ranks());
+  if (per_node_ > 0) {  // collective, as hpZ's split
+    rail_ = comm.split(comm.rank() % per_node_);
+    node_ = comm.split(comm.rank() / per_node_);
+    if (comm.rank() == 0) {
+      log_info("mics_hierarchical_params_gather: a shard group's gathers run across its ",
+               node_words(comm.node_of_ranks()), " among the ranks of each local index, then inside each node");
+    }
+  } else if (config.zero.mics_hierarchical_params_gather && comm.rank() == 0) {
+    log_info("mics_hierarchical_params_gather: the ", comm.size(), " ranks of a shard group are not on several nodes "
+             "of equal size (", node_words(comm.node_of_ranks()), "): one-level gathers");
   }
   const size_t largest = layout.max_unit_size();
   if (largest > max_live_) {
@@ -195,7 +255,33 @@ void PartitionedParameterCoordinator::gather(int unit) {
     g.fills_secondary = true;
     secondary_valid_[size_t(unit)] = 1;
   }
+  if (rail_) {  // MiCS's hierarchical gather: across the nodes now, in the node at first use
+    const std::vector<size_t> rail = rail_counts(partition_.split(lo, lo + n), per_node_, comm_.rank());
+    g.wire = take_buffer(total_of(rail) * dtype_size(dtype_), kWire);
+    g.pending = rail_->all_gather(g.source, g.wire.data(), rail, dtype_, backend_.compute_stream());
+    g.rail = true;
+    return;
+  }
   start_gather(g, comm_, partition_, g.source, quantized_);
+}
+
+void PartitionedParameterCoordinator::gather_in_node(Gathered& g) {
+  const size_t lo = layout_.unit_offset(g.unit), elem = dtype_size(dtype_);
+  const std::vector<size_t> counts = partition_.split(lo, lo + layout_.unit_size(g.unit));
+  const size_t L = size_t(per_node_), local = size_t(comm_.rank() % per_node_);
+  Stream& compute = backend_.compute_stream();
+  std::vector<std::shared_ptr<DataWork>> works;
+  size_t at = 0, piece = 0;  // where node j's ranks start in the unit; this rank's piece j in `wire`
+  for (size_t j = 0; j * L < counts.size(); ++j) {
+    const std::vector<size_t> node_counts(counts.begin() + long(j * L), counts.begin() + long((j + 1) * L));
+    works.push_back(
+        node_->all_gather(g.wire.data() + piece * elem, g.raw.data() + at * elem, node_counts, dtype_, compute));
+    piece += node_counts[local];
+    at += total_of(node_counts);
+  }
+  for (const auto& w : works) w->wait(compute);
+  give_back(std::move(g.wire), kWire);
+  g.rail = false;
 }
 
 void PartitionedParameterCoordinator::start_gather(Gathered& g, DataComm& over, const PartitionMap& map,
@@ -231,6 +317,7 @@ void PartitionedParameterCoordinator::complete(Gathered& g) {
   g.pending.reset();
   if (g.source) store_.release(g.source);
   g.source = nullptr;
+  if (g.rail) gather_in_node(g);
   if (g.split) {  // qwZ: the packets have arrived
     dequantize_packets(backend_, *g.split, g.wire.data(), g.raw.data(), dtype_);
     give_back(std::move(g.wire), kWire);

@@ -15,6 +15,12 @@
 // With zero_quantized_weights (ZeRO++ qwZ) each rank's slice is quantized to int8 on the compute
 // stream before the gather, and the unit dequantized there once it has arrived
 // (zero/quantized_gather.h): the gather's buffer ("wire") is held only while it is in flight.
+// With MiCS's mics_hierarchical_params_gather, where the ranks lie on N > 1 nodes of L
+// consecutive ranks (as DeepSpeed's _hierarchical_all_gather_params): a unit's gather first runs
+// across the nodes among the ranks of this rank's local index l (ranks l, L + l, ...; "the rail"),
+// into a staging buffer ("wire") in node order; then, once the unit is wanted, the node's ranks
+// all-gather each node's pieces (N gathers) straight into place. Each rank's slice crosses the
+// nodes once, to N - 1 ranks, instead of riding a ring of all the ranks.
 #pragma once
 
 #include <map>
@@ -47,16 +53,23 @@ class PartitionedParameterCoordinator {
   /// mixed precision with fp32 activations), plus one unit's worth kept for reuse; with qwZ the
   /// quantized packets of as many units.
   /// With the default reuse distance every unit stays gathered until the step.
-  static size_t gather_bytes(const ZeroPlan& plan, const ParamLayout& layout, const ZeroConfig& config);
+  /// `hierarchical`: hierarchical_per_node's L (each live unit's staging counted too), or 0.
+  static size_t gather_bytes(const ZeroPlan& plan, const ParamLayout& layout, const ZeroConfig& config,
+                             int hierarchical = 0);
   /// The gather buffers behind that bound, one entry of bytes per device allocation: each
   /// gathered unit's buffer in the training dtype and its working copy, for the largest units whose
   /// elements fit under the bound (which units are live changes as the step runs; the CUDA view
   /// rounds each allocation of this worst case).
   static std::vector<size_t> gather_allocations(const ZeroPlan& plan, const ParamLayout& layout,
-                                                const ZeroConfig& config);
+                                                const ZeroConfig& config, int hierarchical = 0);
   /// hpZ's secondary copy: the parameters cut over a group of plan.hpz ranks, in their dtype
   /// (DeepSpeed's ds_secondary_tensor, 1/hpz of the model a rank); 0 without hpZ.
   static size_t secondary_bytes(const ZeroPlan& plan);
+  /// MiCS's hierarchical gathers: L, the ranks a node where they apply (mics_hierarchical_params_gather,
+  /// ranks labelled by `node_of_ranks` on more than one node of L consecutive ranks); else 0.
+  static int hierarchical_per_node(const ZeroConfig& config, const std::vector<int>& node_of_ranks);
+  /// The staging bytes of `unit`'s hierarchical gather on `rank`, in nodes of `per_node` ranks.
+  static size_t rail_bytes(const ZeroPlan& plan, const ParamLayout& layout, int per_node, int unit, int rank);
   /// What the parameter store allocates besides the plan's parameter buffer: ParamSwapper's
   /// resident part, file and read buffers with offload_param nvme (sized for the worst rank).
   static OffloadFootprint store_footprint(const ZeroPlan& plan, const ParamLayout& layout, const DsConfig& config);
@@ -95,9 +108,11 @@ class PartitionedParameterCoordinator {
   struct Gathered {
     DeviceArray<unsigned char> raw;      // the unit in `dtype`
     DeviceArray<unsigned char> working;  // its copy in the working dtype, where that differs
-    DeviceArray<unsigned char> wire;     // qwZ: the quantized packets, until dequantized into raw
+    DeviceArray<unsigned char> wire;     // qwZ: the quantized packets, until dequantized into raw;
+                                         // hierarchical: the rail's pieces, until the node's gathers
     std::optional<QuantizedSplit> split;  // qwZ: where the packets lie in `wire`
     std::shared_ptr<DataWork> pending;
+    bool rail = false;  // hierarchical: `pending` is the rail's gather; the node's follow in complete
     int unit = -1;
     bool fills_secondary = false;  // hpZ: copy this rank's part into the secondary once complete
     const void* source = nullptr;  // this rank's slice, held in the store until `pending` is done
@@ -107,6 +122,9 @@ class PartitionedParameterCoordinator {
   /// Starts the all-gather of `g`'s unit over `over`, each rank's part as `map` cuts it, this
   /// rank's at `mine`: plain, or `quantize`d packets (qwZ).
   void start_gather(Gathered& g, DataComm& over, const PartitionMap& map, const void* mine, bool quantize);
+  /// Hierarchical: the node's gathers of g's unit from the rail's pieces in `wire`, each node's
+  /// into place; waited on the compute stream.
+  void gather_in_node(Gathered& g);
   /// Waits for a unit's all-gather and hands its slice back to the store.
   void complete(Gathered& g);
   /// The part of `unit` this rank owns, as [lo, hi) of its partition (empty: lo == hi).
@@ -139,6 +157,10 @@ class PartitionedParameterCoordinator {
   PartitionMap secondary_;
   DeviceArray<unsigned char> secondary_buffer_;
   std::vector<char> secondary_valid_;
+  // MiCS's hierarchical gathers: L, the communicators of this rank's local index across the nodes
+  // and of its node.
+  int per_node_ = 0;
+  std::unique_ptr<DataComm> rail_, node_;
   std::map<int, Gathered> live_;
   std::multimap<size_t, DeviceArray<unsigned char>> free_[kBufferKinds];  // by bytes
 

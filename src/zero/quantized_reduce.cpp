@@ -44,16 +44,6 @@ size_t packets_bound(size_t total, size_t segments) { return total / 8 + total /
 
 }  // namespace
 
-int QuantizedReduceScatter::ranks_per_node(const std::vector<int>& node_of_ranks) {
-  const NodeCounts c = count_nodes(node_of_ranks);
-  if (c.nodes <= 1 || c.fewest != c.most) return 0;
-  const int per_node = c.most;
-  for (size_t r = 0; r < node_of_ranks.size(); ++r) {
-    if (node_of_ranks[r] != node_of_ranks[r / size_t(per_node) * size_t(per_node)]) return 0;
-  }
-  return per_node;
-}
-
 std::vector<size_t> QuantizedReduceScatter::buffer_allocations(size_t capacity, const PartitionMap& partition,
                                                                DType dtype, int per_node, size_t tensors) {
   const size_t nodes = size_t(partition.world_size / per_node), e = dtype_size(dtype);

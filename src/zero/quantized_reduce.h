@@ -30,9 +30,6 @@ namespace zt {
 
 class QuantizedReduceScatter {
  public:
-  /// L, where the ranks lie on more than one node of L consecutive ranks each; else 0 (one node,
-  /// or nodes of different sizes or interleaved ranks: qgZ does not apply).
-  static int ranks_per_node(const std::vector<int>& node_of_ranks);
   /// Device bytes it allocates for buckets of `capacity` elements, one entry a buffer, over a
   /// model of `tensors` tensors.
   static std::vector<size_t> buffer_allocations(size_t capacity, const PartitionMap& partition, DType dtype,

@@ -5,9 +5,8 @@
 # 2 nodes of 2 (ZT_SHM_COLLECTIVES=1 ZT_SHM_NODE_SIZE=2: shared memory in each node, MPI between),
 # stages 0-3, gradient accumulation 1 and 2, bf16, reduce_scatter and allgather_partitions false;
 # one node through MPI and through shared memory; a stage 3 whose live-parameter limit makes the
-# estimate a bound; ZeRO++'s parts and MiCS likewise. The end event, the trainer's last lines and
-# zero_estimate's text say the same
-# figures.
+# estimate a bound; ZeRO++'s parts and MiCS (with hierarchical gathers, at 8 ranks too) likewise.
+# The end event, the trainer's last lines and zero_estimate's text say the same figures.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ESTIMATE="$ZT_BIN_DIR/tools/zero_estimate"
@@ -44,6 +43,10 @@ sed 's/"stage": 3,/"stage": 3, "zero_quantized_gradients": true,/' "$WORK/zero3_
 # MiCS in shard groups of a (simulated) node: gathers and reduce-scatters inside it, the gradient
 # partition all-reduced across the groups at the step.
 sed 's/"stage": 3,/"stage": 3, "mics_shard_size": 2,/' "$ZT_SOURCE_DIR/configs/zero3.json" >"$WORK/zero3_mics.json"
+# MiCS's hierarchical gathers, shard groups of 4 ranks on 2 nodes: the rails' gathers across the
+# nodes, the nodes' inside (one shard group of all 4 ranks; at 8 ranks two, replicas of each other).
+sed 's/"stage": 3,/"stage": 3, "mics_shard_size": 4, "mics_hierarchical_params_gather": true,/' \
+  "$ZT_SOURCE_DIR/configs/zero3.json" >"$WORK/zero3_mics_hier.json"
 
 # case NAME NP CONFIG NODES SHM ARGS...: a 3-step run and its estimate; NODES simulated nodes
 # (ZT_SHM_NODE_SIZE = NP / NODES) when SHM is 1.
@@ -119,6 +122,8 @@ case_run hier_s3_zeropp_hpz_bf16 4 "$WORK/zero3_zeropp.json" 2 1 --bf16 --gradie
 case_run mpi_one_node_s3_qgz 4 "$WORK/zero3_qgz.json" 1 0
 case_run hier_s3_mics 4 "$WORK/zero3_mics.json" 2 1 --gradient_accumulation_steps 2
 case_run hier_s3_mics_bf16 4 "$WORK/zero3_mics.json" 2 1 --bf16
+case_run hier_s3_mics_hierarchical 4 "$WORK/zero3_mics_hier.json" 2 1 --gradient_accumulation_steps 2
+case_run hier8_s3_mics_hierarchical_bf16 8 "$WORK/zero3_mics_hier.json" 4 1 --bf16
 
 # Two nodes of 2: HierComm sends (N - 1) = 1 payload across nodes, a flat ring's two edges out of
 # the nodes 2 x 3/4 of it (and fewer bytes inside): ZeRO-3's estimate both ways.
@@ -133,4 +138,16 @@ print("across nodes: ring", ring["inter_node"], "hierarchical", hier["inter_node
 assert ring["collectives"] == "ring" and hier["collectives"].startswith("shared memory"), (ring, hier)
 assert hier["inter_node"] * 3 == ring["inter_node"] * 2, (ring["inter_node"], hier["inter_node"])
 PY
+# The same over a flat ring (MPI, NCCL) with MiCS's hierarchical gathers: each unit's all-gather
+# crosses the nodes in the rails, (N - 1) of it, against the ring's 3/4 x 2; inside the nodes more.
+"$ESTIMATE" --config_name "$MODEL" --deepspeed "$WORK/zero3_mics_hier.json" --num_gpus_per_node 2 --num_nodes 2 \
+  --block_size 32 --json >"$WORK/ring_mics_hier.json" 2>&1
+/usr/bin/python3 - "$WORK/ring.json" "$WORK/ring_mics_hier.json" <<'PY' &&
+import json, sys
+ring, hier = (json.load(open(p))["traffic_bytes_per_step"]["by_collective"]["all_gather"] for p in sys.argv[1:3])
+print("all-gathers across nodes: ring", ring["inter_node"], "hierarchical", hier["inter_node"])
+assert hier["inter_node"] * 3 == ring["inter_node"] * 2, (ring, hier)
+assert hier["intra_node"] > ring["intra_node"], (ring, hier)
+PY
+  pass "MiCS hierarchical gathers: 2/3 of a ring's all-gather bytes across nodes" || fail "mics hierarchical ring"
 finish

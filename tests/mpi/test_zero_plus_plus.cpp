@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -305,7 +306,7 @@ TEST(Qgz, TrainsAsPlainStage3Within2Percent) {
   bool applies = false;
   {  // one emulated backend at a time: train() makes its own
     const std::unique_ptr<Backend> backend = test_backend();
-    applies = QuantizedReduceScatter::ranks_per_node(make_data_comm(*backend, world)->node_of_ranks()) > 0;
+    applies = block_ranks_per_node(make_data_comm(*backend, world)->node_of_ranks()) > 0;
   }
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(dtype_name(dtype));
@@ -340,6 +341,75 @@ TEST(Mics, TrainsAsPlainStage3) {
     }
     // A stage-3 rank of 2 holds twice what one of 4 does (the partitions' padding aside).
     EXPECT_NEAR(double(mics_states.master), 2.0 * double(plain_states.master), 64.0 * 4) << "master weights";
+  }
+}
+
+// MiCS with ZeRO-Offload: the gradient partition leaves for the host only once the replicas have
+// summed it (at the step), so the CPU optimizer steps what plain stage 3 with the same offload
+// steps: half the optimizer on the host (its gradient copied there: a whole offload on the CPU
+// reduces into host memory already), all of it with the parameters too, and on NVMe.
+TEST(Mics, WithOffloadTrainsAsPlainStage3WithOffload) {
+  MpiComm world(MPI_COMM_WORLD);
+  if (world.size() < 4) GTEST_SKIP() << "MiCS in groups of 2 needs more than 2 ranks (a group of all is stage 3)";
+  using Device = OffloadConfig::Device;
+  const char* dir = std::getenv("ZT_TEST_NVME_DIR");
+  const std::string nvme = dir ? dir : std::filesystem::temp_directory_path().string();
+  struct Offload {
+    Device optimizer, params;
+    double ratio;
+  };
+  for (const Offload& o : {Offload{Device::kCpu, Device::kNone, 0.5}, Offload{Device::kCpu, Device::kCpu, 1.0},
+                           Offload{Device::kNvme, Device::kNone, 1.0}}) {
+    SCOPED_TRACE(cat("offload_optimizer ", int(o.optimizer), " ratio ", o.ratio, ", offload_param ", int(o.params)));
+    DsConfig plain = make_config(3, DType::kF32, world.size(), 2);
+    plain.zero.offload_optimizer.device = o.optimizer;
+    plain.zero.offload_optimizer.ratio = o.ratio;
+    plain.zero.offload_optimizer.nvme_path = nvme;
+    plain.zero.offload_param.device = o.params;
+    DsConfig mics = plain;
+    mics.zero.mics_shard_size = 2;
+    const std::vector<double> want = train(world, plain);
+    const std::vector<double> got = train(world, mics);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "step " << i + 1;
+  }
+}
+
+// MiCS's hierarchical gathers over a shard group of all 4 ranks: across 2 simulated nodes of 2
+// each unit crosses the nodes among the ranks of one local index, then is gathered inside each
+// node, every piece into its place: losses equal plain stage 3's bit for bit (backward gathers
+// again: reuse distance 0), in more calls (a rail's and a node's gathers for every unit's).
+// On one node it is plain stage 3's gather, call for call. One layer, so that its block's unit
+// spans 4 partitions: each rail holds pieces of it from both nodes (the second at an offset).
+TEST(Mics, HierarchicalGathersTrainAsPlainStage3BitForBit) {
+  MpiComm world(MPI_COMM_WORLD);
+  if (world.size() < 4) GTEST_SKIP() << "two nodes of 2 need 4 ranks";
+  const std::unique_ptr<Backend> backend = test_backend();
+  ModelConfig model = tiny_model();
+  model.n_layer = 1;
+  const bool two_nodes = block_ranks_per_node(make_data_comm(*backend, world)->node_of_ranks()) > 0;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    DsConfig plain = make_config(3, dtype, world.size(), 2);
+    plain.zero.stage3_max_reuse_distance = 0;
+    DsConfig hier = plain;
+    hier.zero.mics_shard_size = world.size();
+    hier.zero.mics_hierarchical_params_gather = true;
+    CommStats plain_stats, hier_stats;
+    const std::vector<double> want =
+        train_on(*backend, world, plain, nullptr, nullptr, nullptr, model, nullptr, &plain_stats);
+    const std::vector<double> got =
+        train_on(*backend, world, hier, nullptr, nullptr, nullptr, model, nullptr, &hier_stats);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
+    if (two_nodes) {  // a gather's payload: its rail's pieces, then the whole unit in the node
+      EXPECT_GT(hier_stats.calls, plain_stats.calls) << "no rail and node gathers";
+      EXPECT_GT(hier_stats.all_gather, plain_stats.all_gather);
+      EXPECT_LT(hier_stats.all_gather, 2 * plain_stats.all_gather);
+    } else {
+      EXPECT_EQ(hier_stats.calls, plain_stats.calls);
+      EXPECT_EQ(hier_stats.all_gather, plain_stats.all_gather);
+    }
   }
 }
 

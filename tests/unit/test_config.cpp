@@ -452,11 +452,19 @@ TEST(ZeroPlusPlusConfig, StageThreeOnly) {
   EXPECT_EQ(parse_text(R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2}})").zero.mics_shard_size, 2);
   std::string m = offload_error(R"({"zero_optimization": {"stage": 2, "mics_shard_size": 2}})");
   EXPECT_NE(m.find("zero_optimization.mics_shard_size: needs ZeRO stage 3"), std::string::npos) << m;
+  EXPECT_TRUE(parse_text(R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2,)"
+                         R"( "mics_hierarchical_params_gather": true}})")
+                  .zero.mics_hierarchical_params_gather);
+  m = offload_error(R"({"zero_optimization": {"stage": 3, "mics_hierarchical_params_gather": true}})");
+  EXPECT_NE(m.find("zero_optimization.mics_hierarchical_params_gather: needs mics_shard_size"), std::string::npos)
+      << m;
+  m = offload_error(R"({"zero_optimization": {"stage": 3, "mics_shard_size": 1, "zero_quantized_weights": true,)"
+                    R"( "mics_hierarchical_params_gather": true}})");
+  EXPECT_NE(m.find("mics_hierarchical_params_gather: with ZeRO++'s parts"), std::string::npos) << m;
   AutoValues four;
   four.world_size = 4;
   for (const char* bad :
        {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2, "zero_quantized_weights": true}})",
-        R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2, "offload_param": {"device": "cpu"}}})",
         R"({"zero_optimization": {"stage": 3, "mics_shard_size": 3}})",
         R"({"zero_optimization": {"stage": 3, "mics_shard_size": 2},)"
         R"( "checkpoint": {"use_node_local_storage": true}})"}) {
@@ -553,7 +561,6 @@ const std::vector<std::string> kNeutralPaths = {
     "zero_optimization.save_muon_momentum_buffer_in_memory",
     "zero_optimization.zero_quantized_nontrainable_weights",
     "zero_optimization.zeropp_loco_param",
-    "zero_optimization.mics_hierarchical_params_gather",
     "zero_optimization.zenflow", "zero_optimization.leaf_module.classes", "zero_optimization.leaf_module.names",
     "zero_optimization.leaf_module.name_suffixes",
     "aio.use_gds",
@@ -681,8 +688,6 @@ const Refusal kRefusals[] = {
      "zero_optimization.zero_quantized_nontrainable_weights: true is not implemented: "},
     {R"({"zero_optimization": {"zeropp_loco_param": {"err_beta": 0.8}}})",
      "zero_optimization.zeropp_loco_param: {\"err_beta\": 0.8} is not implemented: "},
-    {R"({"zero_optimization": {"mics_hierarchical_params_gather": true}})",
-     "zero_optimization.mics_hierarchical_params_gather: true is not implemented: "},
     {R"({"zero_optimization": {"zenflow": {"topk_ratio": 0.1}}})", "zero_optimization.zenflow: {\"topk_ratio\": 0.1} is not implemented: "},
     {R"({"zero_optimization": {"leaf_module": {"names": ["h.0"]}}})",
      "zero_optimization.leaf_module.names: [\"h.0\"] is not implemented: "},
