@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints end to end: bit-exact resume at 1 and 2 ranks for every stage, and between the CPU
 # and the emulated device; resharding 2->1,
-# 1->2 and 2->4 across stages; MiCS's (the first shard group's) resumed and resharded; a kill -9
+# 1->2 and 2->4 across stages; MiCS's (the first shard group's) and ZeRO++'s (with offload)
+# resumed and resharded; a kill -9
 # at many points of a save leaves `latest` loadable; a
 # corrupt, missing, truncated or mismatched checkpoint is one clear error, exit 2, nothing touched.
 source "$(dirname "$0")/lib.sh"
@@ -21,6 +22,7 @@ zt() {
   shift 3
   local forward=(-x OMP_NUM_THREADS)
   [[ -n "${ZT_CHECKPOINT_CRASH_AT:-}" ]] && forward+=(-x ZT_CHECKPOINT_CRASH_AT)
+  [[ -n "${ZT_SHM_NODE_SIZE:-}" ]] && forward+=(-x ZT_SHM_COLLECTIVES -x ZT_SHM_NODE_SIZE)
   OMP_NUM_THREADS=1 timeout 300 mpirun -np "$np" --oversubscribe "${forward[@]}" "$ZEROTRAIN" \
     --deepspeed "$WORK/z$stage.json" --config_name "$ZT_SOURCE_DIR/configs/models/gpt2-demo.json" \
     --train_data "$DATA/train_*.bin" --output_dir "$out" --block_size 32 --per_device_train_batch_size $((4 / np)) \
@@ -85,6 +87,30 @@ else
   fail "resume MiCS: [$want] vs [$got] $(tail -2 "$WORK/mics.log")"
 fi
 reshard "mics 4 in 2x2->2x3" "$WORK/cut_mics/global_step4" 2 3 "$WORK/full_mics/metrics.jsonl"
+
+# ---- ZeRO++ (issue 34): hpZ, qwZ and qgZ together with ZeRO-Offload's optimizer, 4 ranks as 2
+# simulated nodes of 2 (qgZ's two levels need them); units released after use, so hpZ's secondary
+# copy serves backward. Resumed bit-exact; and as the stage-3 checkpoint it is, resumed at 2 ranks
+# without ZeRO++ as at 4 ----
+sed -e 's/"stage": 3,/"stage": 3, "zero_hpz_partition_size": 2, "zero_quantized_weights": true,/' \
+  -e 's/"stage": 3,/"stage": 3, "zero_quantized_gradients": true, "offload_optimizer": {"device": "cpu"},/' \
+  -e 's/"stage3_max_reuse_distance": 1e9/"stage3_max_reuse_distance": 0/' "$WORK/z3.json" >"$WORK/zzeropp.json"
+export ZT_SHM_COLLECTIVES=1 ZT_SHM_NODE_SIZE=2
+zt 4 zeropp "$WORK/full_zeropp" --max_steps 8 2>/dev/null
+zt 4 zeropp "$WORK/cut_zeropp" --max_steps 4 --save_steps 4 2>/dev/null
+zt 4 zeropp "$WORK/cut_zeropp" --max_steps 8 --resume_from_checkpoint auto 2>"$WORK/zeropp.log"
+unset ZT_SHM_COLLECTIVES ZT_SHM_NODE_SIZE
+want=$(last_losses "$WORK/full_zeropp/metrics.jsonl" 4)
+got=$(last_losses "$WORK/cut_zeropp/metrics.jsonl" 4)
+if [[ -n "$want" && "$want" == "$got" ]]; then
+  pass "resume ZeRO++ (hpZ, qwZ, qgZ, offload) bit-exact"
+else
+  fail "resume ZeRO++: [$want] vs [$got] $(tail -2 "$WORK/zeropp.log")"
+fi
+sed 's/"stage": 3,/"stage": 3, "offload_optimizer": {"device": "cpu"},/' "$WORK/z3.json" >"$WORK/z3offload.json"
+zt 4 3offload "$WORK/zeropp_as_plain" --max_steps 8 --resume_from_checkpoint "$WORK/cut_zeropp/global_step4" \
+  2>/dev/null
+reshard "zero++ 4->2 ranks" "$WORK/cut_zeropp/global_step4" 2 3offload "$WORK/zeropp_as_plain/metrics.jsonl"
 
 # ---- kill -9 in the middle of a save: `latest` always names a loadable checkpoint ----
 reference=$(last_losses "$WORK/full_np2_s1/metrics.jsonl" 1)

@@ -321,6 +321,32 @@ TEST(Qgz, TrainsAsPlainStage3Within2Percent) {
   }
 }
 
+// ZeRO++'s three parts with ZeRO-Offload: half the optimizer on the host (its gradient copied
+// there as each bucket is reduced: qgZ's int4 sums across simulated nodes), and all of it with
+// the parameters on the host (hpZ's secondary copy and qwZ's packets filled from the host store).
+// Each trains as without offload: the same arithmetic, so within 1e-6.
+TEST(ZeroPlusPlus, WithOffloadTrainsAsWithout) {
+  MpiComm world(MPI_COMM_WORLD);
+  if (world.size() < 4) GTEST_SKIP() << "hpZ in groups of 2 needs more than 2 ranks";
+  using Device = OffloadConfig::Device;
+  DsConfig without = make_config(3, DType::kF32, world.size(), 2);
+  without.zero.stage3_max_reuse_distance = 0;  // hpZ's secondary serves backward
+  without.zero.zero_hpz_partition_size = 2;
+  without.zero.zero_quantized_weights = true;
+  without.zero.zero_quantized_gradients = true;
+  const std::vector<double> want = train(world, without);
+  for (Device params : {Device::kNone, Device::kCpu}) {
+    SCOPED_TRACE(params == Device::kCpu ? "the optimizer and the parameters on the host" : "half the optimizer");
+    DsConfig with = without;
+    with.zero.offload_optimizer.device = Device::kCpu;
+    with.zero.offload_optimizer.ratio = params == Device::kCpu ? 1.0 : 0.5;
+    with.zero.offload_param.device = params;
+    const std::vector<double> got = train(world, with);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << "step " << i + 1;
+  }
+}
+
 // MiCS in shard groups of 2 (4 ranks: 2 groups, replicated): the same losses as plain stage 3 over
 // all ranks (1e-5: the sums run in another order), and each rank holds what a stage-3 rank of a
 // 2-rank world holds.
