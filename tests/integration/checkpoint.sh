@@ -28,6 +28,18 @@ zt() {
     --train_data "$DATA/train_*.bin" --output_dir "$out" --block_size 32 --per_device_train_batch_size $((4 / np)) \
     --learning_rate 2e-3 --warmup_steps 2 --seed 5 --disable_tqdm "$@"
 }
+# resumed NAME FULL CUT LOG: the last 4 losses of the run resumed in CUT equal FULL's uninterrupted
+# run's bit for bit.
+resumed() {
+  local want got
+  want=$(last_losses "$2/metrics.jsonl" 4)
+  got=$(last_losses "$3/metrics.jsonl" 4)
+  if [[ -n "$want" && "$want" == "$got" ]]; then
+    pass "resume $1 bit-exact"
+  else
+    fail "resume $1: [$want] vs [$got] $(tail -2 "$4")"
+  fi
+}
 # ---- bit-exact resume, every stage, 1 and 2 ranks ----
 for np in 1 2; do
   for stage in 0 1 2 3; do
@@ -35,9 +47,7 @@ for np in 1 2; do
     zt "$np" "$stage" "$WORK/full_$tag" --max_steps 8 2>/dev/null
     zt "$np" "$stage" "$WORK/cut_$tag" --max_steps 4 --save_steps 4 2>/dev/null
     zt "$np" "$stage" "$WORK/cut_$tag" --max_steps 8 --resume_from_checkpoint auto 2>"$WORK/$tag.log"
-    want=$(last_losses "$WORK/full_$tag/metrics.jsonl" 4)
-    got=$(last_losses "$WORK/cut_$tag/metrics.jsonl" 4)
-    if [[ -n "$want" && "$want" == "$got" ]]; then pass "resume $tag bit-exact"; else fail "resume $tag: [$want] vs [$got] $(tail -2 "$WORK/$tag.log")"; fi
+    resumed "$tag" "$WORK/full_$tag" "$WORK/cut_$tag" "$WORK/$tag.log"
   done
 done
 
@@ -48,9 +58,7 @@ for stage in 0 1 2 3; do
     tag=${way/:/_to_}_s$stage
     zt 2 "$stage" "$WORK/x_$tag" --max_steps 4 --save_steps 4 --accelerator "${way%:*}" 2>/dev/null
     zt 2 "$stage" "$WORK/x_$tag" --max_steps 8 --resume_from_checkpoint auto --accelerator "${way#*:}" 2>"$WORK/x_$tag.log"
-    want=$(last_losses "$WORK/full_np2_s$stage/metrics.jsonl" 4)
-    got=$(last_losses "$WORK/x_$tag/metrics.jsonl" 4)
-    if [[ -n "$want" && "$want" == "$got" ]]; then pass "resume $tag bit-exact"; else fail "resume $tag: [$want] vs [$got] $(tail -2 "$WORK/x_$tag.log")"; fi
+    resumed "$tag" "$WORK/full_np2_s$stage" "$WORK/x_$tag" "$WORK/x_$tag.log"
   done
 done
 
@@ -79,13 +87,7 @@ zt 4 mics "$WORK/cut_mics" --max_steps 4 --save_steps 4 2>/dev/null
 shards=$(ls "$WORK/cut_mics/global_step4" | grep -c '^zero_rank_.*optim_states.h5$')
 [[ $shards -eq 2 ]] && pass "MiCS: one shard group's 2 shards written" || fail "MiCS: $shards shards written"
 zt 4 mics "$WORK/cut_mics" --max_steps 8 --resume_from_checkpoint auto 2>"$WORK/mics.log"
-want=$(last_losses "$WORK/full_mics/metrics.jsonl" 4)
-got=$(last_losses "$WORK/cut_mics/metrics.jsonl" 4)
-if [[ -n "$want" && "$want" == "$got" ]]; then
-  pass "resume MiCS bit-exact"
-else
-  fail "resume MiCS: [$want] vs [$got] $(tail -2 "$WORK/mics.log")"
-fi
+resumed MiCS "$WORK/full_mics" "$WORK/cut_mics" "$WORK/mics.log"
 reshard "mics 4 in 2x2->2x3" "$WORK/cut_mics/global_step4" 2 3 "$WORK/full_mics/metrics.jsonl"
 
 # ---- ZeRO++ (issue 34): hpZ, qwZ and qgZ together with ZeRO-Offload's optimizer, 4 ranks as 2
@@ -100,13 +102,7 @@ zt 4 zeropp "$WORK/full_zeropp" --max_steps 8 2>/dev/null
 zt 4 zeropp "$WORK/cut_zeropp" --max_steps 4 --save_steps 4 2>/dev/null
 zt 4 zeropp "$WORK/cut_zeropp" --max_steps 8 --resume_from_checkpoint auto 2>"$WORK/zeropp.log"
 unset ZT_SHM_COLLECTIVES ZT_SHM_NODE_SIZE
-want=$(last_losses "$WORK/full_zeropp/metrics.jsonl" 4)
-got=$(last_losses "$WORK/cut_zeropp/metrics.jsonl" 4)
-if [[ -n "$want" && "$want" == "$got" ]]; then
-  pass "resume ZeRO++ (hpZ, qwZ, qgZ, offload) bit-exact"
-else
-  fail "resume ZeRO++: [$want] vs [$got] $(tail -2 "$WORK/zeropp.log")"
-fi
+resumed "ZeRO++ (hpZ, qwZ, qgZ, offload)" "$WORK/full_zeropp" "$WORK/cut_zeropp" "$WORK/zeropp.log"
 sed 's/"stage": 3,/"stage": 3, "offload_optimizer": {"device": "cpu"},/' "$WORK/z3.json" >"$WORK/z3offload.json"
 zt 4 3offload "$WORK/zeropp_as_plain" --max_steps 8 --resume_from_checkpoint "$WORK/cut_zeropp/global_step4" \
   2>/dev/null

@@ -68,6 +68,12 @@ std::vector<float> expected_unit(const std::vector<float>& exact, size_t lo, con
   return out;
 }
 
+// Every step's loss within `relative` of the reference's.
+void expect_losses_near(const std::vector<double>& got, const std::vector<double>& want, double relative) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], relative * want[i]) << "step " << i + 1;
+}
+
 std::vector<float> to_floats(const std::vector<unsigned char>& raw, DType dtype, size_t n) {
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) {
@@ -342,8 +348,7 @@ TEST(ZeroPlusPlus, WithOffloadTrainsAsWithout) {
     with.zero.offload_optimizer.ratio = params == Device::kCpu ? 1.0 : 0.5;
     with.zero.offload_param.device = params;
     const std::vector<double> got = train(world, with);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << "step " << i + 1;
+    expect_losses_near(got, want, 1e-6);
   }
 }
 
@@ -396,8 +401,7 @@ TEST(Mics, WithOffloadTrainsAsPlainStage3WithOffload) {
     mics.zero.mics_shard_size = 2;
     const std::vector<double> want = train(world, plain);
     const std::vector<double> got = train(world, mics);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "step " << i + 1;
+    expect_losses_near(got, want, 1e-5);
   }
 }
 
