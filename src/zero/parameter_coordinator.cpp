@@ -64,7 +64,9 @@ size_t total_of(const std::vector<size_t>& v) {
 
 int PartitionedParameterCoordinator::hierarchical_per_node(const ZeroConfig& config,
                                                            const std::vector<int>& node_of_ranks) {
-  return config.mics_hierarchical_params_gather ? block_ranks_per_node(node_of_ranks) : 0;
+  // Nodes of one rank leave the node's step nothing to do: one level then.
+  const int per_node = config.mics_hierarchical_params_gather ? block_ranks_per_node(node_of_ranks) : 0;
+  return per_node > 1 ? per_node : 0;
 }
 
 size_t PartitionedParameterCoordinator::rail_bytes(const ZeroPlan& plan, const ParamLayout& layout, int per_node,
@@ -90,11 +92,12 @@ size_t PartitionedParameterCoordinator::gather_bytes(const ZeroPlan& plan, const
     bytes += elements + 4 * QuantizedSplit::blocks(elements) + 4 * world * (layout.tensor_ranges().size() + units) +
              3 * world * units;
   }
-  if (hierarchical > 0) {  // each live unit's staging (held from its gather until its first use), the worst rail's
+  if (hierarchical > 0) {  // each live unit's staging, held from its gather to its first use: the worst rail's
+    const std::vector<int> units = largest_units_under_bound(layout, config);
     size_t most = 0;
     for (int local = 0; local < hierarchical; ++local) {
       size_t rail = 0;
-      for (int u : largest_units_under_bound(layout, config)) rail += rail_bytes(plan, layout, hierarchical, u, local);
+      for (int u : units) rail += rail_bytes(plan, layout, hierarchical, u, local);
       most = std::max(most, rail);
     }
     bytes += most;
@@ -174,7 +177,7 @@ PartitionedParameterCoordinator::PartitionedParameterCoordinator(const ZeroPlan&
     }
   } else if (config.zero.mics_hierarchical_params_gather && comm.rank() == 0) {
     log_info("mics_hierarchical_params_gather: the ", comm.size(), " ranks of a shard group are not on several nodes "
-             "of equal size (", node_words(comm.node_of_ranks()), "): one-level gathers");
+             "of 2 or more ranks each (", node_words(comm.node_of_ranks()), "): one-level gathers");
   }
   const size_t largest = layout.max_unit_size();
   if (largest > max_live_) {

@@ -66,7 +66,7 @@ class PartitionedParameterCoordinator {
   /// (DeepSpeed's ds_secondary_tensor, 1/hpz of the model a rank); 0 without hpZ.
   static size_t secondary_bytes(const ZeroPlan& plan);
   /// MiCS's hierarchical gathers: L, the ranks a node where they apply (mics_hierarchical_params_gather,
-  /// ranks labelled by `node_of_ranks` on more than one node of L consecutive ranks); else 0.
+  /// ranks labelled by `node_of_ranks` on more than one node of L > 1 consecutive ranks); else 0.
   static int hierarchical_per_node(const ZeroConfig& config, const std::vector<int>& node_of_ranks);
   /// The staging bytes of `unit`'s hierarchical gather on `rank`, in nodes of `per_node` ranks.
   static size_t rail_bytes(const ZeroPlan& plan, const ParamLayout& layout, int per_node, int unit, int rank);
