@@ -203,4 +203,10 @@ int block_ranks_per_node(const std::vector<int>& node_of) {
   return per_node;
 }
 
+std::vector<size_t> of_local_index(const std::vector<size_t>& per_rank, int per_node, int local) {
+  std::vector<size_t> out;
+  for (size_t r = size_t(local); r < per_rank.size(); r += size_t(per_node)) out.push_back(per_rank[r]);
+  return out;
+}
+
 }  // namespace zt

@@ -72,6 +72,9 @@ NodeCounts count_nodes(const std::vector<int>& node_of);
 /// the two-level schemes of qgZ and MiCS's hierarchical gathers); else 0 (one node, nodes of
 /// different sizes, or interleaved ranks).
 int block_ranks_per_node(const std::vector<int>& node_of);
+/// Of one value a rank in such nodes of `per_node` ranks, those of the ranks with local index
+/// `local` (ranks local, per_node + local, ...), in node order.
+std::vector<size_t> of_local_index(const std::vector<size_t>& per_rank, int per_node, int local);
 
 // HierComm's split of a collective (comm/hier_comm.h), which hier_traffic counts.
 /// `count` elements in `parts` near-equal blocks, the first count % parts one longer: an

@@ -195,11 +195,10 @@ EngineParts build_engine(const Setup& setup, const TrainArgs& args, const ModelL
     ZT_USAGE_CHECK(!args.tf32 || backend.ops().set_allow_tf32(true), "--tf32 needs a GPU with TF32 (Ampere or "
                    "newer); the ", backend.name(), " backend computes fp32 GEMMs in exact fp32");
     parts.mics = split_mics(setup.ds, profiler.data_comm(), comm);
-    const bool mics = parts.mics.active();
-    parts.engine = std::make_unique<ZeroEngine>(layout, backend, mics ? *parts.mics.shard : profiler.data_comm(),
-                                                mics ? *parts.mics.shard_control : comm, setup.ds, activations,
+    parts.engine = std::make_unique<ZeroEngine>(layout, backend, parts.mics.engine_data(profiler.data_comm()),
+                                                parts.mics.engine_control(comm), setup.ds, activations,
                                                 parts.mics.replicas.get());
-    if (mics && comm.rank() == 0) {
+    if (parts.mics.active() && comm.rank() == 0) {
       log_info("MiCS: the model states partitioned within ", comm.size() / parts.mics.replicas->size(),
                " shard groups of ", parts.mics.shard->size(), " consecutive ranks, gradients all-reduced across them "
                "at each step");
@@ -612,7 +611,7 @@ std::string save_checkpoint_if_due(const Trainer& t, const TrainerState& state, 
   const bool writes = !t.mics.active() || t.mics.replica == 0;
   SavedCheckpoint saved{(std::filesystem::path(args.output_dir) / cat("global_step", step)).string(), 0, {}};
   if (writes) {
-    HostComm& writers = t.mics.active() ? *t.mics.shard_control : t.comm;
+    HostComm& writers = t.mics.engine_control(t.comm);
     const NodePlacement placement{t.place.node, t.place.local_rank, t.place.num_nodes, t.ds.checkpoint_node_local};
     saved = save_checkpoint(args.output_dir, t.engine, t.layout, t.ds, writers,
                             TrainingPosition{step, state.position.next_sample, t.batches.data_seed}, placement,

@@ -25,6 +25,9 @@ struct MicsGroups {
   std::unique_ptr<DataComm> replicas;       ///< this rank's index in every shard group
   int replica = 0;                          ///< which shard group this rank is in
   bool active() const { return shard != nullptr; }
+  /// The communicators the engine runs over: the shard group's, or without MiCS the run's own.
+  DataComm& engine_data(DataComm& data) const { return shard ? *shard : data; }
+  HostComm& engine_control(HostComm& control) const { return shard_control ? *shard_control : control; }
 };
 
 /// The groups, split from `data` and `control` (collective); none where MiCS is off.

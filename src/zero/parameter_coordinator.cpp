@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <numeric>
 
+#include "comm/block_offsets.h"
 #include "comm/traffic.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -47,19 +49,6 @@ std::vector<int> largest_units_under_bound(const ParamLayout& layout, const Zero
   return out;
 }
 
-// Hierarchical gathers: the counts of the ranks with `rank`'s local index (its rail), node by node.
-std::vector<size_t> rail_counts(const std::vector<size_t>& counts, int per_node, int rank) {
-  std::vector<size_t> out;
-  for (size_t r = size_t(rank % per_node); r < counts.size(); r += size_t(per_node)) out.push_back(counts[r]);
-  return out;
-}
-
-size_t total_of(const std::vector<size_t>& v) {
-  size_t total = 0;
-  for (size_t x : v) total += x;
-  return total;
-}
-
 }  // namespace
 
 int PartitionedParameterCoordinator::hierarchical_per_node(const ZeroConfig& config,
@@ -73,7 +62,8 @@ size_t PartitionedParameterCoordinator::rail_bytes(const ZeroPlan& plan, const P
                                                    int unit, int rank) {
   if (per_node <= 0) return 0;
   const size_t lo = layout.unit_offset(unit), hi = lo + layout.unit_size(unit);
-  return total_of(rail_counts(plan.partition.split(lo, hi), per_node, rank)) * plan.elem();
+  const std::vector<size_t> rail = of_local_index(plan.partition.split(lo, hi), per_node, rank % per_node);
+  return std::accumulate(rail.begin(), rail.end(), size_t(0)) * plan.elem();
 }
 
 size_t PartitionedParameterCoordinator::secondary_bytes(const ZeroPlan& plan) {
@@ -259,8 +249,8 @@ void PartitionedParameterCoordinator::gather(int unit) {
     secondary_valid_[size_t(unit)] = 1;
   }
   if (rail_) {  // MiCS's hierarchical gather: across the nodes now, in the node at first use
-    const std::vector<size_t> rail = rail_counts(partition_.split(lo, lo + n), per_node_, comm_.rank());
-    g.wire = take_buffer(total_of(rail) * dtype_size(dtype_), kWire);
+    const std::vector<size_t> rail = of_local_index(partition_.split(lo, lo + n), per_node_, comm_.rank() % per_node_);
+    g.wire = take_buffer(std::accumulate(rail.begin(), rail.end(), size_t(0)) * dtype_size(dtype_), kWire);
     g.pending = rail_->all_gather(g.source, g.wire.data(), rail, dtype_, backend_.compute_stream());
     g.rail = true;
     return;
@@ -271,16 +261,16 @@ void PartitionedParameterCoordinator::gather(int unit) {
 void PartitionedParameterCoordinator::gather_in_node(Gathered& g) {
   const size_t lo = layout_.unit_offset(g.unit), elem = dtype_size(dtype_);
   const std::vector<size_t> counts = partition_.split(lo, lo + layout_.unit_size(g.unit));
-  const size_t L = size_t(per_node_), local = size_t(comm_.rank() % per_node_);
+  const size_t L = size_t(per_node_);
+  // Where each rank's part starts in the unit, and where this rank's piece of node j's lies in `wire`.
+  const std::vector<size_t> at = block_offsets(counts);
+  const std::vector<size_t> piece = block_offsets(of_local_index(counts, per_node_, comm_.rank() % per_node_));
   Stream& compute = backend_.compute_stream();
   std::vector<std::shared_ptr<DataWork>> works;
-  size_t at = 0, piece = 0;  // where node j's ranks start in the unit; this rank's piece j in `wire`
-  for (size_t j = 0; j * L < counts.size(); ++j) {
+  for (size_t j = 0; j < piece.size(); ++j) {
     const std::vector<size_t> node_counts(counts.begin() + long(j * L), counts.begin() + long((j + 1) * L));
-    works.push_back(
-        node_->all_gather(g.wire.data() + piece * elem, g.raw.data() + at * elem, node_counts, dtype_, compute));
-    piece += node_counts[local];
-    at += total_of(node_counts);
+    works.push_back(node_->all_gather(g.wire.data() + piece[j] * elem, g.raw.data() + at[j * L] * elem, node_counts,
+                                      dtype_, compute));
   }
   for (const auto& w : works) w->wait(compute);
   give_back(std::move(g.wire), kWire);

@@ -31,13 +31,6 @@ class ComputeOrderedWork final : public DataWork {
   std::unique_ptr<Event> done_ = backend_.create_event();
 };
 
-// Of one value a rank, those of the N ranks with local index `local`, in node order.
-std::vector<size_t> of_local(const std::vector<size_t>& v, int per_node, int local) {
-  std::vector<size_t> out;
-  for (size_t r = size_t(local); r < v.size(); r += size_t(per_node)) out.push_back(v[r]);
-  return out;
-}
-
 // Words of packets of `total` elements in all, in `segments` runs (n packets cut at tensors): a
 // word a block and a word per eight values, each run rounding both up once.
 size_t packets_bound(size_t total, size_t segments) { return total / 8 + total / kQuantBlockInt4 + 2 * segments + 1; }
@@ -105,7 +98,8 @@ std::shared_ptr<DataWork> QuantizedReduceScatter::reduce_scatter(const void* sen
   }
   node_->reduce_scatter(grouped_.data(), node_sum_.data(), node_counts, dtype_, compute)->wait(compute);
   // 2. Each node's range in int4, across the nodes.
-  const QuantizedSplit out(of_local(counts, per_node_, local), kBits, of_local(starts, per_node_, local), cuts_);
+  const QuantizedSplit out(of_local_index(counts, per_node_, local), kBits, of_local_index(starts, per_node_, local),
+                          cuts_);
   ZT_CHECK(out.bytes() <= send_packets_.bytes(), "qgZ: packets of ", out.bytes(), " bytes for a buffer of ",
            send_packets_.bytes());
   size_t from = 0;

@@ -115,8 +115,8 @@ std::vector<double> train_on(Backend& backend, HostComm& comm, const DsConfig& c
   auto engine_comm = make_data_comm(backend, comm);
   // MiCS (mics_shard_size): the engine over this rank's shard group, as the trainer builds it.
   MicsGroups mics = split_mics(cfg, *engine_comm, comm);
-  ZeroEngine engine(layout, backend, mics.active() ? *mics.shard : *engine_comm,
-                    mics.active() ? *mics.shard_control : comm, cfg, activations, mics.replicas.get());
+  ZeroEngine engine(layout, backend, mics.engine_data(*engine_comm), mics.engine_control(comm), cfg, activations,
+                    mics.replicas.get());
   engine.init_params(5);
   const int micro = int(cfg.train_micro_batch_size_per_gpu);
   // The classifier in chunks of 7 tokens (micro-batches of 1 to 16 sequences of 16), so that every
