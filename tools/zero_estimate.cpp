@@ -70,6 +70,7 @@ json::object estimate_json(const MemoryEstimate& e) {
             {"optimizer", e.optimizer}}},
           {"activation_bytes", e.activations},
           {"kernel_scratch_bytes", e.kernel_scratch},
+          {"weight_pack_bytes", e.weight_packs},
           {"pool_bytes",
            {{"device", e.by_pool[int(Pool::kDevice)]},
             {"host", e.by_pool[int(Pool::kHost)]},
@@ -150,6 +151,10 @@ void print_estimate(const MemoryEstimate& e, const DsConfig& c, const RunShape& 
   }
   std::printf(")\n");
   std::printf("  activations                %11s\n", gib(double(e.activations)).c_str());
+  if (e.weight_packs > 0) {
+    std::printf("  bf16 weight packs          %11s  (ZT_BF16_WEIGHT_PACKS=1: each GEMM weight in oneDNN's layout, "
+                "twice)\n", gib(double(e.weight_packs)).c_str());
+  }
   std::printf("  per pool: device %s, host %s, pinned %s, nvme %s\n", gib(double(e.by_pool[0])).c_str(),
               gib(double(e.by_pool[1])).c_str(), gib(double(e.by_pool[2])).c_str(), gib(double(e.by_pool[3])).c_str());
 }

@@ -147,6 +147,10 @@ bool cpu_has_native_bf16_gemm();
 /// operands as they lie (oneDNN, where that is faster than fp32 GEMMs on widened copies:
 /// backend/cpu/bf16_gemm.h), so that their GEMMs and attention widen nothing into scratch.
 bool cpu_bf16_gemm_in_place();
+/// Bytes of the weight pack (KernelOps::weight_packs) of a K x N GEMM weight operand that the
+/// CPU's bf16 kernels keep on this CPU; 0 where they keep none (no in-place bf16 GEMMs, or
+/// ZT_BF16_WEIGHT_PACKS=0).
+size_t cpu_bf16_weight_pack_bytes(int K, int N);
 
 /// The CPU's optimizer kernels (OpenMP + SIMD) on host memory, called directly by the host
 /// whatever the backend: the offloaded optimizer (ZeRO-Offload) steps with these.

@@ -54,6 +54,13 @@ inline size_t padded_classifier_scratch_bytes(int V, int C) {
   return head_bytes + 64 * size_t(C) * sizeof(float);
 }
 
+/// KernelOps::weight_packs's request for a range of weights.
+enum class WeightPacks {
+  kKeep,   ///< the bytes in the range stay as they are, in place, until kStale or kDrop
+  kStale,  ///< they changed: every pack of the range is made again at its next use
+  kDrop,   ///< the range is given up: its packs are freed
+};
+
 template <typename T>
 class KernelOps {
  public:
@@ -181,6 +188,19 @@ class KernelOps {
   virtual DType set_matmul_dtype(DType dtype) {
     (void)dtype;
     return DType::kF32;
+  }
+
+  /// Weight packs: a table whose GEMMs want their weight operand in a layout of their own (the
+  /// CPU's oneDNN bf16 GEMMs: a blocked layout that they otherwise copy the weight into on every
+  /// call, on every thread) may keep each weight that lies in [lo, hi) in that layout from one
+  /// call to the next, for its forward and its backward's dx. The caller vouches for the bytes
+  /// (kKeep) until it says they changed (kStale) or gives the range up (kDrop); the ZeRO engine
+  /// does at stages 0-2, where a bf16 model reads the bf16 parameters in place and only the step
+  /// or a load writes them. Returns whether the table keeps packs for the range; a table without
+  /// such GEMMs keeps none. The packs count in the device pool.
+  virtual bool weight_packs(const void* lo, const void* hi, WeightPacks what) {
+    (void)lo, (void)hi, (void)what;
+    return false;
   }
 
   /// fp32 GEMMs on TF32 tensor cores when `allow` (HF's --tf32; PyTorch's allow_tf32): returns

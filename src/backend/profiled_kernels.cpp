@@ -173,6 +173,9 @@ class ProfiledKernels final : public KernelOps<T> {
   DType set_matmul_dtype(DType dtype) override { return inner_.set_matmul_dtype(dtype); }
   bool set_allow_tf32(bool allow) override { return inner_.set_allow_tf32(allow); }
   bool set_batch_invariant(bool on) override { return inner_.set_batch_invariant(on); }
+  bool weight_packs(const void* lo, const void* hi, WeightPacks what) override {
+    return inner_.weight_packs(lo, hi, what);
+  }
   void linear_forward(T* out, const T* x, const T* weight, const T* bias, int rows, int in_dim,
                       int out_dim) override {
     timed(OpClass::kGemm, [&] { inner_.linear_forward(out, x, weight, bias, rows, in_dim, out_dim); });

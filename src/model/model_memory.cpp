@@ -154,6 +154,26 @@ size_t cpu_bf16_scratch_bytes(const ModelConfig& m, size_t batch, size_t seq_len
   return *std::max_element(ops.begin(), ops.end()) * sizeof(float);
 }
 
+std::vector<size_t> bf16_weight_packs(const ModelConfig& m, const std::function<size_t(int, int)>& pack) {
+  const int C = m.n_embd;
+  std::vector<std::pair<int, int>> weights{{C, m.vocab_size}};  // [in, out]: the lm_head (tied or not)
+  for (int layer = 0; layer < m.n_layer; ++layer) {
+    if (m.architecture() == Architecture::kLlama) {
+      const int q = m.n_head * m.head_size(), kv = m.n_kv_head * m.head_size(), I = m.intermediate_size;
+      weights.insert(weights.end(), {{C, q}, {C, kv}, {C, kv}, {q, C}, {C, I}, {C, I}, {I, C}});
+    } else {
+      weights.insert(weights.end(), {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}});
+    }
+  }
+  std::vector<size_t> packs;
+  for (auto [in, out] : weights) {
+    for (size_t bytes : {pack(in, out), pack(out, in)}) {  // the forward's K x N, the dx's
+      if (bytes > 0) packs.push_back(bytes);
+    }
+  }
+  return packs;
+}
+
 int64_t largest_layer_params(const ModelConfig& m) {
   const int64_t C = m.n_embd, V = m.vocab_size, P = m.n_positions;
   if (m.architecture() == Architecture::kLlama) {

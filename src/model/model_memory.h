@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -88,6 +89,12 @@ size_t activation_bytes(const ModelConfig& config, size_t batch, size_t seq_len,
 /// attention's per-thread blocks, bf16_attention.h, are not in the pools).
 size_t cpu_bf16_scratch_bytes(const ModelConfig& config, size_t batch, size_t seq_len, size_t logits_rows = 0,
                               size_t budget = cpu::kBf16ScratchFloats, bool native_gemm = false);
+
+/// The weight packs the CPU's bf16 kernels keep where they may hold a bf16 model's weights in
+/// their GEMMs' layout (KernelOps::weight_packs; the ZeRO engine at stages 0-2): each GEMM weight
+/// in the layout of its forward and of its backward's dx, `pack(K, N)` bytes for a K x N operand
+/// (cpu_bf16_weight_pack_bytes: 0 where none are kept). One allocation each, in bytes.
+std::vector<size_t> bf16_weight_packs(const ModelConfig& config, const std::function<size_t(int, int)>& pack);
 
 /// DeepSpeed's "largest layer": the most parameters held directly by one module of the HF model
 /// (the token embedding or the lm_head, or an MLP projection when the model is wide).

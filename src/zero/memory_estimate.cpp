@@ -294,6 +294,16 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
                                                 cpu::kBf16ScratchFloats, cpu_bf16_gemm_in_place());
     activations.push_back(est.kernel_scratch);
   }
+  // The engine lets them keep the bf16 parameters packed where the model reads them in place, and
+  // only a step or a load writes them (MixedPrecisionBuffers::keep_weight_packs).
+  if (!run.cuda && activation_dtype == DType::kBF16 && plan.dtype == DType::kBF16 && plan.stage < 3 &&
+      plan.delayed_update_after < 0) {
+    for (size_t bytes : bf16_weight_packs(model, cpu_bf16_weight_pack_bytes)) {
+      est.weight_packs += bytes;
+      list_device(Pool::kDevice, bytes);
+    }
+    add(Pool::kDevice, est.weight_packs);
+  }
   for (size_t bytes : activations) est.activations += bytes;
   add(Pool::kDevice, est.activations);
   list_devices(activations);

@@ -81,6 +81,9 @@ struct MemoryEstimate {
   /// Of `activations`: the CPU bf16 kernels' fp32 scratch (allocated at the first step, where the
   /// start event's activation_bytes counts only the model's arrays).
   size_t kernel_scratch = 0;
+  /// The CPU bf16 kernels' weight packs (device; allocated at the weights' first GEMMs), a bf16
+  /// model's at stages 0-2 where oneDNN's bf16 GEMMs run (KernelOps::weight_packs).
+  size_t weight_packs = 0;
   /// The device pool's allocations one by one, in bytes (the size functions' lists), for the
   /// GPU view's rounding. They add up to device_total(), except that stage 3's gathered units
   /// are the largest that fit under gather's bound.

@@ -103,6 +103,20 @@ float* MixedPrecisionBuffers::finished_grad_slot(int unit) {
 
 void MixedPrecisionBuffers::invalidate_weights() {
   for (auto& s : weight_slots_) s.unit = -1;
+  if (packs_) backend_.ops_bf16().weight_packs(params_.data(), params_.data() + params_.bytes(), WeightPacks::kStale);
+}
+
+MixedPrecisionBuffers::~MixedPrecisionBuffers() {
+  if (packs_) backend_.ops_bf16().weight_packs(params_.data(), params_.data() + params_.bytes(), WeightPacks::kDrop);
+}
+
+bool MixedPrecisionBuffers::keep_weight_packs() {
+  if (packs_ || !weight_slots_.empty() || plan_.working_dtype != DType::kBF16 || plan_.dtype != DType::kBF16 ||
+      params_.bytes() == 0) {
+    return packs_;
+  }
+  packs_ = backend_.ops_bf16().weight_packs(params_.data(), params_.data() + params_.bytes(), WeightPacks::kKeep);
+  return packs_;
 }
 
 void MixedPrecisionBuffers::zero_grads() {

@@ -40,6 +40,9 @@ class MixedPrecisionBuffers {
   /// (ZeroPlan::grads_reduced_in_place), their buffer is the communicator's shared memory if it
   /// has some, so that the peers read it in place.
   MixedPrecisionBuffers(const ZeroPlan& plan, const ParamLayout& layout, Backend& backend, DataComm& comm);
+  ~MixedPrecisionBuffers();
+  MixedPrecisionBuffers(const MixedPrecisionBuffers&) = delete;
+  MixedPrecisionBuffers& operator=(const MixedPrecisionBuffers&) = delete;
   const ParamLayout& layout() const { return layout_; }
 
   /// Element `flat` of the flat layout in the parameter / gradient buffer (inside the plan's range).
@@ -57,8 +60,14 @@ class MixedPrecisionBuffers {
   float* grad_slot(int unit);
   /// The unit's finished gradient slot, or nullptr when it was accumulated in place.
   float* finished_grad_slot(int unit);
-  /// The weights changed: working copies are stale.
+  /// The weights changed: working copies (and weight packs) are stale.
   void invalidate_weights();
+  /// Where the model reads the bf16 parameters themselves (a bf16 model at stages 0-2): lets the
+  /// bf16 kernels keep them packed for their GEMMs (KernelOps::weight_packs), made stale by
+  /// invalidate_weights() and dropped with this object. The caller vouches that nothing else
+  /// writes the parameters between steps (not under the delayed update). Returns whether the
+  /// kernels keep packs.
+  bool keep_weight_packs();
   /// Zeroes the gradients where they live (device, or host memory at stage 3 with offload).
   void zero_grads();
 
@@ -81,6 +90,7 @@ class MixedPrecisionBuffers {
   DeviceArray<unsigned char> params_;
   CommBuffer grads_;
   std::vector<Slot> weight_slots_, grad_slots_;
+  bool packs_ = false;  // the bf16 kernels keep the parameters packed (keep_weight_packs)
 };
 
 }  // namespace zt

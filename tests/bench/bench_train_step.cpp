@@ -34,6 +34,7 @@ namespace {
 struct Options {
   std::string config;  // an HF config.json; when empty, the GPT-2 shape of the flags below
   int layers = 12, embd = 768, heads = 12, vocab = 50257, positions = 1024, block = 64, batch = 4, steps = 5;
+  int accumulation = 1;  // micro-steps a step (gradient_accumulation_steps)
   std::string dtype = "fp32", activation_dtype = "fp32";
   bool checkpointing = false, profile = false;
 };
@@ -51,6 +52,7 @@ Options parse(int argc, char** argv) {
     else if (k == "--block") o.block = std::atoi(v.c_str());
     else if (k == "--batch") o.batch = std::atoi(v.c_str());
     else if (k == "--steps") o.steps = std::atoi(v.c_str());
+    else if (k == "--accumulation") o.accumulation = std::atoi(v.c_str());
     else if (k == "--dtype") o.dtype = v;
     else if (k == "--activation_dtype") o.activation_dtype = v;
     else if (k == "--checkpointing") o.checkpointing = v == "1";
@@ -193,6 +195,7 @@ int main(int argc, char** argv) {
   ds.train_batch_size = o.batch;
   ds.optimizer.lr = 1e-4;
   ds.gradient_clipping = 1.0;
+  ds.gradient_accumulation_steps = std::max(1, o.accumulation);
   ds.bf16 = o.dtype == "bf16";
   ds.fp16.enabled = o.dtype == "fp16";
 
@@ -232,22 +235,26 @@ int main(int argc, char** argv) {
   if (mc.architecture() == Architecture::kLlama) {
     std::printf(" %dKV I%d%s", mc.n_kv_head, mc.intermediate_size, mc.tie_word_embeddings ? " tied" : " untied");
   }
-  std::printf(" vocab %d, %zu params, batch %dx%d, %s, %s activations%s\n", mc.vocab_size, layout.num_params(), o.batch,
-              o.block, o.dtype.c_str(), o.activation_dtype.c_str(), o.checkpointing ? ", checkpointing" : "");
+  std::printf(" vocab %d, %zu params, batch %dx%d x %d micro-steps, %s, %s activations%s\n", mc.vocab_size,
+              layout.num_params(), o.batch, o.block, ds.gradient_accumulation_steps, o.dtype.c_str(),
+              o.activation_dtype.c_str(), o.checkpointing ? ", checkpointing" : "");
   std::printf("%8s %12s %12s %12s %12s %12s\n", "step", "total_ms", "forward_ms", "backward_ms", "adam_ms", "GFLOP/s");
-  const double flops = 3.0 * model.flops_per_token_forward(o.block) * BT;
+  const double flops = 3.0 * model.flops_per_token_forward(o.block) * BT * ds.gradient_accumulation_steps;
   std::vector<double> totals;
   double adam_total = 0;
   for (int s = 0; s <= o.steps; ++s) {  // step 0 is a warm-up and is not counted
     if (s == 1) timed.totals().clear();
     Stopwatch total, part;
-    // As the trainer: given the backward's scale, the lm_head's backward runs in the forward.
-    model.forward(in.data(), tg.data(), o.batch, o.block, 1.0, engine.backward_scale());
-    double fwd = part.ms();
-    part.reset();
-    model.backward(engine.backward_scale());
-    double bwd = part.ms();
-    part.reset();
+    double fwd = 0, bwd = 0;
+    for (int micro = 0; micro < ds.gradient_accumulation_steps; ++micro) {
+      // As the trainer: given the backward's scale, the lm_head's backward runs in the forward.
+      model.forward(in.data(), tg.data(), o.batch, o.block, 1.0, engine.backward_scale());
+      fwd += part.ms();
+      part.reset();
+      model.backward(engine.backward_scale());
+      bwd += part.ms();
+      part.reset();
+    }
     engine.step();
     double adam = part.ms();
     double ms = total.ms();

@@ -38,6 +38,9 @@ expect_usage_error "token id >= vocab" "train_000000.bin: token [0-9]+ at positi
 expect_usage_error "bad ZT_BF16_GEMM" "ZT_BF16_GEMM must be auto, bf16 or fp32, got 'bogus'" \
   env ZT_BF16_GEMM=bogus "$ZEROTRAIN" --deepspeed "$DS" --config_name "$MODEL" --train_data "$DATA/train_*.bin" \
   --output_dir "$WORK/o_env" --max_steps 1 --bf16
+expect_usage_error "bad ZT_BF16_WEIGHT_PACKS" "ZT_BF16_WEIGHT_PACKS must be 0 or 1, got 'yes'" \
+  env ZT_BF16_WEIGHT_PACKS=yes "$ZEROTRAIN" --deepspeed "$DS" --config_name "$MODEL" --train_data "$DATA/train_*.bin" \
+  --output_dir "$WORK/o_env2" --max_steps 1 --bf16
 printf '{\n  "train_micro_batch_size_per_gpu": 2,\n  "steps_per_print" 5\n}\n' >"$WORK/bad.json"
 expect_usage_error "malformed JSON" "bad.json:3:21: malformed JSON" \
   train --deepspeed "$WORK/bad.json" --train_data "$DATA/train_*.bin" --output_dir "$WORK/o6"

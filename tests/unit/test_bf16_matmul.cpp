@@ -14,6 +14,7 @@
 // training run) and the attention built on them (bf16_attention.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -23,10 +24,19 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/bf16_attention.h"
+#include "backend/cpu/bf16_gemm.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "comm/data_comm.h"
+#include "comm/self_comm.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/memory_pool.h"
+#include "model/model_layout.h"
 #include "random_test_util.h"
+#include "tiny_models.h"
+#include "zero/engine.h"
+#include "zero/engine_model.h"
+#include "zero/memory_estimate.h"
 
 namespace zt {
 namespace {
@@ -183,6 +193,146 @@ TEST(Bf16Gemm, Bf16OperandsAsTheyLie) {
           worst = std::max(worst, std::fabs(double(to_float(c16[i])) - w) / std::max(std::fabs(w), 1e-3));
         }
         EXPECT_LE(worst, 1.0 / 256) << what << (with_bias ? " + bias" : " + C") << ", bf16 C: rounded more than once";
+      }
+    }
+  }
+}
+
+// Weight packs (KernelOps::weight_packs): a product whose B lies in a kept range reads B from a
+// copy in oneDNN's blocked layout. It must give the plain product's bits (the same kernels, B
+// already laid out), once per weight, shape and transposition (its forward and its dx); it must
+// read the pack, not the weight, until kStale (so a weight written without kStale gives the old
+// product: the contract's other side), and the weight's new values after; operands outside the
+// range are never packed; kDrop gives every byte back to the device pool.
+TEST(Bf16Gemm, WeightPacksGiveThePlainProductAndFollowKStale) {
+  const std::unique_ptr<cpu::Bf16Gemm> gemm = cpu::Bf16Gemm::make_if_supported();
+  if (!gemm) GTEST_SKIP() << "this CPU has no bf16 GEMM instructions (AVX512-BF16 or AMX; or ZT_CPU_ISA=avx2)";
+  const int M = 29, N = 70, K = 48;  // N not a multiple of oneDNN's 64-column blocks: padded packs
+  auto to16 = [](const std::vector<float>& v) {
+    std::vector<bf16> out(v.size());
+    convert(v.data(), out.data(), v.size());
+    return out;
+  };
+  const std::vector<bf16> x = to16(randn(size_t(M) * K, 51)), dy = to16(randn(size_t(M) * N, 52));
+  std::vector<bf16> w = to16(randn(size_t(K) * N, 53));  // [K, N]: x @ w forward, dy @ w^T its dx
+  const std::vector<bf16> other = to16(randn(size_t(K) * N, 54));
+  auto forward = [&](const std::vector<bf16>& b) {
+    std::vector<bf16> c(size_t(M) * N);
+    gemm->gemm(false, false, M, N, K, x.data(), K, b.data(), N, 0.0f, c.data(), N);
+    return c;
+  };
+  auto dx = [&](const std::vector<bf16>& b) {
+    std::vector<bf16> c(size_t(M) * K);
+    gemm->gemm(false, true, M, K, N, dy.data(), N, b.data(), N, 0.0f, c.data(), K);
+    return c;
+  };
+  auto bits = [](const std::vector<bf16>& v) {
+    std::vector<uint16_t> out(v.size());
+    std::memcpy(out.data(), v.data(), v.size() * sizeof(bf16));
+    return out;
+  };
+  const auto plain_forward = bits(forward(w)), plain_dx = bits(dx(w));
+  EXPECT_EQ(gemm->weight_pack_bytes(), 0u) << "nothing is packed before a range is kept";
+  const size_t pool_before = pool_in_use()[Pool::kDevice];
+  const void *lo = w.data(), *hi = w.data() + w.size();
+  gemm->weight_packs(lo, hi, WeightPacks::kKeep);
+  EXPECT_EQ(bits(forward(w)), plain_forward) << "a packed weight's forward";
+  EXPECT_EQ(bits(dx(w)), plain_dx) << "a packed weight's dx";
+  const size_t both = gemm->pack_bytes(K, N) + gemm->pack_bytes(N, K);
+  EXPECT_EQ(gemm->weight_pack_bytes(), both);
+  EXPECT_GE(gemm->pack_bytes(K, N), size_t(K) * N * sizeof(bf16));
+  EXPECT_EQ(pool_in_use()[Pool::kDevice] - pool_before, both) << "packs count in the device pool";
+  EXPECT_EQ(bits(forward(w)), plain_forward) << "the second use";
+  forward(other);  // a weight outside the kept range
+  EXPECT_EQ(gemm->weight_pack_bytes(), both) << "an operand outside the kept range was packed";
+
+  const std::vector<bf16> old = w;
+  w = other;  // written without kStale: the products still read the packs of the old weight
+  EXPECT_EQ(bits(forward(w)), plain_forward) << "the forward did not read its pack";
+  gemm->weight_packs(lo, hi, WeightPacks::kStale);
+  const auto other_forward = bits(forward(other)), other_dx = bits(dx(other));  // `other` lies outside
+  EXPECT_NE(other_forward, plain_forward);
+  EXPECT_EQ(bits(forward(w)), other_forward) << "after kStale the forward read a stale pack";
+  EXPECT_EQ(bits(dx(w)), other_dx) << "after kStale the dx read a stale pack";
+  EXPECT_EQ(gemm->weight_pack_bytes(), both) << "kStale reuses the packs' memory";
+
+  gemm->weight_packs(lo, hi, WeightPacks::kDrop);
+  EXPECT_EQ(gemm->weight_pack_bytes(), 0u);
+  EXPECT_EQ(pool_in_use()[Pool::kDevice], pool_before);
+  w = old;
+  EXPECT_EQ(bits(forward(w)), plain_forward) << "a dropped range is read as it lies";
+  EXPECT_EQ(gemm->weight_pack_bytes(), 0u) << "a dropped range was packed again";
+}
+
+// The engine's side of weight packs: a bf16 model at stages 0-2 (GPT-2 and Llama, two micro-steps
+// a step, with and without activation checkpointing) trains bit for bit as without packs,
+// through steps (share_parameters: kStale) and a load of other weights in the middle; the packs'
+// bytes are zero_estimate's, and an engine gone leaves none. Stage 3 keeps none (its gathered
+// units change under the same addresses).
+TEST(Bf16WeightPacks, EngineTrainsBitForBitAsWithout) {
+  if (!cpu_bf16_gemm_in_place()) {
+    GTEST_SKIP() << "oneDNN's bf16 GEMMs are not this run's (needs AVX512-BF16 or AMX and ZT_BF16_GEMM=bf16)";
+  }
+  auto backend = make_cpu_backend();
+  SelfComm comm;
+  auto data = make_data_comm(*backend, comm);
+  const int B = 2, T = 16;
+  std::vector<int32_t> tokens(size_t(B) * (T + 1));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 2654435761u) % 64u);
+  struct Run {
+    std::vector<double> losses;
+    std::vector<float> master;
+    size_t pack_bytes = 0;
+  };
+  auto train = [&](const ModelConfig& mc, int stage, bool checkpointing, bool packs) {
+    ::setenv("ZT_BF16_WEIGHT_PACKS", packs ? "1" : "0", 1);
+    const std::unique_ptr<ModelLayout> layout = make_model_layout(mc);
+    DsConfig ds;
+    ds.train_micro_batch_size_per_gpu = B;
+    ds.gradient_accumulation_steps = 2;
+    ds.train_batch_size = 2 * B;
+    ds.optimizer.lr = 1e-2;
+    ds.bf16 = true;
+    ds.zero.stage = stage;
+    Run run;
+    ZeroEngine engine(*layout, *backend, *data, comm, ds, DType::kBF16);
+    engine.init_params(7);
+    const std::unique_ptr<BoundModel> model = make_engine_model(engine, *layout, *backend, B, T, checkpointing);
+    for (int step = 0; step < 4; ++step) {
+      if (step == 2) engine.load(init_source(*layout, 8));  // other weights under the same addresses
+      for (int micro = 0; micro < 2; ++micro) {
+        const int32_t* in = tokens.data() + micro;  // each micro-step its own tokens
+        model->forward(in, in + 1, B, T, 1.0, engine.backward_scale());
+        model->backward(engine.backward_scale());
+        run.losses.push_back(model->take_loss());
+      }
+      run.pack_bytes = std::max(run.pack_bytes, cpu::shared_bf16_gemm()->weight_pack_bytes());
+      engine.step();
+    }
+    run.master = engine.gather_master_weights();
+    ::unsetenv("ZT_BF16_WEIGHT_PACKS");
+    return run;
+  };
+  for (const ModelConfig& mc : {testing::tiny_gpt2(), testing::tiny_llama()}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (bool checkpointing : {false, true}) {
+        const std::string where = cat(mc.model_type, " stage ", stage, checkpointing ? ", checkpointing" : "");
+        const Run without = train(mc, stage, checkpointing, false), with = train(mc, stage, checkpointing, true);
+        EXPECT_EQ(without.pack_bytes, 0u) << where;
+        EXPECT_EQ(cpu::shared_bf16_gemm()->weight_pack_bytes(), 0u) << where << ": an engine gone left packs";
+        EXPECT_EQ(with.losses, without.losses) << where;
+        EXPECT_EQ(with.master, without.master) << where;
+        ::setenv("ZT_BF16_WEIGHT_PACKS", "1", 1);
+        DsConfig ds;
+        ds.bf16 = true;
+        ds.zero.stage = stage;
+        RunShape shape;
+        shape.seq_len = T;
+        shape.activation_dtype = "bf16";
+        EXPECT_EQ(with.pack_bytes, estimate_memory(mc, ds, shape).weight_packs) << where;
+        ::unsetenv("ZT_BF16_WEIGHT_PACKS");
+        if (stage < 3) EXPECT_GT(with.pack_bytes, 0u) << where;
+        else EXPECT_EQ(with.pack_bytes, 0u) << where;
       }
     }
   }

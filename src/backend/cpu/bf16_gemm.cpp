@@ -2,6 +2,8 @@
 
 #include <dnnl.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -11,6 +13,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/memory_pool.h"
 
 namespace zt::cpu {
 
@@ -40,15 +43,20 @@ memory::desc operand(int rows, int cols, bool transposed, int ld, Type type) {
 }  // namespace
 
 // One product's shape, layout and types: the primitive's key (a training step repeats a handful).
+// `packed`: B is a weight pack, in the layout the primitive chooses (format any).
 struct GemmShape {
   bool ta, tb;
   int M, N, K, lda, ldb, ldc;
   Type c_type;
   bool bias, accumulate;
-  auto key() const { return std::make_tuple(ta, tb, M, N, K, lda, ldb, ldc, c_type, bias, accumulate); }
+  bool packed = false;
+  auto key() const { return std::make_tuple(ta, tb, M, N, K, lda, ldb, ldc, c_type, bias, accumulate, packed); }
   bool operator<(const GemmShape& o) const { return key() < o.key(); }
   memory::desc a() const { return operand(M, K, ta, lda, Type::bf16); }
-  memory::desc b() const { return operand(K, N, tb, ldb, Type::bf16); }
+  memory::desc b() const {
+    return packed ? memory::desc(Dims{K, N}, Type::bf16, memory::format_tag::any) : plain_b();
+  }
+  memory::desc plain_b() const { return operand(K, N, tb, ldb, Type::bf16); }
   memory::desc c() const { return memory::desc(Dims{M, N}, c_type, Dims{ldc, 1}); }
   memory::desc bias_row() const { return memory::desc(Dims{1, N}, Type::bf16, Dims{N, 1}); }
 };
@@ -60,12 +68,63 @@ struct GemmShape {
 struct Bf16Gemm::Impl {
   struct Primitive {
     dnnl::matmul matmul;
-    memory::desc scratchpad;
+    memory::desc scratchpad, weights;
   };
+  // A weight in the primitive's layout, and the reorder that makes it from the weight as it lies.
+  struct Pack {
+    memory::desc desc;
+    dnnl::reorder reorder;
+    void* bytes = nullptr;
+    size_t size = 0;
+    bool fresh = false;
+  };
+  using PackKey = std::tuple<const bf16*, bool, int, int, int>;  // B, tb, K, N, ldb
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   std::map<GemmShape, Primitive> primitives;
-  std::mutex mutex;  // guards `primitives`
+  std::vector<std::pair<const char*, const char*>> kept;  // the ranges whose weights are packed
+  std::atomic<bool> any_kept{false};  // kept is not empty: the attention's many products skip the lock
+  std::map<PackKey, Pack> packs;
+  size_t pack_bytes = 0;
+  mutable std::mutex mutex;  // guards `primitives`, `kept` and `packs`
+
+  ~Impl() {
+    for (auto& [key, pack] : packs) free(pack);
+  }
+
+  void free(Pack& pack) {
+    pool_free(Pool::kDevice, pack.bytes, pack.size);
+    pack_bytes -= pack.size;
+    pack.bytes = nullptr;
+  }
+
+  bool is_kept(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    return std::any_of(kept.begin(), kept.end(), [c](const auto& r) { return c >= r.first && c < r.second; });
+  }
+
+  // The pack of `s`'s B (a kept weight), made again where stale or laid out otherwise.
+  memory pack(const GemmShape& s, const Primitive& p, const bf16* B, dnnl::stream& stream) {
+    std::lock_guard<std::mutex> lock(mutex);
+    Pack& pack = packs[PackKey{B, s.tb, s.K, s.N, s.ldb}];
+    if (pack.bytes && pack.desc != p.weights) free(pack);
+    if (!pack.bytes) {
+      pack.desc = p.weights;
+      pack.size = p.weights.get_size();
+      pack.bytes = pool_alloc(Pool::kDevice, pack.size);
+      pack_bytes += pack.size;
+      pack.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, s.plain_b(), engine, pack.desc));
+      pack.fresh = false;
+    }
+    memory packed(pack.desc, engine, pack.bytes);
+    if (!pack.fresh) {
+      memory plain(s.plain_b(), engine, const_cast<bf16*>(B));
+      pack.reorder.execute(stream, plain, packed);
+      stream.wait();
+      pack.fresh = true;
+    }
+    return packed;
+  }
 
   const Primitive& primitive(const GemmShape& s) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -81,16 +140,21 @@ struct Bf16Gemm::Impl {
     const auto desc = s.bias ? dnnl::matmul::desc(s.a(), s.b(), s.bias_row(), s.c())
                              : dnnl::matmul::desc(s.a(), s.b(), s.c());
     const dnnl::matmul::primitive_desc pd(desc, attr, engine);
-    return primitives.emplace(s, Primitive{dnnl::matmul(pd), pd.scratchpad_desc()}).first->second;
+    return primitives.emplace(s, Primitive{dnnl::matmul(pd), pd.scratchpad_desc(), pd.weights_desc()}).first->second;
   }
 
   // Runs the product on operands as they lie, on the calling thread's stream and scratchpad.
-  void run(const GemmShape& s, const bf16* A, const bf16* B, void* C, const bf16* bias) {
+  void run(GemmShape s, const bf16* A, const bf16* B, void* C, const bf16* bias) {
     thread_local std::vector<uint8_t> scratchpad;  // grown to the thread's largest
+    if (any_kept.load(std::memory_order_relaxed)) {
+      std::lock_guard<std::mutex> lock(mutex);
+      s.packed = is_kept(B);
+    }
     const Primitive& p = primitive(s);
     if (scratchpad.size() < p.scratchpad.get_size()) scratchpad.resize(p.scratchpad.get_size());
     dnnl::stream stream(engine);
-    memory am(s.a(), engine, const_cast<bf16*>(A)), bm(s.b(), engine, const_cast<bf16*>(B)), cm(s.c(), engine, C);
+    memory am(s.a(), engine, const_cast<bf16*>(A)), cm(s.c(), engine, C);
+    memory bm = s.packed ? pack(s, p, B, stream) : memory(s.b(), engine, const_cast<bf16*>(B));
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
     args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratchpad, engine, scratchpad.data()));
     if (bias) args.emplace(DNNL_ARG_BIAS, memory(s.bias_row(), engine, const_cast<bf16*>(bias)));
@@ -117,6 +181,7 @@ std::unique_ptr<Bf16Gemm> Bf16Gemm::make_if_fast() {
   const std::string choice = env && *env ? env : "auto";
   ZT_USAGE_CHECK(choice == "auto" || choice == "bf16" || choice == "fp32",
                  "ZT_BF16_GEMM must be auto, bf16 or fp32, got '", choice, "'");
+  bf16_weight_packs_enabled();  // a bad ZT_BF16_WEIGHT_PACKS is refused on every CPU, used or not
   if (choice == "fp32" || !cpu_has_bf16_gemm_instructions()) return nullptr;
   // On an Intel core with AVX512-BF16 but no AMX, oneDNN 2.6's bf16 kernels reached 166-168
   // GFLOP/s where OpenBLAS's fp32 reach 290-320 (2 Emerald Rapids cores, every GPT-2 shape): fp32 GEMMs on
@@ -134,6 +199,16 @@ std::unique_ptr<Bf16Gemm> Bf16Gemm::make_if_supported() {
   return std::unique_ptr<Bf16Gemm>(new Bf16Gemm());
 }
 
+bool bf16_weight_packs_enabled() {
+  // Read at each engine's start (a test compares both in one process). Off by default: a pack
+  // per weight for the forward and one for dx cost 4 bytes a matrix parameter, and on the one
+  // CPU measured (AVX512-BF16 without AMX, oneDNN forced) a step was no faster within noise.
+  const char* env = std::getenv("ZT_BF16_WEIGHT_PACKS");
+  const std::string choice = env && *env ? env : "0";
+  ZT_USAGE_CHECK(choice == "0" || choice == "1", "ZT_BF16_WEIGHT_PACKS must be 0 or 1, got '", choice, "'");
+  return choice == "1";
+}
+
 std::string bf16_gemm_description() {
   if (const Bf16Gemm* gemm = shared_bf16_gemm()) return "bf16 GEMMs: " + gemm->describe();
   if (!cpu_has_bf16_gemm_instructions()) return "bf16 GEMMs: fp32 on widened operands (no bf16 instructions)";
@@ -141,6 +216,41 @@ std::string bf16_gemm_description() {
   return env && std::string(env) == "fp32"
              ? "bf16 GEMMs: fp32 on widened operands (ZT_BF16_GEMM=fp32)"
              : "bf16 GEMMs: fp32 on widened operands (faster than AVX512-BF16 without AMX on this CPU)";
+}
+
+void Bf16Gemm::weight_packs(const void* lo, const void* hi, WeightPacks what) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const std::pair<const char*, const char*> range{static_cast<const char*>(lo), static_cast<const char*>(hi)};
+  auto& kept = impl_->kept;
+  if (what == WeightPacks::kKeep) {
+    if (std::find(kept.begin(), kept.end(), range) == kept.end()) kept.push_back(range);
+    impl_->any_kept = true;
+    return;
+  }
+  auto& packs = impl_->packs;
+  for (auto it = packs.begin(); it != packs.end();) {
+    const char* b = reinterpret_cast<const char*>(std::get<0>(it->first));
+    if (b < range.first || b >= range.second) {
+      ++it;
+    } else if (what == WeightPacks::kStale) {
+      (it++)->second.fresh = false;
+    } else {
+      impl_->free(it->second);
+      it = packs.erase(it);
+    }
+  }
+  if (what == WeightPacks::kDrop) kept.erase(std::remove(kept.begin(), kept.end(), range), kept.end());
+  impl_->any_kept = !kept.empty();
+}
+
+size_t Bf16Gemm::weight_pack_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->pack_bytes;
+}
+
+size_t Bf16Gemm::pack_bytes(int K, int N) const {
+  GemmShape s{false, false, 1, N, K, K, N, N, Type::bf16, false, false, true};
+  return impl_->primitive(s).weights.get_size();
 }
 
 std::string Bf16Gemm::describe() const {

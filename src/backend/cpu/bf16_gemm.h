@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/kernel_ops.h"
 #include "core/dtype.h"
 
 namespace zt::cpu {
@@ -33,6 +34,15 @@ class Bf16Gemm {
   /// The same into fp32 C (a parameter gradient, an attention score).
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, const bf16* A, int lda, const bf16* B, int ldb,
             float beta, float* C, int ldc);
+  /// Weight packs (KernelOps::weight_packs): a product whose B lies in a kept range reads B from
+  /// a copy in the blocked layout oneDNN's kernels want, made at its first use after kKeep or
+  /// kStale (one per weight, shape and transposition: a weight's forward and its dx), instead of
+  /// copying B into the scratchpad on every call, on every thread. Not concurrent with products.
+  void weight_packs(const void* lo, const void* hi, WeightPacks what);
+  /// Bytes the packs hold now (counted in the device pool).
+  size_t weight_pack_bytes() const;
+  /// Bytes of one pack of a K x N operand (oneDNN's layout on this CPU, padded to its blocks).
+  size_t pack_bytes(int K, int N) const;
   /// "oneDNN 2.6 bf16 (avx512_core_amx)": for logs.
   std::string describe() const;
 
@@ -48,6 +58,10 @@ Bf16Gemm* shared_bf16_gemm();
 /// Whether oneDNN can multiply bf16 operands on this CPU (AVX512-BF16 or AMX; not where
 /// ZT_CPU_ISA=avx2), whichever make_if_fast chooses.
 bool cpu_has_bf16_gemm_instructions();
+
+/// Whether the bf16 kernels keep weight packs where their GEMMs are oneDNN's: where
+/// ZT_BF16_WEIGHT_PACKS=1 (0 or unset: no; anything else is a usage error).
+bool bf16_weight_packs_enabled();
 
 /// How a bf16 run's GEMMs multiply here, for logs: "bf16 GEMMs: oneDNN 2.6 bf16
 /// (avx512_core_amx)" or "bf16 GEMMs: fp32 on widened operands (...why)".

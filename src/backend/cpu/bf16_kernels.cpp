@@ -59,6 +59,16 @@ class Bf16Kernels final : public KernelOps<bf16> {
     return DType::kBF16;
   }
 
+  // Only oneDNN's GEMMs want a layout of their own; the widened tiles read weights as they lie.
+  bool weight_packs(const void* lo, const void* hi, WeightPacks what) override {
+    if (!in_place_) return false;
+    // Not asked for bf16 GEMMs, or not asked for packs: none kept. kStale and kDrop always reach
+    // the GEMM, whatever the setting says by then.
+    if (what == WeightPacks::kKeep && (!bf16_gemm_ || !bf16_weight_packs_enabled())) return false;
+    in_place_->weight_packs(lo, hi, what);
+    return true;
+  }
+
   void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
                          int C) override {
 #pragma omp parallel for collapse(2) schedule(static)

@@ -112,6 +112,10 @@ std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend
 
 bool cpu_has_native_bf16_gemm() { return cpu::cpu_has_bf16_gemm_instructions(); }
 bool cpu_bf16_gemm_in_place() { return cpu::shared_bf16_gemm() != nullptr; }
+size_t cpu_bf16_weight_pack_bytes(int K, int N) {
+  cpu::Bf16Gemm* gemm = cpu::shared_bf16_gemm();
+  return gemm && cpu::bf16_weight_packs_enabled() ? gemm->pack_bytes(K, N) : 0;
+}
 
 OptimizerOps& host_optimizer_ops() {
   static const std::unique_ptr<OptimizerOps> ops = active_cpu_isa() == CpuIsa::kAvx512

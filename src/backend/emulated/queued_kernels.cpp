@@ -32,6 +32,8 @@ class QueuedKernels final : public KernelOps<T> {
   DType set_matmul_dtype(DType dtype) override { return k_.set_matmul_dtype(dtype); }
   bool set_allow_tf32(bool allow) override { return k_.set_allow_tf32(allow); }
   bool set_batch_invariant(bool on) override { return k_.set_batch_invariant(on); }
+  // No weight packs (the default's false): kStale is not work, so it would reach the CPU table
+  // before the GEMMs still queued ahead of it, which could pack weights about to change.
   bool attention_saves_lse() const override { return k_.attention_saves_lse(); }
   int logits_stride(int V) const override { return k_.logits_stride(V); }
   void classifier_forward(T* logits, S* losses, const T* x, const T* head, const int32_t* targets, int rows, int C,
