@@ -13,6 +13,9 @@
 # <= 1.0x where they widen them (an AVX2-only CPU; Intel's AVX512-BF16 without AMX, where oneDNN's
 # bf16 GEMMs measured slower than fp32's). Memory (issue 33): the bf16-activation run's peak
 # device-pool bytes <= 0.6x the fp32 run's (the pools' measurement, bench_train_step's last line).
+# Where oneDNN's bf16 GEMMs run, the bf16-activation step once more with ZT_BF16_WEIGHT_PACKS=1
+# (weights kept in oneDNN's layout across micro-steps; off by default): reported, not judged, as
+# the figure that decides whether the packs should be on by default on such a CPU.
 #
 # PyTorch: a torch 2.x when ZT_BENCH_TORCH2 names a python that has it (default
 # build/bench-venv/bin/python; the recipe is in bench_llama_step.sh's header), else Debian's 1.13.
@@ -23,7 +26,8 @@
 # caches and clocks are not emulated. ZT_BENCH_TORCH=skip leaves PyTorch out (its bf16 under
 # those limits runs for many minutes a step) and judges only bf16 against our fp32.
 # Settings: ZT_BENCH_THREADS (default: nproc), ZT_BENCH_STEPS (default 4), ZT_BENCH_BLOCK (256,
-# 128 with ZT_BENCH_CONFIG), ZT_BENCH_BATCH (4), ZT_BENCH_CONFIG, ZT_BENCH_ISA, BUILD (default
+# 128 with ZT_BENCH_CONFIG), ZT_BENCH_BATCH (4), ZT_BENCH_ACCUMULATION (micro-steps a step of
+# ours, default 1; PyTorch's side runs one), ZT_BENCH_CONFIG, ZT_BENCH_ISA, BUILD (default
 # build/release).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +37,7 @@ steps=${ZT_BENCH_STEPS:-4}
 config=${ZT_BENCH_CONFIG:-}
 block=${ZT_BENCH_BLOCK:-$([[ -n $config ]] && echo 128 || echo 256)}
 batch=${ZT_BENCH_BATCH:-4}
+accumulation=${ZT_BENCH_ACCUMULATION:-1}
 build=${BUILD:-build/release}
 torch=${ZT_BENCH_TORCH2:-}
 [[ -z $torch && -x build/bench-venv/bin/python ]] && torch=build/bench-venv/bin/python
@@ -40,7 +45,7 @@ torch=${ZT_BENCH_TORCH2:-}
 ./jobs/install_deps.sh --with-bench
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$threads" --target bench_train_step >/dev/null
-model=(--block "$block" --batch "$batch" --steps "$steps")
+model=(--block "$block" --batch "$batch" --steps "$steps" --accumulation "$accumulation")
 if [[ -n $config ]]; then
   [[ -f $config ]] || { echo "ZT_BENCH_CONFIG: no such file '$config'" >&2; exit 2; }
   model+=(--config "$config")
@@ -60,11 +65,11 @@ export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib6
 peaks=$(mktemp)
 gemms=$(mktemp)
 trap 'rm -f "$peaks" "$gemms"' EXIT
-ours() {  # ours DTYPE ACTIVATIONS THREADS -> step ms; appends "DTYPE/ACTIVATIONS peak_bytes" to $peaks
+ours() {  # ours DTYPE ACTIVATIONS THREADS [LABEL] -> step ms; appends "LABEL peak_bytes" to $peaks
   local out
   out=$(OMP_NUM_THREADS=$3 "$build/tests/bench/bench_train_step" "${model[@]}" --dtype "$1" --activation_dtype "$2" |
     tee >(cat >&2) | tee >(grep -o 'bf16 GEMMs: [^;)]*)\?' | head -1 >"$gemms") | grep '^RESULT')
-  echo "$1/$2 $(sed -n 's/.*peak_bytes=\([0-9]*\).*/\1/p' <<<"$out")" >>"$peaks"
+  echo "${4:-$1/$2} $(sed -n 's/.*peak_bytes=\([0-9]*\).*/\1/p' <<<"$out")" >>"$peaks"
   sed -n 's/^RESULT step_ms=\([0-9.]*\).*/\1/p' <<<"$out"
 }
 theirs() {  # theirs THREADS -> step ms (0: not run)
@@ -83,11 +88,15 @@ for n in "${counts[@]}"; do
   t[fp32_$n]=$(ours fp32 fp32 "$n")
   t[bf16_$n]=$(ours bf16 fp32 "$n")
   t[bf16act_$n]=$(ours bf16 bf16 "$n")
+  if grep -q 'bf16 GEMMs: oneDNN' "$gemms"; then
+    t[packs_$n]=$(ZT_BF16_WEIGHT_PACKS=1 ours bf16 bf16 "$n" packs)
+  fi
   t[torch_$n]=$(theirs "$n")
 done
 peak_fp32=$(awk '$1 == "fp32/fp32" {print $2; exit}' "$peaks")
 peak_bf16=$(awk '$1 == "bf16/fp32" {print $2; exit}' "$peaks")
 peak_bf16act=$(awk '$1 == "bf16/bf16" {print $2; exit}' "$peaks")
+peak_packs=$(awk '$1 == "packs" {print $2; exit}' "$peaks")
 torch_version=skipped
 [[ ${ZT_BENCH_TORCH:-} != skip ]] && torch_version=$("$torch" -c 'import torch; print(torch.__version__)')
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
@@ -102,16 +111,22 @@ t = {"fp32": [${t[fp32_$threads]}, ${t[fp32_1]:-${t[fp32_$threads]}}],
      "bf16": [${t[bf16_$threads]}, ${t[bf16_1]:-${t[bf16_$threads]}}],
      "bf16act": [${t[bf16act_$threads]}, ${t[bf16act_1]:-${t[bf16act_$threads]}}],
      "torch": [${t[torch_$threads]}, ${t[torch_1]:-${t[torch_$threads]}}]}
+if "${t[packs_$threads]:-}":
+    t["packs"] = [${t[packs_$threads]:-0}, ${t[packs_1]:-${t[packs_$threads]:-0}}]
 print()
 print(f"{'step ms':36s}{'$threads threads':>12s}{'1 thread':>12s}")
 skipped = version == "skipped"
 default = "bf16act" if bf16_cpu else "bf16"  # what --activation_dtype auto gives a bf16 run here
 rows = [("fp32", "zerotrain fp32"), ("bf16", "zerotrain bf16, fp32 activations"),
         ("bf16act", "zerotrain bf16, bf16 activations")]
-for name, label in rows + ([] if skipped else [("torch", f"pytorch {version} bf16 autocast")]):
+packs = [("packs", "zerotrain bf16, bf16 act., packs")] if "packs" in t else []
+for name, label in rows + packs + ([] if skipped else [("torch", f"pytorch {version} bf16 autocast")]):
     print(f"{label + (' *' if name == default else ''):36s}{t[name][0]:12.1f}{t[name][1]:12.1f}")
-print(f"* a bf16 run's default here; {gemms or 'bf16 GEMMs: (not said)'}")
+print(f"* a bf16 run's default here; {gemms or 'bf16 GEMMs: (not said)'}; {$accumulation} micro-step(s) a step of ours")
 best = {k: min(v) for k, v in t.items()}
+if packs:
+    print(f"weight packs (ZT_BF16_WEIGHT_PACKS=1) / without: step {best['packs'] / best['bf16act']:.3f}, "
+          f"peak {${peak_packs:-0} / $peak_bf16act:.2f} (reported, not judged)")
 vs_fp32 = best[default] / best["fp32"]
 vs_torch = None if skipped else best[default] / best["torch"]
 limit_fp32 = 0.7 if in_place else 1.0

@@ -4,9 +4,11 @@
 // switch, tied and untied heads.
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <type_traits>
 
+#include "backend/cpu/bf16_gemm.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/error.h"
 #include "core/memory_pool.h"
@@ -410,6 +412,65 @@ void check_chunked_classifier(const ModelConfig& cfg) {
 TEST_P(ArchGradient, ChunkedClassifierMatchesWhole) {
   check_chunked_classifier<float>(GetParam());
   check_chunked_classifier<bf16>(GetParam());
+}
+
+// The bf16 table's classifier_forward_backward (the softmax's forward and backward on each tile
+// while it is in cache) against classifier_forward then classifier_backward: bit for bit in the
+// losses, their sum, dlogits, dx and dhead, with OpenBLAS's GEMMs on widened tiles and, where the
+// CPU has them, oneDNN's on the operands as they lie. A vocabulary of 50000 makes several cache
+// tiles of the 37 rows; two targets are ignored (-1).
+TEST(Bf16Classifier, ForwardBackwardInOneIsTheTwoOpsBitForBit) {
+  const int rows = 37, C = 24, V = 50000;
+  std::vector<bf16> x(size_t(rows) * C), head(size_t(V) * C);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (bf16& v : x) v = to_bf16(normal(rng));
+  for (bf16& v : head) v = to_bf16(0.3f * normal(rng));
+  std::vector<int32_t> targets(rows);
+  for (int r = 0; r < rows; ++r) targets[size_t(r)] = r % 11 == 3 ? -1 : int32_t((r * 7919) % V);
+  struct Out {
+    std::vector<bf16> logits, dx;
+    std::vector<float> losses, dhead;
+    double loss_sum = 0.25;
+  };
+  const std::unique_ptr<cpu::Bf16Gemm> gemm = cpu::Bf16Gemm::make_if_supported();
+  std::vector<cpu::Bf16Gemm*> gemms{nullptr};  // widened tiles, and oneDNN where the CPU has bf16 GEMMs
+  if (gemm) gemms.push_back(gemm.get());
+  for (cpu::Bf16Gemm* in_place : gemms) {
+    const std::unique_ptr<KernelOps<bf16>> ops =
+        cpu::make_bf16_kernels(cpu::make_kernels_f32_avx2(), cpu::kBf16ScratchFloats, in_place);
+    ops->set_matmul_dtype(DType::kBF16);
+    auto run = [&](bool fused) {
+      Out o;
+      o.logits.resize(size_t(rows) * V);
+      o.dx.resize(size_t(rows) * C);
+      o.losses.resize(size_t(rows));
+      o.dhead.assign(head.size(), 0.125f);  // accumulated into
+      const double weight = 0.5, dloss = 1.0 / 35;
+      if (fused) {
+        ops->classifier_forward_backward(o.dx.data(), o.dhead.data(), o.logits.data(), o.losses.data(), x.data(),
+                                         head.data(), targets.data(), rows, C, V, &o.loss_sum, weight, dloss);
+      } else {
+        ops->classifier_forward(o.logits.data(), o.losses.data(), x.data(), head.data(), targets.data(), rows, C, V,
+                                &o.loss_sum, weight);
+        ops->classifier_backward(o.dx.data(), o.dhead.data(), o.logits.data(), x.data(), head.data(),
+                                 targets.data(), rows, C, V, dloss);
+      }
+      return o;
+    };
+    const Out two = run(false), one = run(true);
+    const std::string what = in_place ? "oneDNN's GEMMs" : "widened GEMMs";
+    auto same = [](const auto& a, const auto& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+    };
+    EXPECT_TRUE(same(one.logits, two.logits)) << what << ": dlogits";
+    EXPECT_TRUE(same(one.dx, two.dx)) << what << ": dx";
+    EXPECT_TRUE(same(one.losses, two.losses)) << what << ": losses";
+    EXPECT_TRUE(same(one.dhead, two.dhead)) << what << ": dhead";
+    EXPECT_EQ(one.loss_sum, two.loss_sum) << what;
+    EXPECT_GT(two.loss_sum, 1.0) << what << ": no loss was added";
+    EXPECT_EQ(two.losses[3], 0.0f) << what << ": an ignored target has a loss";
+  }
 }
 
 // auto chunks only where the whole batch's logits pass 1 GiB, by multiples of 64 rows.

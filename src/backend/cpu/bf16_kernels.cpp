@@ -237,6 +237,32 @@ class Bf16Kernels final : public KernelOps<bf16> {
     }
   }
 
+  // The default's ops in the default's order, but the softmax's forward and backward run on each
+  // tile of rows while it is in cache (each row is its own): the probabilities are stored in
+  // bf16 and read back as the two ops would, bit for bit, while memory sees the logits read once
+  // and dlogits written once, where the two ops' tiles, too large for a cache, passed over the
+  // logits and their fp32 copies about a dozen times.
+  void classifier_forward_backward(T* dx, G* dhead, T* logits, S* losses, const T* x, const T* head,
+                                   const int32_t* targets, int rows, int C, int V, double* loss_sum, double weight,
+                                   double dloss) override {
+    linear_forward(logits, x, head, nullptr, rows, C, V);
+    const size_t v = size_t(V);
+    Tiles tiles(*this, size_t(rows), v, 0, kCacheTileFloats * size_t(omp_get_max_threads()));
+    float* p = tiles.take(v);
+    double total = 0;
+    for (auto [r0, n] : tiles) {
+      T* l = logits + r0 * v;
+      convert(l, p, n * v);
+      f_.softmax_xent_forward(p, losses + r0, targets + r0, int(n), V, &total, 1.0);
+      convert(p, l, n * v);  // the probabilities, as softmax_xent_forward stores them
+      convert(l, p, n * v);
+      f_.softmax_xent_backward(p, targets + r0, int(n), V, dloss);
+      convert(p, l, n * v);
+    }
+    *loss_sum += weight * total;
+    linear_backward(dx, dhead, nullptr, logits, x, head, rows, C, V, false);
+  }
+
   void rmsnorm_forward(T* out, S* rstd, const T* x, const T* weight, int rows, int C, double eps) override {
     const size_t c = size_t(C);
     Tiles tiles(*this, size_t(rows), 2 * c, c);
@@ -334,7 +360,10 @@ class Bf16Kernels final : public KernelOps<bf16> {
   class Tiles {
    public:
     Tiles(Bf16Kernels& k, size_t units, size_t per_unit, size_t fixed)
-        : k_(k), units_(units), per_tile_(units_per_tile(units, per_unit, fixed, k.budget_)),
+        : Tiles(k, units, per_unit, fixed, k.budget_) {}
+    /// Tiles within `budget` floats (at most the kernels' own).
+    Tiles(Bf16Kernels& k, size_t units, size_t per_unit, size_t fixed, size_t budget)
+        : k_(k), units_(units), per_tile_(units_per_tile(units, per_unit, fixed, std::min(budget, k.budget_))),
           total_(fixed + per_tile_ * per_unit) {
       k.reserve(total_);
     }

@@ -17,6 +17,10 @@ namespace zt::cpu {
 /// instead of widening whole.
 inline constexpr size_t kBf16ScratchFloats = size_t(16) << 20;
 
+/// A tile that stays in a core's cache while several passes run over it (1 MiB of fp32 a thread):
+/// the classifier's softmax forward and backward (bf16_kernels.cpp).
+inline constexpr size_t kCacheTileFloats = size_t(1) << 18;
+
 /// `units` independent pieces of `per_unit` floats each, beside `fixed` floats every tile needs:
 /// how many pieces a tile takes (at least one, even past the budget).
 inline size_t units_per_tile(size_t units, size_t per_unit, size_t fixed, size_t budget) {
