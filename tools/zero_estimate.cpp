@@ -347,6 +347,7 @@ RunShape make_run_shape(const Args& a, const ModelConfig& model) {
   run.activation_dtype = a.activation_dtype;
   run.classifier_chunk = parse_classifier_chunk(a.classifier_chunk);
   run.cuda = a.cuda();
+  run.emulated = a.accelerator == "emulated";
   ZT_USAGE_CHECK(run.seq_len <= model.n_positions, "--block_size ", run.seq_len, " exceeds n_positions ",
                  model.n_positions);
   return run;

@@ -86,7 +86,10 @@ size_t activation_bytes(const ModelConfig& config, size_t batch, size_t seq_len,
 /// rows a call (0: all), for a scratch budget of `budget` floats (bf16_tiles.h). With
 /// `native_gemm` (a training run's bf16 GEMMs where they take the bf16 operands as they lie:
 /// cpu_bf16_gemm_in_place) the GEMMs and attention widen nothing: only the other ops count (the
-/// attention's per-thread blocks, bf16_attention.h, are not in the pools).
+/// attention's per-thread blocks, bf16_attention.h, are not in the pools). The classifier's softmax
+/// counts in the tiles an evaluation's forward takes; a training step's (classifier_forward_backward,
+/// in cache-sized tiles) takes fewer, so where that op is the largest (GEMMs in place) a run that
+/// never evaluates holds less than this.
 size_t cpu_bf16_scratch_bytes(const ModelConfig& config, size_t batch, size_t seq_len, size_t logits_rows = 0,
                               size_t budget = cpu::kBf16ScratchFloats, bool native_gemm = false);
 

@@ -59,7 +59,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
   // (share_parameters) or a load writes them, each followed by invalidate_weights: the CPU's
   // oneDNN GEMMs may keep them in their own layout across micro-steps. Not under the delayed
   // update, which writes them while the next forward runs.
-  if (!coordinator_ && plan_.delayed_update_after < 0) buffers_.keep_weight_packs();
+  weight_packs_ = !coordinator_ && plan_.delayed_update_after < 0 && buffers_.keep_weight_packs();
 }
 
 StateSource init_source(const ParamLayout& layout, uint64_t seed) {

@@ -102,6 +102,8 @@ class ZeroEngine final : public ParamSource<float> {
   /// The dtype the model's GEMM inputs are rounded to (KernelOps::set_matmul_dtype): bf16 in a
   /// bf16 run on a CPU with bf16 instructions, else fp32.
   DType matmul_dtype() const { return matmul_dtype_; }
+  /// The CPU's bf16 kernels keep the parameters packed for their GEMMs (ZT_BF16_WEIGHT_PACKS=1).
+  bool weight_packs() const { return weight_packs_; }
   const PartitionMap& partition() const { return plan_.partition; }
   /// The full fp32 master weights (flat layout, unpadded), gathered from every rank. Collective.
   std::vector<float> gather_master_weights();
@@ -222,6 +224,7 @@ class ZeroEngine final : public ParamSource<float> {
   const DsConfig config_;
   const ZeroPlan plan_;
   DType matmul_dtype_ = DType::kF32;
+  bool weight_packs_ = false;
 
   MixedPrecisionBuffers buffers_;
   std::unique_ptr<PartitionedParameterCoordinator> coordinator_;  // stage 3

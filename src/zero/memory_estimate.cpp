@@ -296,7 +296,7 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
   }
   // The engine lets them keep the bf16 parameters packed where the model reads them in place, and
   // only a step or a load writes them (MixedPrecisionBuffers::keep_weight_packs).
-  if (!run.cuda && activation_dtype == DType::kBF16 && plan.dtype == DType::kBF16 && plan.stage < 3 &&
+  if (!run.cuda && !run.emulated && activation_dtype == DType::kBF16 && plan.dtype == DType::kBF16 && plan.stage < 3 &&
       plan.delayed_update_after < 0) {
     for (size_t bytes : bf16_weight_packs(model, cpu_bf16_weight_pack_bytes)) {
       est.weight_packs += bytes;

@@ -64,6 +64,9 @@ struct RunShape {
   /// On CUDA GPUs: the gradients stay on the device (ZeroPlan's kernels_reach_host is false) and
   /// the data path is NCCL's, whose collectives are not cut at MPI's limit.
   bool cuda = false;
+  /// On the emulated device (--accelerator emulated): the CPU's kernels behind queues, which keep
+  /// no weight packs.
+  bool emulated = false;
 };
 
 /// The data path's largest collective in elements on such a run (NCCL's or MPI's): the gradient

@@ -27,8 +27,8 @@
 # those limits runs for many minutes a step) and judges only bf16 against our fp32.
 # Settings: ZT_BENCH_THREADS (default: nproc), ZT_BENCH_STEPS (default 4), ZT_BENCH_BLOCK (256,
 # 128 with ZT_BENCH_CONFIG), ZT_BENCH_BATCH (4), ZT_BENCH_ACCUMULATION (micro-steps a step of
-# ours, default 1; PyTorch's side runs one), ZT_BENCH_CONFIG, ZT_BENCH_ISA, BUILD (default
-# build/release).
+# ours, default 1; only with ZT_BENCH_TORCH=skip, as PyTorch's side runs one), ZT_BENCH_CONFIG,
+# ZT_BENCH_ISA, BUILD (default build/release).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/bench/lib.sh
@@ -38,6 +38,10 @@ config=${ZT_BENCH_CONFIG:-}
 block=${ZT_BENCH_BLOCK:-$([[ -n $config ]] && echo 128 || echo 256)}
 batch=${ZT_BENCH_BATCH:-4}
 accumulation=${ZT_BENCH_ACCUMULATION:-1}
+if [[ $accumulation != 1 && ${ZT_BENCH_TORCH:-} != skip ]]; then
+  echo "ZT_BENCH_ACCUMULATION=$accumulation needs ZT_BENCH_TORCH=skip: PyTorch's side runs one micro-step a step" >&2
+  exit 2
+fi
 build=${BUILD:-build/release}
 torch=${ZT_BENCH_TORCH2:-}
 [[ -z $torch && -x build/bench-venv/bin/python ]] && torch=build/bench-venv/bin/python

@@ -192,10 +192,10 @@ int main(int argc, char** argv) {
   }
   DsConfig ds;
   ds.train_micro_batch_size_per_gpu = o.batch;
-  ds.train_batch_size = o.batch;
+  ds.gradient_accumulation_steps = std::max(1, o.accumulation);
+  ds.train_batch_size = o.batch * ds.gradient_accumulation_steps;
   ds.optimizer.lr = 1e-4;
   ds.gradient_clipping = 1.0;
-  ds.gradient_accumulation_steps = std::max(1, o.accumulation);
   ds.bf16 = o.dtype == "bf16";
   ds.fp16.enabled = o.dtype == "fp16";
 
@@ -236,7 +236,7 @@ int main(int argc, char** argv) {
     std::printf(" %dKV I%d%s", mc.n_kv_head, mc.intermediate_size, mc.tie_word_embeddings ? " tied" : " untied");
   }
   std::printf(" vocab %d, %zu params, batch %dx%d x %d micro-steps, %s, %s activations%s\n", mc.vocab_size,
-              layout.num_params(), o.batch, o.block, ds.gradient_accumulation_steps, o.dtype.c_str(),
+              layout.num_params(), o.batch, o.block, int(ds.gradient_accumulation_steps), o.dtype.c_str(),
               o.activation_dtype.c_str(), o.checkpointing ? ", checkpointing" : "");
   std::printf("%8s %12s %12s %12s %12s %12s\n", "step", "total_ms", "forward_ms", "backward_ms", "adam_ms", "GFLOP/s");
   const double flops = 3.0 * model.flops_per_token_forward(o.block) * BT * ds.gradient_accumulation_steps;

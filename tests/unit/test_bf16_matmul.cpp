@@ -273,6 +273,8 @@ TEST(Bf16WeightPacks, EngineTrainsBitForBitAsWithout) {
   if (!cpu_bf16_gemm_in_place()) {
     GTEST_SKIP() << "oneDNN's bf16 GEMMs are not this run's (needs AVX512-BF16 or AMX and ZT_BF16_GEMM=bf16)";
   }
+  const char* outer = std::getenv("ZT_BF16_WEIGHT_PACKS");  // restored at the end
+  const std::string outer_value = outer ? outer : "";
   auto backend = make_cpu_backend();
   SelfComm comm;
   auto data = make_data_comm(*backend, comm);
@@ -330,12 +332,15 @@ TEST(Bf16WeightPacks, EngineTrainsBitForBitAsWithout) {
         shape.seq_len = T;
         shape.activation_dtype = "bf16";
         EXPECT_EQ(with.pack_bytes, estimate_memory(mc, ds, shape).weight_packs) << where;
+        shape.emulated = true;  // its queued kernels keep none
+        EXPECT_EQ(estimate_memory(mc, ds, shape).weight_packs, 0u) << where;
         ::unsetenv("ZT_BF16_WEIGHT_PACKS");
         if (stage < 3) EXPECT_GT(with.pack_bytes, 0u) << where;
         else EXPECT_EQ(with.pack_bytes, 0u) << where;
       }
     }
   }
+  if (outer) ::setenv("ZT_BF16_WEIGHT_PACKS", outer_value.c_str(), 1);
 }
 
 // The bf16 attention (bf16_attention.h) against the fp64 kernels on the bf16-rounded inputs: GPT-2's

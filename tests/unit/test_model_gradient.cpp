@@ -417,17 +417,27 @@ TEST_P(ArchGradient, ChunkedClassifierMatchesWhole) {
 // The bf16 table's classifier_forward_backward (the softmax's forward and backward on each tile
 // while it is in cache) against classifier_forward then classifier_backward: bit for bit in the
 // losses, their sum, dlogits, dx and dhead, with OpenBLAS's GEMMs on widened tiles and, where the
-// CPU has them, oneDNN's on the operands as they lie. A vocabulary of 50000 makes several cache
-// tiles of the 37 rows; two targets are ignored (-1).
+// CPU has them, oneDNN's on the operands as they lie. The rows make three cache tiles and a part
+// at any thread count; every fifth row's target wins by a wide margin (losses of 1e-7 to 1e-3
+// beside others near 11: the loss sum adds the rows in row order on both paths); some targets
+// are ignored (-1).
 TEST(Bf16Classifier, ForwardBackwardInOneIsTheTwoOpsBitForBit) {
-  const int rows = 37, C = 24, V = 50000;
+  const int C = 24, V = 50000;
+  const int tile_rows = int(cpu::kCacheTileFloats * size_t(omp_get_max_threads()) / size_t(V));
+  const int rows = 3 * tile_rows + 5;
   std::vector<bf16> x(size_t(rows) * C), head(size_t(V) * C);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (bf16& v : x) v = to_bf16(normal(rng));
   for (bf16& v : head) v = to_bf16(0.3f * normal(rng));
-  std::vector<int32_t> targets(rows);
-  for (int r = 0; r < rows; ++r) targets[size_t(r)] = r % 11 == 3 ? -1 : int32_t((r * 7919) % V);
+  std::vector<int32_t> targets(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    targets[size_t(r)] = r % 11 == 3 ? -1 : int32_t((size_t(r) * 7919) % size_t(V));
+    if (r % 5 != 0 || targets[size_t(r)] < 0) continue;
+    for (int c = 0; c < C; ++c) {  // head[target] = 1.1 x[r]: a logit near 1.1 |x|^2, about 26
+      head[size_t(targets[size_t(r)]) * C + c] = to_bf16(1.1f * to_float(x[size_t(r) * C + c]));
+    }
+  }
   struct Out {
     std::vector<bf16> logits, dx;
     std::vector<float> losses, dhead;
@@ -470,6 +480,7 @@ TEST(Bf16Classifier, ForwardBackwardInOneIsTheTwoOpsBitForBit) {
     EXPECT_EQ(one.loss_sum, two.loss_sum) << what;
     EXPECT_GT(two.loss_sum, 1.0) << what << ": no loss was added";
     EXPECT_EQ(two.losses[3], 0.0f) << what << ": an ignored target has a loss";
+    EXPECT_LT(two.losses[0], 1e-2f) << what << ": the wide margin's loss is not small";
   }
 }
 

@@ -83,7 +83,7 @@ struct Bf16Gemm::Impl {
   dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   std::map<GemmShape, Primitive> primitives;
   std::vector<std::pair<const char*, const char*>> kept;  // the ranges whose weights are packed
-  std::atomic<bool> any_kept{false};  // kept is not empty: the attention's many products skip the lock
+  std::atomic<bool> any_kept{false};  // kept is not empty; without packs no product takes the lock for it
   std::map<PackKey, Pack> packs;
   size_t pack_bytes = 0;
   mutable std::mutex mutex;  // guards `primitives`, `kept` and `packs`
@@ -93,6 +93,7 @@ struct Bf16Gemm::Impl {
   }
 
   void free(Pack& pack) {
+    if (!pack.bytes) return;
     pool_free(Pool::kDevice, pack.bytes, pack.size);
     pack_bytes -= pack.size;
     pack.bytes = nullptr;
@@ -103,15 +104,18 @@ struct Bf16Gemm::Impl {
     return std::any_of(kept.begin(), kept.end(), [c](const auto& r) { return c >= r.first && c < r.second; });
   }
 
-  // The pack of `s`'s B (a kept weight), made again where stale or laid out otherwise.
+  // The pack of `s`'s B (a kept weight), made again where stale or laid out otherwise (a layout
+  // that changed with the rows would remake it at each switch: oneDNN 2.6 chose one layout for
+  // every row count tried). The memory is read after the lock is let go: a weight's products run
+  // on one thread (the model's GEMMs; attention's operands are never weights).
   memory pack(const GemmShape& s, const Primitive& p, const bf16* B, dnnl::stream& stream) {
     std::lock_guard<std::mutex> lock(mutex);
     Pack& pack = packs[PackKey{B, s.tb, s.K, s.N, s.ldb}];
     if (pack.bytes && pack.desc != p.weights) free(pack);
     if (!pack.bytes) {
+      pack.bytes = pool_alloc(Pool::kDevice, p.weights.get_size());  // throws before anything is counted
       pack.desc = p.weights;
       pack.size = p.weights.get_size();
-      pack.bytes = pool_alloc(Pool::kDevice, pack.size);
       pack_bytes += pack.size;
       pack.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, s.plain_b(), engine, pack.desc));
       pack.fresh = false;

@@ -211,20 +211,26 @@ class Bf16Kernels final : public KernelOps<bf16> {
     });
   }
 
-  // Row by row; the loss sum of each tile goes into a host double first, so that the weighted sum
-  // is added once, as one call adds it (the sum of the rows' fp32 losses in double is exact).
+  // Row by row. The loss sum is the rows' losses added in row order (rows_summed), not the fp32
+  // kernel's per-tile totals, which group them by tile and thread: the same sum however the
+  // rows are tiled, here and in classifier_forward_backward.
   void softmax_xent_forward(T* logits_to_probs, S* losses, const int32_t* targets, int rows, int V, double* loss_sum,
                             double weight) override {
     const size_t v = size_t(V);
     Tiles tiles(*this, size_t(rows), v, 0);
     float* p = tiles.take(v);
-    double total = 0;
+    double unused = 0;
     for (auto [r0, n] : tiles) {
       convert(logits_to_probs + r0 * v, p, n * v);
-      f_.softmax_xent_forward(p, losses + r0, targets + r0, int(n), V, &total, 1.0);
+      f_.softmax_xent_forward(p, losses + r0, targets + r0, int(n), V, &unused, 1.0);
       convert(p, logits_to_probs + r0 * v, n * v);
     }
-    *loss_sum += weight * total;
+    *loss_sum += weight * rows_summed(losses, rows);
+  }
+  static double rows_summed(const S* losses, int rows) {
+    double total = 0;
+    for (int r = 0; r < rows; ++r) total += double(losses[r]);
+    return total;
   }
   void softmax_xent_backward(T* probs_to_dlogits, const int32_t* targets, int rows, int V, double dloss) override {
     const size_t v = size_t(V);
@@ -249,17 +255,17 @@ class Bf16Kernels final : public KernelOps<bf16> {
     const size_t v = size_t(V);
     Tiles tiles(*this, size_t(rows), v, 0, kCacheTileFloats * size_t(omp_get_max_threads()));
     float* p = tiles.take(v);
-    double total = 0;
+    double unused = 0;
     for (auto [r0, n] : tiles) {
       T* l = logits + r0 * v;
       convert(l, p, n * v);
-      f_.softmax_xent_forward(p, losses + r0, targets + r0, int(n), V, &total, 1.0);
+      f_.softmax_xent_forward(p, losses + r0, targets + r0, int(n), V, &unused, 1.0);
       convert(p, l, n * v);  // the probabilities, as softmax_xent_forward stores them
       convert(l, p, n * v);
       f_.softmax_xent_backward(p, targets + r0, int(n), V, dloss);
       convert(p, l, n * v);
     }
-    *loss_sum += weight * total;
+    *loss_sum += weight * rows_summed(losses, rows);
     linear_backward(dx, dhead, nullptr, logits, x, head, rows, C, V, false);
   }
 
