@@ -55,11 +55,9 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, DataComm& co
   matmul_dtype_ = plan_.working_dtype == DType::kBF16
                       ? backend.ops_bf16().set_matmul_dtype(DType::kBF16)
                       : backend.ops().set_matmul_dtype(plan_.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32);
-  // A bf16 model at stages 0-2 reads the bf16 parameters where they lie, and only the step
-  // (share_parameters) or a load writes them, each followed by invalidate_weights: the CPU's
-  // oneDNN GEMMs may keep them in their own layout across micro-steps. Not under the delayed
-  // update, which writes them while the next forward runs.
-  weight_packs_ = !coordinator_ && plan_.delayed_update_after < 0 && buffers_.keep_weight_packs();
+  // The step (share_parameters) and a load each end in invalidate_weights: where the plan allows,
+  // the CPU's oneDNN GEMMs may keep the weights in their own layout across micro-steps.
+  weight_packs_ = buffers_.keep_weight_packs();
 }
 
 StateSource init_source(const ParamLayout& layout, uint64_t seed) {

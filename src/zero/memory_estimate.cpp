@@ -294,10 +294,9 @@ MemoryEstimate estimate_memory(const ModelConfig& model, const DsConfig& config,
                                                 cpu::kBf16ScratchFloats, cpu_bf16_gemm_in_place());
     activations.push_back(est.kernel_scratch);
   }
-  // The engine lets them keep the bf16 parameters packed where the model reads them in place, and
-  // only a step or a load writes them (MixedPrecisionBuffers::keep_weight_packs).
-  if (!run.cuda && !run.emulated && activation_dtype == DType::kBF16 && plan.dtype == DType::kBF16 && plan.stage < 3 &&
-      plan.delayed_update_after < 0) {
+  // The CPU's bf16 kernels' weight packs, where the plan lets the engine keep them
+  // (MixedPrecisionBuffers::keep_weight_packs).
+  if (!run.cuda && !run.emulated && plan.weights_packable()) {
     for (size_t bytes : bf16_weight_packs(model, cpu_bf16_weight_pack_bytes)) {
       est.weight_packs += bytes;
       list_device(Pool::kDevice, bytes);

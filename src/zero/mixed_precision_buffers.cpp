@@ -111,10 +111,7 @@ MixedPrecisionBuffers::~MixedPrecisionBuffers() {
 }
 
 bool MixedPrecisionBuffers::keep_weight_packs() {
-  if (packs_ || !weight_slots_.empty() || plan_.working_dtype != DType::kBF16 || plan_.dtype != DType::kBF16 ||
-      params_.bytes() == 0) {
-    return packs_;
-  }
+  if (packs_ || !plan_.weights_packable()) return packs_;
   packs_ = backend_.ops_bf16().weight_packs(params_.data(), params_.data() + params_.bytes(), WeightPacks::kKeep);
   return packs_;
 }

@@ -62,11 +62,10 @@ class MixedPrecisionBuffers {
   float* finished_grad_slot(int unit);
   /// The weights changed: working copies (and weight packs) are stale.
   void invalidate_weights();
-  /// Where the model reads the bf16 parameters themselves (a bf16 model at stages 0-2): lets the
-  /// bf16 kernels keep them packed for their GEMMs (KernelOps::weight_packs), made stale by
+  /// Where the plan allows (ZeroPlan::weights_packable): lets the bf16 kernels keep the
+  /// parameters packed for their GEMMs (KernelOps::weight_packs), made stale by
   /// invalidate_weights() and dropped with this object. The caller vouches that nothing else
-  /// writes the parameters between steps (not under the delayed update). Returns whether the
-  /// kernels keep packs.
+  /// writes the parameters between steps. Returns whether the kernels keep packs.
   bool keep_weight_packs();
   /// Zeroes the gradients where they live (device, or host memory at stage 3 with offload).
   void zero_grads();

@@ -91,6 +91,13 @@ struct ZeroPlan {
   bool grads_reduced_in_place() const {
     return stage <= 1 && world > 1 && comm_dtype == grad_dtype && !grads_on_host;
   }
+  /// A bf16 model reads the bf16 parameters themselves, in place from one step to the next, and
+  /// only the step or a load writes them (stages 0-2, not under the delayed update, which writes
+  /// them while the next forward runs): the CPU's bf16 GEMMs may keep them packed
+  /// (KernelOps::weight_packs; MixedPrecisionBuffers::keep_weight_packs, the memory estimate).
+  bool weights_packable() const {
+    return params_replicated() && dtype == DType::kBF16 && working_dtype == DType::kBF16 && delayed_update_after < 0;
+  }
 };
 
 }  // namespace zt
